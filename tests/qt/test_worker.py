@@ -1,0 +1,174 @@
+"""The sampler thread keeps the GUI responsive while a tick blocks, and stops cleanly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from PySide6.QtCore import QTimer
+from pytestqt.qtbot import QtBot
+from qt_snapshots import model, server, snap
+
+from trayapp.config import Settings
+from trayapp.core.model import Snapshot
+from trayapp.ui.worker import WorkerThread, run_in_background
+
+
+class SlowMonitor:
+    """Same methods as trayapp.monitor.Monitor; each tick blocks like a hung server would."""
+
+    def __init__(self, block_s: float = 0.0, interval_s: float = 0.05) -> None:
+        self.block_s = block_s
+        self.interval_s = interval_s
+        self.ticks = 0
+        self.tick_threads: set[int] = set()
+        self.closed_on: int | None = None
+        self.settings: list[Settings] = []
+        self.built_on = threading.get_ident()
+
+    def tick(self) -> Snapshot:
+        self.tick_threads.add(threading.get_ident())
+        time.sleep(self.block_s)  # simulated blocking I/O, on the worker thread
+        self.ticks += 1
+        return snap(float(self.ticks), server(model(rate=40.0 + self.ticks)))
+
+    def next_interval_s(self) -> float:
+        return self.interval_s
+
+    def apply_settings(self, settings: Settings) -> None:
+        self.settings.append(settings)
+
+    def close(self) -> None:
+        self.closed_on = threading.get_ident()
+
+
+@pytest.fixture
+def made() -> list[SlowMonitor]:
+    return []
+
+
+def _runner(made: list[SlowMonitor], **kw: float) -> WorkerThread:
+    def factory() -> SlowMonitor:
+        monitor = SlowMonitor(**kw)
+        made.append(monitor)
+        return monitor
+
+    return WorkerThread(factory)
+
+
+def test_gui_stays_responsive_while_a_tick_blocks_2_s(qtbot: QtBot, made: list[SlowMonitor]) -> None:
+    runner = _runner(made, block_s=2.0, interval_s=10.0)
+    gaps: list[float] = []
+    last = [time.monotonic()]
+
+    def beat() -> None:
+        now = time.monotonic()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    heartbeat = QTimer()
+    heartbeat.setInterval(10)
+    heartbeat.timeout.connect(beat)
+    heartbeat.start()
+    try:
+        with qtbot.waitSignal(runner.snapshot_ready, timeout=10_000) as blocker:
+            runner.start()
+        heartbeat.stop()
+    finally:
+        assert runner.stop(10_000)
+    snapshot = blocker.args[0]
+    assert isinstance(snapshot, Snapshot)
+    assert snapshot.servers[0].models[0].decode_tok_s == 41.0
+    assert len(gaps) > 100  # ~2 s of 10 ms beats happened *during* the blocking tick
+    assert max(gaps) < 0.100, f"GUI event loop stalled {max(gaps) * 1000:.0f} ms"
+    gui = threading.get_ident()
+    monitor = made[0]
+    assert monitor.built_on != gui and monitor.tick_threads == {monitor.built_on}
+    assert monitor.closed_on == monitor.built_on
+
+
+def test_snapshots_keep_coming_pause_resume_and_settings(qtbot: QtBot, made: list[SlowMonitor]) -> None:
+    runner = _runner(made, interval_s=0.02)
+    got: list[Snapshot] = []
+    runner.snapshot_ready.connect(got.append)
+    runner.start()
+    try:
+        qtbot.waitUntil(lambda: len(got) >= 3, timeout=5000)
+        runner.pause()
+        qtbot.waitUntil(lambda: runner.worker._paused, timeout=2000)
+        paused_at = made[0].ticks
+        with qtbot.assertNotEmitted(runner.snapshot_ready, wait=300):
+            pass
+        assert made[0].ticks <= paused_at + 1  # at most the tick already in flight
+        runner.resume()
+        count = len(got)
+        qtbot.waitUntil(lambda: len(got) >= count + 2, timeout=5000)
+        new = Settings()
+        runner.apply_settings(new)
+        qtbot.waitUntil(lambda: made[0].settings == [new], timeout=2000)
+    finally:
+        assert runner.stop(5000)
+    assert not runner.is_running()
+    assert made[0].closed_on is not None
+    ticks = made[0].ticks
+    with qtbot.assertNotEmitted(runner.snapshot_ready, wait=200):
+        pass
+    assert made[0].ticks == ticks
+
+
+def test_tick_errors_are_reported_and_monitoring_continues(qtbot: QtBot) -> None:
+    calls = [0]
+
+    class Flaky(SlowMonitor):
+        def tick(self) -> Snapshot:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise RuntimeError("NVML exploded")
+            return super().tick()
+
+    runner = WorkerThread(lambda: Flaky(interval_s=0.02))
+    errors: list[str] = []
+    runner.error.connect(errors.append)
+    try:
+        with qtbot.waitSignal(runner.snapshot_ready, timeout=5000):
+            runner.start()
+    finally:
+        runner.stop()
+    assert errors and "RuntimeError: NVML exploded" in errors[0]
+
+
+def test_factory_failure_is_an_error_not_a_crash(qtbot: QtBot) -> None:
+    def factory() -> SlowMonitor:
+        raise OSError("database is locked")
+
+    runner = WorkerThread(factory)
+    try:
+        with qtbot.waitSignal(runner.error, timeout=5000) as blocker:
+            runner.start()
+    finally:
+        assert runner.stop(5000)
+    assert "database is locked" in blocker.args[0]
+
+
+def test_stop_before_start_is_harmless() -> None:
+    runner = WorkerThread(SlowMonitor)
+    assert runner.stop(100)
+
+
+def test_run_in_background_delivers_on_the_gui_thread(qtbot: QtBot) -> None:
+    results: list[tuple[object, int]] = []
+    errors: list[BaseException] = []
+    task_threads: list[int] = []
+
+    def work() -> int:
+        task_threads.append(threading.get_ident())
+        return 42
+
+    run_in_background(work, lambda r: results.append((r, threading.get_ident())))
+    run_in_background(lambda: 1 / 0, on_error=errors.append)
+    qtbot.waitUntil(lambda: bool(results) and bool(errors), timeout=5000)
+    gui = threading.get_ident()
+    assert results == [(42, gui)]
+    assert task_threads[0] != gui
+    assert isinstance(errors[0], ZeroDivisionError)

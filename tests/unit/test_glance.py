@@ -1,0 +1,204 @@
+"""icon_state / tooltip from synthetic snapshots (pure, no Qt)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trayapp.core.glance import GlanceTracker, IconState, choose_model, format_rate, format_tokens, icon_state
+from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+
+LLAMA = "http://127.0.0.1:8080"
+OLLAMA = "http://127.0.0.1:11434"
+HW = HardwareSnapshot(
+    gpus=(),
+    host=HostReading(ram_total_bytes=None, ram_available_bytes=None, ram_bandwidth_gbps=None),
+    gpu_reason="no NVML",
+)
+
+
+def model(name: str = "llama3.1:8b", phase: str = "decoding", **kw: object) -> ModelStatus:
+    base: dict[str, object] = dict(
+        quantization="Q4_K_M",
+        ceiling_tok_s=62.0,
+        full_gpu_ceiling_tok_s=62.0,
+        gpu_fraction=1.0,
+        context_tokens=6100,
+        context_length=8192,
+    )
+    if phase == "decoding":
+        base.update(decode_tok_s=42.2, decode_exact=True, active_streams=1)
+    base.update(kw)
+    return ModelStatus(name=name, phase=phase, **base)  # type: ignore[arg-type]
+
+
+def snap(*servers: ServerStatus, alerts: tuple[Alert, ...] = (), t: float = 100.0) -> Snapshot:
+    return Snapshot(t_wall_s=1_700_000_000 + t, t_mono_s=t, servers=servers, hardware=HW, alerts=alerts)
+
+
+def llama(*models: ModelStatus) -> ServerStatus:
+    return ServerStatus(kind="llamacpp", url=LLAMA, status="ok", models=models)
+
+
+def ollama(*models: ModelStatus) -> ServerStatus:
+    return ServerStatus(kind="ollama", url=OLLAMA, status="ok", models=models)
+
+
+def alert(severity: str = "warning", kind: str = "offload") -> Alert:
+    return Alert(
+        id=f"{kind}-1",
+        kind=kind,
+        severity=severity,
+        server=OLLAMA,
+        model="qwen3:30b",  # type: ignore[arg-type]
+        message="qwen3:30b spilled to the CPU (52 %)",
+        fix="num_ctx 12k",
+        since_wall_s=1.0,
+    )
+
+
+def test_generating_shows_number_ring_and_ok() -> None:
+    state = icon_state(snap(llama(model())))
+    assert state.health == "ok"
+    assert state.text == "42"
+    assert state.ring == 0.7  # 42.2 / 62 = 0.68 → 5 % steps
+    assert not state.offload
+    assert state.tooltip_lines == (
+        "llama3.1:8b Q4_K_M · llama-server",
+        "42 tok/s (exact) · 68 % of 62 tok/s ceiling",
+        "context 6.1k / 8k · 100 % GPU",
+    )
+
+
+def test_estimated_rate_says_so_and_small_rates_have_one_decimal() -> None:
+    state = icon_state(snap(llama(model(decode_tok_s=4.26, decode_exact=False))))
+    assert state.text == "4.3"
+    assert "4.3 tok/s (estimated)" in state.tooltip_lines[1]
+    assert state.health == "degraded"  # 4.3 / 62 is far under the 45 % threshold
+
+
+def test_idle_has_no_number_and_faint_last_ring() -> None:
+    idle = model(phase="idle", last_decode_tok_s=40.0, context_tokens=0)
+    state = icon_state(snap(llama(idle)))
+    assert state.health == "idle"
+    assert state.text is None
+    assert state.ring_faint and state.ring == 0.65
+    assert state.tooltip_lines[1] == "idle · last 40 tok/s · ceiling 62 tok/s"
+
+
+def test_alert_outranks_a_good_number() -> None:
+    state = icon_state(snap(llama(model()), alerts=(alert(),)))
+    assert state.health == "alert"
+    assert state.text == "42"  # the number still shows
+    assert "⚠ qwen3:30b spilled to the CPU (52 %)" in state.tooltip_lines
+    info_only = icon_state(snap(llama(model()), alerts=(alert("info", "cold_load"),)))
+    assert info_only.health == "ok"
+    ended = replace(alert(), ended_wall_s=5.0)
+    assert icon_state(snap(llama(model()), alerts=(ended,))).health == "ok"
+
+
+def test_offload_mark_and_cpu_share_in_tooltip() -> None:
+    spilled = model(
+        name="qwen3:30b",
+        gpu_fraction=0.48,
+        decode_tok_s=9.1,
+        ceiling_tok_s=12.0,
+        full_gpu_ceiling_tok_s=48.0,
+        quantization=None,
+        context_length=32768,
+        context_tokens=None,
+    )
+    state = icon_state(snap(ollama(spilled)))
+    assert state.offload
+    assert state.health == "degraded"
+    assert state.tooltip_lines[0] == "qwen3:30b · Ollama"
+    assert state.tooltip_lines[2] == "context — / 32k · 48 % GPU · 52 % CPU ⚠"
+    assert not icon_state(snap(ollama(replace(spilled, gpu_fraction=0.99)))).offload
+
+
+def test_no_server_is_hollow_and_says_what_was_probed() -> None:
+    down = (
+        ServerStatus(kind="ollama", url=OLLAMA, status="unreachable", reason="connection refused"),
+        ServerStatus(kind="llamacpp", url="http://u:p@127.0.0.1:8080", status="unreachable"),
+    )
+    state = icon_state(snap(*down))
+    assert state.health == "none"
+    assert state.text is None and state.ring is None
+    assert state.tooltip_lines[0] == "No LLM server found"
+    assert state.tooltip_lines[1] == "probed: 127.0.0.1:11434, 127.0.0.1:8080"
+    nothing = icon_state(snap())
+    assert nothing.health == "none"
+    assert "discovery is off" in nothing.tooltip
+    assert icon_state(None).health == "none"
+
+
+def test_server_without_models_is_idle() -> None:
+    state = icon_state(snap(llama()))
+    assert state.health == "idle"
+    assert state.tooltip_lines == ("llama-server 127.0.0.1:8080 · no model loaded",)
+
+
+def test_several_models_active_the_decoding_one_is_shown() -> None:
+    idle = model(name="qwen3:30b", phase="idle")
+    decoding = model(name="llama3.1:8b")
+    state = icon_state(snap(ollama(idle), llama(decoding)))
+    assert state.model_key == (LLAMA, "llama3.1:8b")
+    assert state.text == "42"
+    prefill = model(name="qwen3:30b", phase="prefill", prompt_tok_s=1850.0)
+    assert choose_model(snap(ollama(prefill), llama(model(phase="idle"))))[1].name == "qwen3:30b"  # type: ignore[index]
+
+
+def test_ties_go_to_the_most_recently_started() -> None:
+    tracker = GlanceTracker()
+    a = model(name="a", decode_tok_s=30.0)
+    b = model(name="b", decode_tok_s=50.0)
+    assert tracker.update(snap(llama(a), t=1.0)).model_key == (LLAMA, "a")
+    assert tracker.update(snap(llama(a), ollama(b), t=2.0)).model_key == (OLLAMA, "b")  # b started later
+    assert tracker.update(snap(llama(a), ollama(b), t=3.0)).model_key == (OLLAMA, "b")
+    shown = tracker.update(snap(llama(a), ollama(replace(b, phase="idle")), t=4.0))
+    assert shown.model_key == (LLAMA, "a")
+    assert "+1 more model decoding" in tracker.update(snap(llama(a), ollama(b), t=5.0)).tooltip
+
+
+def test_number_hysteresis_keeps_the_icon_still() -> None:
+    tracker = GlanceTracker()
+    first = tracker.update(snap(llama(model(decode_tok_s=42.2)), t=1))
+    second = tracker.update(snap(llama(model(decode_tok_s=42.9)), t=2))  # would round to 43
+    assert first == second and second.text == "42"
+    third = tracker.update(snap(llama(model(decode_tok_s=45.0)), t=3))
+    assert third.text == "45"
+    assert third != second
+
+
+def test_degraded_has_hysteresis() -> None:
+    tracker = GlanceTracker(low_efficiency_ratio=0.45)
+    assert tracker.update(snap(llama(model(decode_tok_s=27.0)), t=1)).health == "degraded"  # 0.435
+    assert tracker.update(snap(llama(model(decode_tok_s=29.0)), t=2)).health == "degraded"  # 0.468 < 0.50
+    assert tracker.update(snap(llama(model(decode_tok_s=32.0)), t=3)).health == "ok"  # 0.516
+
+
+def test_icon_state_equality_ignores_tooltip() -> None:
+    a = IconState("ok", "42", 0.7, tooltip_lines=("x",))
+    b = IconState("ok", "42", 0.7, tooltip_lines=("y",))
+    assert a == b and hash(a) == hash(b)
+    assert IconState("ok", "42", 0.7) != IconState("alert", "42", 0.7)
+
+
+def test_formatting() -> None:
+    assert [format_rate(r) for r in (0.04, 9.4, 9.96, 42.4, 142.6, 999.4, 1500.0)] == [
+        "0.0",
+        "9.4",
+        "10",
+        "42",
+        "143",
+        "999",
+        "2k",
+    ]
+    assert all(len(format_rate(r)) <= 3 for r in (0.0, 5.55, 99.9, 999.6, 12_345.0, 10**7))
+    assert [format_tokens(n) for n in (850, 6246, 8192, 32768, 131072, 40_000)] == [
+        "850",
+        "6.2k",
+        "8k",
+        "32k",
+        "128k",
+        "40k",
+    ]

@@ -1,0 +1,235 @@
+"""The Prometheus exporter: collector output parsed back, counters, and a real /metrics over HTTP."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from trayapp.adapters.metrics import MetricsState, start_exporter
+from trayapp.core.model import (
+    Alert,
+    GpuReading,
+    HardwareSnapshot,
+    HostReading,
+    ModelStatus,
+    RequestRecord,
+    ServerStatus,
+    Snapshot,
+)
+
+T0 = 1_750_000_000.0
+OLLAMA = "http://127.0.0.1:11434"
+LLAMA = "http://127.0.0.1:8080"
+
+HARDWARE = HardwareSnapshot(
+    gpus=(
+        GpuReading(
+            index=0,
+            name="NVIDIA GeForce RTX 4090",
+            vendor="nvidia",
+            vram_total_bytes=25_757_220_864,
+            vram_used_bytes=20_000_000_000,
+            bandwidth_gbps=1008.0,
+        ),
+    ),
+    host=HostReading(
+        ram_total_bytes=64_000_000_000, ram_available_bytes=40_000_000_000, ram_bandwidth_gbps=54.0
+    ),
+)
+
+
+def snapshot(
+    t: float,
+    *,
+    rate: float | None = 80.0,
+    requests: tuple[RequestRecord, ...] = (),
+    alerts: tuple[Alert, ...] = (),
+    llama_status: str = "ok",
+    model_name: str = "qwen3:8b",
+) -> Snapshot:
+    qwen = ModelStatus(
+        name=model_name,
+        phase="decoding" if rate else "idle",
+        decode_tok_s=rate,
+        decode_total_tok_s=rate,
+        active_streams=1 if rate else 0,
+        decode_exact=False,
+        prompt_tok_s=400.0,
+        ceiling_tok_s=100.0,
+        full_gpu_ceiling_tok_s=125.0,
+        gpu_fraction=0.75,
+        context_tokens=3000,
+        context_length=8192,
+        vram_bytes=6_000_000_000,
+        size_bytes=8_000_000_000,
+        ttft_s=0.25,
+        draft_acceptance=None,
+    )
+    gemma = ModelStatus(name="gemma3", phase="idle")
+    servers = (
+        ServerStatus(kind="ollama", url=OLLAMA, status="ok", models=(qwen,)),
+        ServerStatus(kind="llamacpp", url=LLAMA, status=llama_status, models=(gemma,)),  # type: ignore[arg-type]
+    )
+    return Snapshot(
+        t_wall_s=t,
+        t_mono_s=t - T0,
+        servers=servers,
+        hardware=HARDWARE,
+        alerts=alerts,
+        requests=requests,
+    )
+
+
+def finished(t: float, tokens: int, model: str = "qwen3:8b", server: str = OLLAMA) -> RequestRecord:
+    return RequestRecord(
+        server=server,
+        server_kind="ollama",
+        model=model,
+        finished_wall_s=t,
+        session_id="s1",
+        exact=True,
+        decode_tokens=tokens,
+    )
+
+
+def scrape(state: MetricsState) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(state.registry).decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return samples
+
+
+def value(samples: dict[str, list[tuple[dict[str, str], float]]], metric: str, **labels: str) -> float:
+    matches = [
+        v for lab, v in samples.get(metric, []) if all(lab.get(k) == want for k, want in labels.items())
+    ]
+    assert len(matches) == 1, (metric, labels, samples.get(metric))
+    return matches[0]
+
+
+def test_gauges_per_server_and_model_with_units_in_names() -> None:
+    state = MetricsState()
+    state.observe(snapshot(T0))
+    s = scrape(state)
+    q = {"server": OLLAMA, "kind": "ollama", "model": "qwen3:8b"}
+    assert value(s, "llm_tray_decode_tokens_per_second", **q) == 80.0
+    assert value(s, "llm_tray_decode_total_tokens_per_second", **q) == 80.0
+    assert value(s, "llm_tray_prompt_tokens_per_second", **q) == 400.0
+    assert value(s, "llm_tray_ceiling_tokens_per_second", **q) == 100.0
+    assert value(s, "llm_tray_efficiency_ratio", **q) == pytest.approx(0.8)
+    assert value(s, "llm_tray_gpu_fraction_ratio", **q) == 0.75
+    assert value(s, "llm_tray_context_tokens", **q) == 3000
+    assert value(s, "llm_tray_context_size_tokens", **q) == 8192
+    assert value(s, "llm_tray_vram_bytes", **q) == 6e9
+    assert value(s, "llm_tray_ttft_seconds", **q) == 0.25
+    assert value(s, "llm_tray_server_up", server=OLLAMA, kind="ollama") == 1.0
+    assert value(s, "llm_tray_server_up", server=LLAMA, kind="llamacpp") == 1.0
+    assert value(s, "llm_tray_gpu_vram_used_bytes", gpu="0", name="NVIDIA GeForce RTX 4090") == 2e10
+    assert value(s, "llm_tray_gpu_vram_total_bytes", gpu="0") == 25_757_220_864
+    assert value(s, "llm_tray_gpu_bandwidth_gigabytes_per_second", gpu="0") == 1008.0
+    # Unknown is absent, not zero: no draft acceptance, no rate for the idle model.
+    assert "llm_tray_draft_acceptance_ratio" not in s
+    assert [lab["model"] for lab, _ in s["llm_tray_decode_tokens_per_second"]] == ["qwen3:8b"]
+    assert all(name.startswith("llm_tray_") for name in s)
+
+
+def test_a_server_that_is_down_reads_0() -> None:
+    state = MetricsState()
+    state.observe(snapshot(T0, llama_status="unreachable"))
+    assert value(scrape(state), "llm_tray_server_up", server=LLAMA) == 0.0
+
+
+def test_active_alerts_by_kind_severity_server_and_model() -> None:
+    offload = Alert(
+        id="a1", kind="offload", severity="warning", server=OLLAMA, model="qwen3:8b", message="m", fix="f",
+        since_wall_s=T0,
+    )  # fmt: skip
+    down = Alert(
+        id="a2", kind="server_down", severity="critical", server=LLAMA, model=None, message="m", fix="f",
+        since_wall_s=T0,
+    )  # fmt: skip
+    state = MetricsState()
+    state.observe(snapshot(T0, alerts=(offload, down)))
+    s = scrape(state)
+    assert value(s, "llm_tray_alerts_active", kind="offload", severity="warning", model="qwen3:8b") == 1
+    assert (
+        value(s, "llm_tray_alerts_active", kind="server_down", severity="critical", server=LLAMA, model="")
+        == 1
+    )
+    state.observe(snapshot(T0 + 1))
+    assert "llm_tray_alerts_active" not in scrape(state)
+
+
+def test_counters_count_request_records_exactly() -> None:
+    state = MetricsState()
+    state.observe(snapshot(T0, rate=None, requests=(finished(T0, 120), finished(T0, 30))))
+    state.observe(snapshot(T0 + 1, rate=None, requests=(finished(T0 + 1, 50),)))
+    s = scrape(state)
+    q = {"server": OLLAMA, "kind": "ollama", "model": "qwen3:8b"}
+    assert value(s, "llm_tray_requests_total", **q) == 3
+    assert value(s, "llm_tray_decoded_tokens_total", source="requests", **q) == 200
+
+
+def test_decoded_tokens_are_estimated_from_rates_until_request_records_exist() -> None:
+    state = MetricsState()
+    for i in range(4):  # 3 intervals of 1 s at 80 tok/s
+        state.observe(snapshot(T0 + i, rate=80.0))
+    state.observe(snapshot(T0 + 60, rate=80.0))  # a 56 s gap (suspend): adds nothing
+    q = {"server": OLLAMA, "kind": "ollama", "model": "qwen3:8b"}
+    assert value(scrape(state), "llm_tray_decoded_tokens_total", source="estimated", **q) == pytest.approx(
+        240.0
+    )
+
+    state.observe(snapshot(T0 + 61, rate=80.0, requests=(finished(T0 + 61, 10),)))
+    state.observe(snapshot(T0 + 62, rate=80.0))  # exact records exist now: no more estimating
+    s = scrape(state)
+    assert value(s, "llm_tray_decoded_tokens_total", source="estimated", **q) == pytest.approx(240.0)
+    assert value(s, "llm_tray_decoded_tokens_total", source="requests", **q) == 10
+
+
+def test_the_collector_lives_in_its_own_registry_only() -> None:
+    state = MetricsState()
+    state.observe(snapshot(T0))
+    assert b"llm_tray_" in generate_latest(state.registry)
+    assert b"llm_tray_" not in generate_latest(REGISTRY)
+
+
+def test_hostile_label_values_are_escaped_and_parse_back() -> None:
+    name = 'evil"model\\with\nnewline{}'
+    state = MetricsState()
+    state.observe(snapshot(T0, model_name=name))
+    s = scrape(state)
+    assert value(s, "llm_tray_decode_tokens_per_second", model=name) == 80.0
+
+
+def test_no_snapshot_yet_serves_empty_counters() -> None:
+    s = scrape(MetricsState())
+    assert "llm_tray_server_up" not in s and "llm_tray_decode_tokens_per_second" not in s
+
+
+def test_the_exporter_serves_metrics_over_real_http_on_loopback() -> None:
+    state = MetricsState()
+    state.observe(snapshot(T0))
+    exporter = start_exporter(state, port=0)
+    try:
+        assert exporter.address == "127.0.0.1" and exporter.port > 0
+        with httpx.Client(trust_env=False, timeout=5.0) as client:
+            response = client.get(exporter.url)
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            families = {f.name: f for f in text_string_to_metric_families(response.text)}
+            (sample,) = families["llm_tray_ceiling_tokens_per_second"].samples
+            assert sample.value == 100.0 and sample.labels["model"] == "qwen3:8b"
+
+            state.observe(snapshot(T0 + 1, rate=42.0))  # the next scrape sees the new snapshot
+            text = client.get(exporter.url).text
+            assert 'llm_tray_decode_tokens_per_second{kind="ollama",model="qwen3:8b"' in text
+            assert "} 42.0" in text
+    finally:
+        exporter.stop()
+    with httpx.Client(trust_env=False, timeout=2.0) as client, pytest.raises(httpx.TransportError):
+        client.get(exporter.url)

@@ -1,0 +1,124 @@
+"""vLLM / SGLang `/metrics` and OpenAI `/v1/models` parsing against the fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trayapp.adapters.servers.openai_compat import (
+    metrics_model_names,
+    parse_openai_models,
+    parse_sglang_gauges,
+    parse_sglang_metrics,
+    parse_version_body,
+    parse_vllm_metrics,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+VLLM = (FIXTURES / "vllm" / "metrics.txt").read_text(encoding="utf-8")
+SGLANG = (FIXTURES / "sglang" / "metrics.txt").read_text(encoding="utf-8")
+
+
+def test_vllm_counters() -> None:
+    c = parse_vllm_metrics(VLLM)
+    assert c.tokens_predicted_total == 284117.0
+    assert c.prompt_tokens_total == 918432.0
+    assert c.requests_running == 3.0
+    assert c.requests_waiting == 1.0
+    assert c.kv_usage_ratio == pytest.approx(0.3127)
+    assert c.ttft_sum_s == pytest.approx(219.8811)
+    assert c.ttft_count == 1332.0
+    assert c.requests_total == 1288 + 41 + 3 + 0  # summed over finished_reason
+
+
+def test_vllm_spec_decode_acceptance() -> None:
+    c = parse_vllm_metrics(VLLM)
+    assert c.spec_draft_tokens_total == 285642.0
+    assert c.spec_accepted_tokens_total == 188855.0
+    assert c.spec_drafts_total == 95214.0
+    assert c.spec_accepted_tokens_total is not None and c.spec_draft_tokens_total is not None
+    assert c.spec_drafts_total is not None
+    acceptance = c.spec_accepted_tokens_total / c.spec_draft_tokens_total
+    mean_length = 1 + c.spec_accepted_tokens_total / c.spec_drafts_total
+    assert acceptance == pytest.approx(0.661, abs=1e-3)
+    assert mean_length == pytest.approx(2.98, abs=0.01)
+
+
+def test_vllm_model_name() -> None:
+    assert metrics_model_names(VLLM) == ["Qwen/Qwen3-8B"]
+
+
+def test_vllm_per_model_and_engine_sum() -> None:
+    two = (
+        'vllm:generation_tokens_total{model_name="a",engine="0"} 10\n'
+        'vllm:generation_tokens_total{model_name="a",engine="1"} 5\n'
+        'vllm:generation_tokens_total{model_name="b",engine="0"} 7\n'
+        'vllm:gpu_cache_usage_perc{model_name="a",engine="0"} 0.5\n'
+        'vllm:request_decode_time_seconds_sum{model_name="a",engine="0"} 2.5\n'
+    )
+    assert metrics_model_names(two) == ["a", "b"]
+    a = parse_vllm_metrics(two, model_name="a")
+    assert a.tokens_predicted_total == 15  # both engines
+    assert a.kv_usage_ratio == 0.5  # older vLLM gauge name
+    assert a.tokens_predicted_seconds_total == 2.5
+    assert parse_vllm_metrics(two, model_name="b").tokens_predicted_total == 7
+
+
+def test_vllm_without_spec_decoding_or_garbage() -> None:
+    c = parse_vllm_metrics("garbage\n# HELP nothing\nvllm:num_requests_running 0\n")
+    assert c.requests_running == 0
+    assert c.spec_draft_tokens_total is None
+    assert c.tokens_predicted_total is None
+    assert parse_vllm_metrics("") == type(c)()
+
+
+def test_sglang_counters() -> None:
+    c = parse_sglang_metrics(SGLANG)
+    assert c.tokens_predicted_total == pytest.approx(7.557572e6)  # exponent notation
+    assert c.prompt_tokens_total == pytest.approx(8.128902e6)
+    assert c.requests_running == 12.0
+    assert c.requests_waiting == 0.0
+    assert c.kv_usage_ratio == pytest.approx(0.28)  # token_usage
+    assert metrics_model_names(SGLANG) == ["Qwen/Qwen3-8B"]
+
+
+def test_sglang_gauges() -> None:
+    g = parse_sglang_gauges(SGLANG)
+    assert g.gen_throughput_tok_s == pytest.approx(612.508, abs=1e-3)
+    assert g.spec_accept_rate == pytest.approx(0.6366)
+    assert g.spec_accept_length == pytest.approx(2.91)
+    assert g.cache_hit_rate == pytest.approx(0.4375)
+    assert parse_sglang_gauges("").spec_accept_rate is None
+
+
+def test_openai_models_context_lengths() -> None:
+    data = {
+        "object": "list",
+        "data": [
+            {"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm", "max_model_len": 32768},
+            {"id": "plain", "object": "model"},
+            {"id": "", "object": "model"},
+            "junk",
+        ],
+    }
+    models = parse_openai_models(data)
+    assert [(m.name, m.context_length) for m in models] == [("Qwen/Qwen3-8B", 32768), ("plain", None)]
+
+
+def test_openai_models_llama_server_meta() -> None:
+    data = json.loads((FIXTURES / "llama-server" / "v1_models.json").read_text(encoding="utf-8"))
+    [model] = parse_openai_models(data)
+    assert model.context_length == data["data"][0]["meta"]["n_ctx"]
+
+
+@pytest.mark.parametrize("bad", [{}, [], "x", {"data": "x"}])
+def test_openai_models_wrong_shape(bad: object) -> None:
+    with pytest.raises(ValueError, match="/v1/models"):
+        parse_openai_models(bad)
+
+
+def test_version_body() -> None:
+    assert parse_version_body({"version": "0.11.0"}) == "0.11.0"
+    assert parse_version_body([]) is None

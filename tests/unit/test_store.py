@@ -1,0 +1,677 @@
+"""The SQLite session log, on real SQLite files under tmp_path."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from trayapp.adapters import store as store_mod
+from trayapp.adapters.store import Store, StoreError, StoreLockedError, redact_url, schema_version
+from trayapp.core.model import (
+    Alert,
+    GpuReading,
+    HardwareSnapshot,
+    HostReading,
+    ModelStatus,
+    RequestRecord,
+    ServerStatus,
+    SessionRecord,
+    Snapshot,
+)
+
+T0 = 1_750_000_000.0
+REPO = Path(__file__).resolve().parents[2]
+
+HARDWARE = HardwareSnapshot(
+    gpus=(
+        GpuReading(
+            index=0,
+            name="NVIDIA GeForce RTX 4090",
+            vendor="nvidia",
+            vram_total_bytes=25_757_220_864,
+            vram_used_bytes=20_000_000_000,
+            bandwidth_gbps=1008.0,
+            bandwidth_source="nvml",
+        ),
+    ),
+    host=HostReading(
+        ram_total_bytes=64_000_000_000,
+        ram_available_bytes=40_000_000_000,
+        ram_bandwidth_gbps=54.2,
+        ram_bandwidth_source="measured",
+    ),
+)
+
+
+def model(name: str = "qwen3:8b", **kw: object) -> ModelStatus:
+    values: dict[str, object] = {
+        "phase": "decoding",
+        "decode_tok_s": 81.25,
+        "decode_total_tok_s": 81.25,
+        "active_streams": 1,
+        "decode_exact": False,
+        "prompt_tok_s": 412.5,
+        "ttft_s": 0.318,
+        "context_tokens": 1234,
+        "context_length": 8192,
+        "ceiling_tok_s": 120.5,
+        "full_gpu_ceiling_tok_s": 130.25,
+        "gpu_fraction": 0.93,
+        "vram_bytes": 5_500_000_000,
+        "draft_acceptance": 0.625,
+        "session_id": "s1",
+    }
+    values.update(kw)
+    return ModelStatus(name=name, **values)  # type: ignore[arg-type]
+
+
+def snapshot(
+    t: float,
+    models: tuple[ModelStatus, ...] = (),
+    *,
+    url: str = "http://127.0.0.1:11434",
+    requests: tuple[RequestRecord, ...] = (),
+    alerts: tuple[Alert, ...] = (),
+    ended: tuple[Alert, ...] = (),
+    hardware: HardwareSnapshot = HARDWARE,
+) -> Snapshot:
+    server = ServerStatus(kind="ollama", url=url, status="ok", version="0.30.1", models=models)
+    return Snapshot(
+        t_wall_s=t,
+        t_mono_s=t - T0,
+        servers=(server,),
+        hardware=hardware,
+        alerts=alerts,
+        requests=requests,
+        ended_alerts=ended,
+    )
+
+
+def request(t: float, session_id: str = "s1", **kw: object) -> RequestRecord:
+    values: dict[str, object] = {
+        "server": "http://127.0.0.1:11434",
+        "server_kind": "ollama",
+        "model": "qwen3:8b",
+        "finished_wall_s": t,
+        "session_id": session_id,
+        "exact": True,
+        "prompt_tokens": 512,
+        "decode_tokens": 300,
+        "context_tokens": 812,
+        "prompt_tok_s": 900.5,
+        "decode_tok_s": 77.75,
+        "ttft_s": 0.569,
+        "load_s": 1.5,
+        "ceiling_tok_s": 121.0,
+        "gpu_fraction": 1.0,
+        "draft_tokens": 40,
+        "draft_accepted": 25,
+        "source": "server",
+    }
+    values.update(kw)
+    return RequestRecord(**values)  # type: ignore[arg-type]
+
+
+def session(sid: str = "s1", **kw: object) -> SessionRecord:
+    values: dict[str, object] = {
+        "id": sid,
+        "server": "http://127.0.0.1:11434",
+        "server_kind": "ollama",
+        "model": "qwen3:8b",
+        "started_wall_s": T0,
+        "ended_wall_s": None,
+        "server_version": "0.30.1",
+        "quantization": "Q4_K_M",
+        "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+        "requests": 3,
+        "decode_tokens": 900,
+        "mean_decode_tok_s": 78.5,
+        "peak_decode_tok_s": 83.0,
+        "mean_prompt_tok_s": 880.0,
+        "mean_ttft_s": 0.52,
+        "max_context_tokens": 2048,
+        "ceiling_tok_s": 130.0,
+        "gpu_fraction": 1.0,
+        "alerts": ("kv_slowdown", "context_full"),
+    }
+    values.update(kw)
+    return SessionRecord(**values)  # type: ignore[arg-type]
+
+
+def alert(aid: str = "a1", **kw: object) -> Alert:
+    values: dict[str, object] = {
+        "id": aid,
+        "kind": "offload",
+        "severity": "warning",
+        "server": "http://127.0.0.1:11434",
+        "model": "qwen3:8b",
+        "message": "27% of the model is in system RAM",
+        "fix": "use Q3_K_M or a 4096-token context",
+        "since_wall_s": T0 + 5,
+        "evidence": {"cpu_share": 0.27, "full_gpu_tok_s": 130.0, "split_tok_s": 21.5},
+        "cause": "context raised to 32768",
+        "peak": 0.27,
+    }
+    values.update(kw)
+    return Alert(**values)  # type: ignore[arg-type]
+
+
+def rows(store: Store, table: str, **kw: object) -> list[dict[str, object]]:
+    return list(store.iter_rows(table, **kw))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "store.sqlite3"
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def test_new_store_is_wal_with_current_schema_and_tables(db: Path) -> None:
+    with Store(db):
+        raw = sqlite3.connect(db)
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() >= 1
+        assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"samples", "requests", "sessions", "hardware", "alerts"} <= tables
+        raw.close()
+
+
+def test_no_column_can_hold_prompt_or_completion_text(db: Path) -> None:
+    allowed_text = {
+        "session_id", "server", "server_kind", "model", "phase", "source", "server_version", "quantization",
+        "hardware", "alerts", "gpu_names", "gpu_bandwidth_source", "ram_bandwidth_source", "gpu_reason",
+        "gpus_json", "alert_id", "kind", "severity", "message", "fix", "cause", "evidence_json",
+    }  # fmt: skip
+    with Store(db) as store:
+        for table in store_mod.TABLES:
+            for name, kind in store.column_types(table).items():
+                if any(word in name for word in ("prompt", "completion", "content", "text")):
+                    assert kind in ("INTEGER", "REAL"), f"{table}.{name}"  # counts and rates only
+                if kind == "TEXT":
+                    assert name in allowed_text, f"{table}.{name}"
+
+
+def test_an_older_schema_is_migrated_and_keeps_its_data(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(db) as store:
+        store.record(snapshot(T0, (model(),)), [session()])
+
+    def migration_2(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE samples ADD COLUMN kv_type TEXT")
+        conn.execute("UPDATE samples SET kv_type = 'f16'")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, migration_2])
+    assert schema_version() == 2
+    with Store(db) as store:
+        assert "kv_type" in store.columns("samples")
+        (sample,) = rows(store, "samples")
+        assert sample["kv_type"] == "f16" and sample["decode_tok_s"] == 81.25
+        assert [s.id for s in store.sessions()] == ["s1"]
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+    raw.close()
+
+
+def test_a_failing_migration_rolls_back_and_keeps_the_old_version(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Store(db).close()
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x INTEGER)")
+        raise sqlite3.OperationalError("boom")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, broken])
+    with pytest.raises(StoreError, match="boom"):
+        Store(db)
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
+    raw.close()
+
+
+def test_an_empty_version_0_file_is_initialised(db: Path) -> None:
+    sqlite3.connect(db).close()  # a zero-length file: valid SQLite, no schema
+    with Store(db) as store:
+        assert store.record(snapshot(T0, (model(),))) is None
+        assert len(rows(store, "samples")) == 1
+
+
+def test_a_store_from_a_newer_version_is_refused_by_name(db: Path) -> None:
+    Store(db).close()
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    with pytest.raises(StoreError, match=r"newer llm-tray \(schema 99") as info:
+        Store(db)
+    assert str(db) in str(info.value)
+
+
+# --------------------------------------------------------------------------- record / read back
+
+
+def test_record_and_read_back_the_same_numbers(db: Path) -> None:
+    with Store(db) as store:
+        req = request(T0 + 0.5)
+        al = alert()
+        snap = snapshot(T0 + 1, (model(),), requests=(req,), alerts=(al,))
+        assert store.record(snap, [session()]) is None
+        assert store.last_error is None
+
+        (sample,) = rows(store, "samples")
+        m = model()
+        for field in (
+            "decode_tok_s", "decode_total_tok_s", "active_streams", "prompt_tok_s", "ttft_s",
+            "context_tokens", "context_length", "ceiling_tok_s", "full_gpu_ceiling_tok_s", "gpu_fraction",
+            "vram_bytes", "draft_acceptance", "phase", "session_id",
+        ):  # fmt: skip
+            assert sample[field] == getattr(m, field), field
+        assert sample["t_wall_s"] == T0 + 1
+        assert (
+            sample["decode_exact"] == 0
+            and sample["server_kind"] == "ollama"
+            and sample["model"] == "qwen3:8b"
+        )
+
+        (stored_req,) = rows(store, "requests")
+        for field in (
+            "finished_wall_s", "session_id", "server", "server_kind", "model", "prompt_tokens",
+            "decode_tokens", "context_tokens", "prompt_tok_s", "decode_tok_s", "ttft_s", "load_s",
+            "ceiling_tok_s", "gpu_fraction", "draft_tokens", "draft_accepted", "source",
+        ):  # fmt: skip
+            assert stored_req[field] == getattr(req, field), field
+        assert stored_req["exact"] == 1
+
+        assert store.sessions() == [session()]
+
+        (hw,) = rows(store, "hardware")
+        assert hw["gpu_names"] == "NVIDIA GeForce RTX 4090" and hw["gpu_count"] == 1
+        assert hw["vram_total_bytes"] == 25_757_220_864 and hw["vram_used_bytes"] == 20_000_000_000
+        assert hw["gpu_bandwidth_gbps"] == 1008.0 and hw["gpu_bandwidth_source"] == "nvml"
+        assert hw["ram_bandwidth_gbps"] == 54.2 and hw["ram_bandwidth_source"] == "measured"
+
+        (stored_alert,) = store.alerts_between(T0, None)
+        assert stored_alert["alert_id"] == "a1" and stored_alert["kind"] == "offload"
+        assert stored_alert["evidence"] == {"cpu_share": 0.27, "full_gpu_tok_s": 130.0, "split_tok_s": 21.5}
+        assert stored_alert["ended_wall_s"] is None and stored_alert["cause"] == "context raised to 32768"
+
+
+def test_a_reader_sees_what_the_writer_committed_while_it_runs(db: Path) -> None:
+    with Store(db) as writer:
+        writer.record(snapshot(T0, (model(),)), [session()])
+        reader = Store(db, writer=False)
+        try:
+            assert [s.id for s in reader.sessions()] == ["s1"]
+            writer.record(snapshot(T0 + 1, (model(),)), [session("s2", started_wall_s=T0 + 1)])
+            assert [s.id for s in reader.sessions()] == ["s1", "s2"]
+            assert len(rows(reader, "samples")) == 2
+            with pytest.raises(StoreError, match="read-only"):
+                reader.record(snapshot(T0 + 2))
+        finally:
+            reader.close()
+
+
+def test_a_reader_of_a_missing_store_reads_empty_and_creates_nothing(db: Path) -> None:
+    with Store(db, writer=False) as reader:
+        assert reader.sessions() == []
+        assert rows(reader, "samples") == []
+        assert "decode_tok_s" in reader.columns("samples")
+    assert not db.exists()
+
+
+def test_samples_are_bounded_to_one_per_interval_per_model(db: Path) -> None:
+    with Store(db, sample_interval_s=1.0) as store:
+        for i in range(40):  # 10 s of ticks every 0.25 s, two models
+            t = T0 + i * 0.25
+            store.record(snapshot(t, (model("a"), model("b"))))
+        samples = rows(store, "samples")
+        for name in ("a", "b"):
+            times = [r["t_wall_s"] for r in samples if r["model"] == name]
+            assert len(times) == 10
+            assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))
+
+
+def test_idle_models_are_sampled_slowly_but_a_phase_change_is_kept(db: Path) -> None:
+    with Store(db, sample_interval_s=1.0, idle_sample_interval_s=60.0) as store:
+        for i in range(10):
+            store.record(snapshot(T0 + i, (model(phase="decoding"),)))
+        for i in range(10, 130):
+            store.record(snapshot(T0 + i, (model(phase="idle", decode_tok_s=None),)))
+        phases = [(r["t_wall_s"] - T0, r["phase"]) for r in rows(store, "samples")]
+        assert phases[:10] == [(float(i), "decoding") for i in range(10)]
+        # The switch to idle is kept at once, then one idle sample a minute.
+        assert phases[10:] == [(10.0, "idle"), (70.0, "idle")]
+
+
+def test_hardware_is_recorded_once_a_minute_or_on_change(db: Path) -> None:
+    with Store(db) as store:
+        for i in range(120):
+            store.record(snapshot(T0 + i))
+        assert [r["t_wall_s"] - T0 for r in rows(store, "hardware")] == [0.0, 60.0]
+        other = HardwareSnapshot(gpus=(), host=HARDWARE.host, gpu_reason="NVML library not found")
+        store.record(snapshot(T0 + 121, hardware=other))
+        last = rows(store, "hardware")[-1]
+        assert last["gpu_count"] == 0 and last["gpu_reason"] == "NVML library not found"
+
+
+def test_sessions_are_upserted_by_id(db: Path) -> None:
+    with Store(db) as store:
+        store.record(snapshot(T0), [session("s1"), session("s2", started_wall_s=T0 + 100)])
+        store.record(snapshot(T0 + 200), [session("s1", ended_wall_s=T0 + 150, requests=7, alerts=())])
+        sessions = store.sessions()
+        assert [s.id for s in sessions] == ["s1", "s2"]
+        assert sessions[0].ended_wall_s == T0 + 150 and sessions[0].requests == 7 and sessions[0].alerts == ()
+        assert sessions[1].alerts == ("kv_slowdown", "context_full")
+        assert [s.id for s in store.sessions(last_n=1)] == ["s2"]
+        assert [s.id for s in store.sessions(session_id="s1")] == ["s1"]
+        assert store.sessions(session_id="nope") == []
+        assert [s.id for s in store.sessions(since_wall_s=T0 + 160)] == ["s2"]  # s1 ended before
+
+
+def test_alerts_are_written_on_change_and_closed_when_ended(db: Path) -> None:
+    with Store(db) as store:
+        store.record(snapshot(T0, alerts=(alert(peak=0.2),)))
+        store.record(snapshot(T0 + 1, alerts=(alert(peak=0.2),)))
+        store.record(snapshot(T0 + 2, alerts=(alert(peak=0.4),)))
+        store.record(snapshot(T0 + 3, ended=(alert(peak=0.4, ended_wall_s=T0 + 3),)))
+        (stored,) = store.alerts_between(T0, T0 + 10, server="http://127.0.0.1:11434", model="qwen3:8b")
+        assert stored["peak"] == 0.4 and stored["ended_wall_s"] == T0 + 3
+        assert store.alerts_between(T0 + 4, None) == []
+
+
+def test_urls_are_stored_without_passwords_or_query_values(db: Path) -> None:
+    assert (
+        redact_url("http://bob:s3cret@box:8080/v1?api_key=abc&x=1")
+        == "http://bob:***@box:8080/v1?api_key=***&x=***"
+    )
+    assert redact_url("http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    with Store(db) as store:
+        store.record(snapshot(T0, (model(),), url="http://bob:s3cret@box:8080?token=abc"))
+        (sample,) = rows(store, "samples")
+        assert "s3cret" not in str(sample["server"]) and "abc" not in str(sample["server"])
+        files = [p for p in db.parent.iterdir() if p.name.startswith(db.name)]
+        assert files and all(b"s3cret" not in p.read_bytes() for p in files)
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def _decoding_session(
+    store: Store, sid: str, start: float, rate: float, context: int, **session_kw: object
+) -> None:
+    ticks = [
+        snapshot(start + i, (model(session_id=sid, decode_tok_s=rate + (i % 3) - 1, context_tokens=context),))
+        for i in range(5)
+    ]
+    for tick in ticks[:-1]:
+        store.record(tick)
+    store.record(ticks[-1], [session(sid, started_wall_s=start, ended_wall_s=start + 5, **session_kw)])
+
+
+def test_baseline_picks_the_best_comparable_session(db: Path) -> None:
+    now = T0 + 10 * 86400
+    with Store(db, retention_days=365) as store:
+        _decoding_session(store, "good", now - 3 * 86400, 80.0, 600, server_version="0.29.0")
+        _decoding_session(store, "slower", now - 2 * 86400, 70.0, 700, server_version="0.30.0")
+        _decoding_session(store, "other-gpu", now - 86400, 95.0, 600, hardware="RTX 3090 (936 GB/s)")
+        _decoding_session(store, "other-quant", now - 86400, 99.0, 600, quantization="Q8_0")
+        _decoding_session(store, "deep", now - 86400, 90.0, 16000)
+        _decoding_session(store, "ancient", now - 60 * 86400, 120.0, 600)
+        _decoding_session(store, "current", now - 100, 150.0, 600)
+        common = {
+            "model": "qwen3:8b",
+            "quantization": "Q4_K_M",
+            "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+            "before_wall_s": now,
+            "exclude_session": "current",
+        }
+        best = store.baseline(context_tokens=500, **common)  # type: ignore[arg-type]
+        assert best is not None
+        assert best.session_id == "good" and best.decode_tok_s == 80.0 and best.server_version == "0.29.0"
+        assert best.context_tokens == 600 and best.values == 5 and best.started_wall_s == now - 3 * 86400
+
+        deep = store.baseline(context_tokens=14000, **common)  # type: ignore[arg-type]
+        assert deep is not None and deep.session_id == "deep"  # 16000 is within ±50 % of 14000
+        assert store.baseline(context_tokens=4000, **common) is None  # type: ignore[arg-type]
+        assert store.baseline(**{**common, "model": "llama3"}, context_tokens=500) is None  # type: ignore[arg-type]
+
+
+def test_baseline_uses_request_records_too(db: Path) -> None:
+    with Store(db) as store:
+        reqs = tuple(
+            request(T0 + i, session_id="r", decode_tok_s=60.0 + i, context_tokens=300) for i in range(3)
+        )
+        store.record(snapshot(T0 + 3, requests=reqs), [session("r", ended_wall_s=T0 + 3)])
+        best = store.baseline(
+            model="qwen3:8b",
+            quantization="Q4_K_M",
+            hardware="RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+            context_tokens=200,
+            before_wall_s=T0 + 100,
+            exclude_session=None,
+        )
+        assert best is not None and best.session_id == "r" and best.decode_tok_s == 61.0
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_prune_applies_the_retention(db: Path) -> None:
+    day = 86400.0
+    with Store(db, retention_days=7) as store:
+        old, new = T0, T0 + 10 * day
+        store.record(snapshot(old, (model(session_id="old"),), requests=(request(old, "old"),)), [
+            session("old", started_wall_s=old, ended_wall_s=old + 60)
+        ])  # fmt: skip
+        store.record(snapshot(new, (model(session_id="new"),), requests=(request(new, "new"),)), [
+            session("new", started_wall_s=new)
+        ])  # fmt: skip
+        assert len(rows(store, "samples")) == 1  # record() pruned the old tick on its way (first prune)
+        store.prune(new)
+        assert [r["session_id"] for r in rows(store, "samples")] == ["new"]
+        assert [r["session_id"] for r in rows(store, "requests")] == ["new"]
+        assert [s.id for s in store.sessions()] == ["new"]
+        assert [r["t_wall_s"] for r in rows(store, "hardware")] == [new]
+
+
+def test_prune_keeps_the_store_under_its_size_cap_dropping_oldest_samples_first(db: Path) -> None:
+    cap = 400 * 1024
+    with Store(db, max_size_bytes=None) as store:
+        models = tuple(model(f"m{i}") for i in range(40))
+        for i in range(150):  # 6000 samples, well over the cap
+            store.record(snapshot(T0 + i, models))
+        store.record(snapshot(T0 + 150, requests=tuple(request(T0 + 150 + i) for i in range(5))))
+        before = len(rows(store, "samples"))
+        assert before == 6000 and store.size_bytes() > cap
+        store.max_size_bytes = cap
+        deleted = store.prune(T0 + 200)
+        assert deleted > 0 and store.size_bytes() <= cap
+        kept = [r["t_wall_s"] for r in rows(store, "samples")]
+        assert 0 < len(kept) < before
+        assert kept[-1] == T0 + 149 and min(kept) > T0  # the newest stay, the oldest went
+        assert len(rows(store, "requests")) == 5  # samples go first
+        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert db.stat().st_size <= cap * 1.1  # pages given back to the file system
+
+
+# --------------------------------------------------------------------------- one writer
+
+
+def test_a_second_writer_is_refused_while_a_reader_works(db: Path) -> None:
+    with Store(db) as first:
+        first.record(snapshot(T0, (model(),)), [session()])
+        with pytest.raises(StoreLockedError) as info:
+            Store(db)
+        message = str(info.value)
+        assert f"pid {os.getpid()}" in message and str(db) in message and "already recording" in message
+        with Store(db, writer=False) as reader:
+            assert [s.id for s in reader.sessions()] == ["s1"]
+    with Store(db) as again:  # the lock goes with the first writer
+        assert again.record(snapshot(T0 + 1, (model(),))) is None
+
+
+def test_a_writer_in_another_process_is_named_by_pid(db: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from trayapp.adapters.store import Store
+        store = Store({str(db)!r})
+        print("ready", flush=True)
+        sys.stdin.readline()
+        store.close()
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "ready"
+            with pytest.raises(StoreLockedError, match=rf"pid {child.pid}\b"):
+                Store(db)
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=10)
+    Store(db).close()  # free again
+
+
+def test_kill_9_mid_session_loses_at_most_the_tick_in_flight(db: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.unit.test_store import model, session, snapshot, T0
+        from trayapp.adapters.store import Store
+        store = Store({str(db)!r})
+        for i in range(100000):
+            error = store.record(snapshot(T0 + i, (model(),)), [session(requests=i)])
+            assert error is None, error
+            print(i, flush=True)
+        """
+    )
+    last = -1
+    with subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        for line in child.stdout:  # bounded: the child stops by itself after 100000 ticks
+            last = int(line)
+            if last >= 50:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert last >= 50
+
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    raw.close()
+    with Store(db, writer=False) as reader:
+        count = len(rows(reader, "samples"))
+        assert count >= last + 1  # every tick the child reported as recorded is there
+        (stored,) = reader.sessions()
+        assert stored.requests >= last
+    with Store(db) as writer:  # the lock died with the process
+        assert writer.record(snapshot(T0 + 10**6, (model(),))) is None
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_full_store_keeps_the_monitor_alive_and_says_why(db: Path) -> None:
+    with Store(db) as store:
+        assert store.record(snapshot(T0), [session()]) is None
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the "disk" is now full
+        crowd = tuple(model(f"m{i}", session_id="s1") for i in range(300))
+        error = store.record(snapshot(T0 + 1, crowd), [session(requests=9)])
+        assert error is not None and "full" in error and str(db) in error
+        assert store.last_error == error
+        # It kept what it could: the session update is in, this tick's samples are not.
+        assert store.sessions()[0].requests == 9
+        assert len(rows(store, "samples")) == 0
+        # Space comes back: recording resumes and the error clears.
+        store._conn.execute(f"PRAGMA max_page_count = {pages * 100}")
+        assert store.record(snapshot(T0 + 2, crowd)) is None
+        assert store.last_error is None and len(rows(store, "samples")) == 300
+
+
+def test_a_full_store_drops_its_oldest_samples_to_keep_recording(db: Path) -> None:
+    with Store(db) as store:
+        models = tuple(model(f"m{i}") for i in range(60))
+        for i in range(50):  # 3000 samples
+            assert store.record(snapshot(T0 + i, models)) is None
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        assert store._conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        error = store.record(snapshot(T0 + 100, models))
+        assert error is not None and "dropped the 300 oldest samples" in error
+        times = [r["t_wall_s"] for r in rows(store, "samples")]
+        assert times.count(T0 + 100) == 60 and min(times) == T0 + 5  # newest in, oldest tenth gone
+
+
+def test_a_corrupt_file_is_moved_aside_and_a_new_store_started(db: Path) -> None:
+    db.write_bytes(b"this is not a database, just junk " * 200)
+    with pytest.raises(StoreError, match="cannot read the store") as info:
+        Store(db, writer=False)
+    assert str(db) in str(info.value)
+
+    with Store(db) as store:
+        assert store.backup_path is not None and store.backup_path.exists()
+        assert store.backup_path.read_bytes().startswith(b"this is not a database")
+        assert str(store.backup_path).startswith(str(db) + ".corrupt-")
+        assert store.record(snapshot(T0, (model(),))) is None
+        assert len(rows(store, "samples")) == 1
+
+
+def test_a_store_with_mangled_pages_is_detected_at_open(db: Path) -> None:
+    with Store(db) as store:
+        for i in range(30):
+            store.record(snapshot(T0 + i, tuple(model(f"m{j}") for j in range(30))), [session()])
+        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for offset in range(page, len(data), page):  # keep the header page, scramble every b-tree page
+        data[offset : offset + 64] = os.urandom(64)
+    db.write_bytes(bytes(data))
+    with Store(db) as store:
+        assert store.backup_path is not None and store.backup_path.exists()
+        assert store.record(snapshot(T0, (model(),))) is None
+
+
+def test_export_style_reading_works_while_the_writer_records(db: Path) -> None:
+    with Store(db) as writer:
+        for i in range(200):
+            writer.record(snapshot(T0 + i, (model(),)))
+        stop = threading.Event()
+        errors: list[str] = []
+
+        def keep_writing() -> None:
+            i = 200
+            while not stop.is_set() and i < 5000:  # bounded
+                error = writer.record(snapshot(T0 + i, (model(),)))
+                if error:
+                    errors.append(error)
+                i += 1
+
+        thread = threading.Thread(target=keep_writing)
+        thread.start()
+        try:
+            with Store(db, writer=False) as reader:
+                seen = sum(1 for _ in reader.iter_rows("samples", batch=7))
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        assert seen >= 200 and errors == []

@@ -1,0 +1,3 @@
+from trayapp.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""One `HardwareSnapshot` from every GPU probe and the host probe.
+
+The RAM bandwidth is not measured here: a worker measures it once (see
+`trayapp.adapters.host.cached_ram_bandwidth`) and calls `set_ram_bandwidth()`.
+Owned by the sampler thread; `set_ram_bandwidth()` may be called from another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trayapp.adapters.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
+from trayapp.adapters.host import HostProbe
+from trayapp.core.model import GpuReading, HardwareSnapshot, ValueSource
+
+
+class HardwareProbe:
+    """NVIDIA, AMD and Apple GPUs plus the host. A probe left as None gets the real one."""
+
+    def __init__(
+        self,
+        nvml_probe: GpuProbe | None = None,
+        amd_probe: GpuProbe | None = None,
+        apple_probe: GpuProbe | None = None,
+        host_probe: HostProbe | None = None,
+        ram_bandwidth_gbps: float | None = None,
+        ram_bandwidth_source: ValueSource = "measured",
+    ) -> None:
+        self._gpu_probes: tuple[GpuProbe, ...] = (
+            nvml_probe if nvml_probe is not None else NvmlProbe(),
+            amd_probe if amd_probe is not None else AmdSysfsProbe(),
+            apple_probe if apple_probe is not None else AppleProbe(),
+        )
+        self._host_probe = host_probe if host_probe is not None else HostProbe()
+        self._ram_bandwidth: tuple[float | None, ValueSource] = (ram_bandwidth_gbps, ram_bandwidth_source)
+
+    def set_ram_bandwidth(self, gbps: float | None, source: ValueSource = "measured") -> None:
+        """Use this RAM bandwidth from now on (one assignment: safe from another thread)."""
+        self._ram_bandwidth = (gbps, source)
+
+    def read(self) -> HardwareSnapshot:
+        gpus: list[GpuReading] = []
+        for probe in self._gpu_probes:
+            gpus.extend(probe.read())
+        # NVIDIA comes first, so its indices stay those of nvidia-smi.
+        gpus = [dataclasses.replace(gpu, index=i) for i, gpu in enumerate(gpus)]
+        reason = None
+        if not gpus:
+            reasons = [probe.reason for probe in self._gpu_probes if probe.reason]
+            reason = "; ".join(reasons) if reasons else "no GPU found"
+        gbps, source = self._ram_bandwidth
+        return HardwareSnapshot(gpus=tuple(gpus), host=self._host_probe.read(gbps, source), gpu_reason=reason)
+
+    def close(self) -> None:
+        for probe in self._gpu_probes:
+            probe.close()
+        self._host_probe.close()

@@ -1,0 +1,141 @@
+"""HTTP plumbing shared by the server probes.
+
+Every request is bounded in time and size, never follows a proxy set in the
+environment for loopback traffic, and turns every failure into a short,
+human-readable `FetchError` the probes can report as a server status.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=1.0, read=2.0, write=2.0, pool=1.0)
+MAX_BODY_BYTES = 8 * 1024 * 1024  # no monitoring payload is anywhere near this
+USER_AGENT = "llm-tray"
+
+
+class FetchError(Exception):
+    """A request failed. `status` is the server state it implies, `reason` says why."""
+
+    def __init__(self, status: str, reason: str, http_status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status  # "unreachable" | "unauthorized" | "error" | "loading"
+        self.reason = reason
+        self.http_status = http_status
+
+
+@dataclass(frozen=True)
+class Response:
+    status_code: int
+    text: str
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.text)
+        except ValueError as exc:
+            raise FetchError("error", f"invalid JSON ({exc.msg} at char {exc.pos})") from exc
+
+
+def is_loopback_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_client(base_url: str = "", timeout: httpx.Timeout | float | None = None) -> httpx.Client:
+    """A client for one server. Loopback traffic never goes through an env-configured proxy."""
+    return httpx.Client(
+        base_url=base_url,
+        timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
+        trust_env=not is_loopback_url(base_url) if base_url else False,
+        headers={"User-Agent": USER_AGENT},
+        follow_redirects=False,
+    )
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _error_message(body: str) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+    return None
+
+
+def fetch(
+    client: httpx.Client,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    json_body: Any = None,
+    max_bytes: int = MAX_BODY_BYTES,
+    ok_statuses: tuple[int, ...] = (200,),
+) -> Response:
+    """One bounded request. Raises FetchError with a clear reason on any failure."""
+    try:
+        with client.stream(method, path, headers=headers, json=json_body) as resp:
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in resp.iter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise FetchError("error", f"{path}: response larger than {max_bytes // 1024} KiB")
+                chunks.append(chunk)
+            body = b"".join(chunks).decode("utf-8", errors="replace")
+            status = resp.status_code
+            resp_headers = {k.lower(): v for k, v in resp.headers.items()}
+    except FetchError:
+        raise
+    except httpx.ConnectTimeout as exc:
+        raise FetchError("unreachable", f"{path}: connect timed out") from exc
+    except httpx.ReadTimeout as exc:
+        raise FetchError("error", f"{path}: no answer within {_read_timeout(client)} s (hung?)") from exc
+    except httpx.TimeoutException as exc:
+        raise FetchError("error", f"{path}: timed out") from exc
+    except httpx.ConnectError as exc:
+        raise FetchError("unreachable", f"connection refused or unreachable ({_short(exc)})") from exc
+    except httpx.RemoteProtocolError as exc:
+        raise FetchError("error", f"{path}: server closed the connection ({_short(exc)})") from exc
+    except httpx.HTTPError as exc:
+        raise FetchError("error", f"{path}: {type(exc).__name__}: {_short(exc)}") from exc
+
+    if status in ok_statuses:
+        return Response(status, body, resp_headers)
+    message = _error_message(body)
+    detail = f": {message}" if message else ""
+    if status in (401, 403):
+        raise FetchError("unauthorized", f"HTTP {status} on {path}{detail} (API key needed?)", status)
+    if status == 503 and message and "loading" in message.lower():
+        raise FetchError("loading", "loading model", status)
+    raise FetchError("error", f"HTTP {status} on {path}{detail}", status)
+
+
+def _read_timeout(client: httpx.Client) -> str:
+    read = client.timeout.read
+    return f"{read:g}" if read is not None else "?"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."

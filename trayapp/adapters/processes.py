@@ -1,0 +1,129 @@
+"""Find local LLM server processes with psutil (best effort, never raises).
+
+Since v0.30 Ollama runs one upstream `llama-server` child per loaded GGUF
+model on a random loopback port (`llama-server --model <blob> --port N
+--no-webui ...`, reference/backends.md §1.1). Its `/slots` is the only way to
+see live decode progress of an Ollama model without a proxy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psutil
+
+OLLAMA_NAMES = ("ollama", "ollama.exe")
+LLAMA_SERVER_NAMES = ("llama-server", "llama-server.exe")
+
+_PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
+
+
+@dataclass(frozen=True)
+class ChildServer:
+    """A `llama-server` process started by Ollama."""
+
+    pid: int
+    port: int | None
+    model_path: str | None
+    parent_pid: int | None
+
+
+def parse_server_args(cmdline: Sequence[str]) -> tuple[int | None, str | None]:
+    """(port, model path) from a llama-server command line; None where absent or malformed."""
+    port: int | None = None
+    model: str | None = None
+    args = list(cmdline[1:])
+    for i, arg in enumerate(args):
+        value: str | None = None
+        name = arg
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+        elif i + 1 < len(args):
+            value = args[i + 1]
+        if value is None:
+            continue
+        if name == "--port":
+            try:
+                port = int(value)
+            except ValueError:
+                port = None
+        elif name in ("-m", "--model"):
+            model = value
+    return port, model
+
+
+def _basename(path: str | None) -> str:
+    return os.path.basename(path or "").lower()
+
+
+def _is_llama_server(name: str | None, exe: str | None, cmdline: Sequence[str] | None) -> bool:
+    candidates = {(name or "").lower(), _basename(exe)}
+    if cmdline:
+        candidates.add(_basename(cmdline[0]))
+    return any(c in LLAMA_SERVER_NAMES for c in candidates)
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).name()
+    except _PSUTIL_ERRORS:
+        return None
+
+
+def find_ollama_children() -> list[ChildServer]:
+    """Every `llama-server` whose parent process is named `ollama`; [] when none or not allowed."""
+    children: list[ChildServer] = []
+    try:
+        processes = list(psutil.process_iter(["pid", "ppid", "name", "exe", "cmdline"]))
+    except _PSUTIL_ERRORS:
+        return children
+    for proc in processes:
+        info = proc.info
+        cmdline = info.get("cmdline") or []
+        if not _is_llama_server(info.get("name"), info.get("exe"), cmdline):
+            continue
+        parent_pid = info.get("ppid")
+        if not parent_pid or (_process_name(parent_pid) or "").lower() not in OLLAMA_NAMES:
+            continue
+        port, model = parse_server_args(cmdline)
+        children.append(ChildServer(pid=info["pid"], port=port, model_path=model, parent_pid=parent_pid))
+    return children
+
+
+def _listening_pid(connections: Sequence[object], port: int) -> int | None:
+    for conn in connections:
+        laddr = getattr(conn, "laddr", None)
+        if getattr(conn, "status", None) == psutil.CONN_LISTEN and laddr and laddr.port == port:
+            pid = getattr(conn, "pid", None)
+            if pid:
+                return int(pid)
+    return None
+
+
+def find_listening_pid(port: int) -> int | None:
+    """The pid listening on a local TCP port, when the OS lets us see it; else None.
+
+    `psutil.net_connections` needs root on macOS and only reports our own
+    processes' pids elsewhere, so fall back to asking each process in turn.
+    """
+    try:
+        pid = _listening_pid(psutil.net_connections(kind="tcp"), port)
+        if pid is not None:
+            return pid
+    except _PSUTIL_ERRORS:
+        pass
+    try:
+        processes = list(psutil.process_iter(["pid"]))
+    except _PSUTIL_ERRORS:
+        return None
+    for proc in processes:
+        try:
+            conns = proc.net_connections(kind="tcp")
+        except _PSUTIL_ERRORS:
+            continue
+        for conn in conns:
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return proc.pid
+    return None

@@ -1,0 +1,66 @@
+"""API keys: the OS keyring first, an environment variable as the alternative.
+
+Never a plaintext file. Where no keyring backend exists (a headless Linux box
+without Secret Service) storing a key fails with a message that says so and
+offers the alternative: name an environment variable in the endpoint's
+`api_key_env` setting.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keyring
+import keyring.errors
+
+SERVICE = "llm-tray"
+
+
+class SecretStoreError(Exception):
+    """The key could not be stored or read; the message says what to do instead."""
+
+
+_NO_BACKEND = (
+    "no OS keyring is available here (no Secret Service / Keychain / Credential Manager). "
+    "Put the key in an environment variable and name it in the endpoint's api_key_env setting "
+    "(e.g. api_key_env = \"LLAMA_API_KEY\"), or install a keyring backend."
+)
+
+
+def store_api_key(url: str, key: str) -> None:
+    try:
+        keyring.set_password(SERVICE, url, key)
+    except keyring.errors.NoKeyringError as exc:
+        raise SecretStoreError(_NO_BACKEND) from exc
+    except keyring.errors.KeyringError as exc:
+        raise SecretStoreError(f"the OS keyring refused the key: {exc}") from exc
+
+
+def delete_api_key(url: str) -> None:
+    try:
+        keyring.delete_password(SERVICE, url)
+    except keyring.errors.PasswordDeleteError:
+        pass
+    except keyring.errors.KeyringError as exc:
+        raise SecretStoreError(f"the OS keyring refused: {exc}") from exc
+
+
+def resolve_api_key(url: str, *, api_key_env: str | None, use_keyring: bool) -> tuple[str | None, str | None]:
+    """The key for an endpoint and, when it cannot be had, why (never the key itself)."""
+    if api_key_env:
+        value = os.environ.get(api_key_env)
+        if value:
+            return value, None
+        if not use_keyring:
+            return None, f"environment variable {api_key_env} is not set"
+    if use_keyring:
+        try:
+            value = keyring.get_password(SERVICE, url)
+        except keyring.errors.NoKeyringError:
+            return None, _NO_BACKEND
+        except keyring.errors.KeyringError as exc:
+            return None, f"keyring error: {exc}"
+        if value:
+            return value, None
+        return None, "no key stored in the OS keyring for this endpoint"
+    return None, None

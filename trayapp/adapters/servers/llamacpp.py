@@ -1,0 +1,547 @@
+"""llama.cpp `llama-server`: pure parsers for its monitoring endpoints, and its probe.
+
+What a poll reads (see reference/backends.md §2):
+
+* `/health` (public even with `--api-key`): 200 ok, 503 while loading.
+* `/props`: model path/alias/ftype, per-slot context, slot count, build, which
+  optional endpoints are on, `is_sleeping`. Cached; refreshed every
+  `props_refresh_s` and at once after the server went down and came back.
+* `/slots` (unless `--no-slots`, never while asleep: it would wake the server):
+  live `n_decoded` and context depth per slot, every poll.
+* `/metrics` (only with `--metrics`): cumulative counters, at most every
+  `metrics_interval_s` because each scrape resets the server's averaging gauges
+  for every other scraper. Only counters are used.
+* `/v1/models`: weights size and parameter count, once per model load.
+
+Debug builds put the prompt and generated text in `/slots`; the parser never
+copies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from trayapp.adapters import promtext
+from trayapp.adapters.http import FetchError, Response, auth_headers, fetch, make_client
+from trayapp.core.model import (
+    CounterReading,
+    FinishedRequest,
+    ModelFacts,
+    ModelReading,
+    ServerReading,
+    ServerState,
+    SlotReading,
+)
+from trayapp.core.quants import normalize_quant_name
+
+log = logging.getLogger(__name__)
+
+FactsLoader = Callable[[str], "ModelFacts | None"]
+
+HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a llama-server
+API_KEY_REQUIRED = "API key required: set one for this endpoint"
+API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
+_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _bool(value: Any, default: bool = False) -> bool:
+    return value if isinstance(value, bool) else default
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# --------------------------------------------------------------------------- pure parsers
+
+
+@dataclass(frozen=True)
+class PropsInfo:
+    """The monitoring-relevant part of `GET /props`."""
+
+    model_path: str | None = None
+    model_alias: str | None = None
+    model_ftype: str | None = None
+    quantization: str | None = None
+    n_ctx: int | None = None  # per slot
+    total_slots: int | None = None
+    build_info: str | None = None
+    endpoint_slots: bool = True
+    endpoint_metrics: bool = False
+    is_sleeping: bool = False
+    speculative_types: tuple[str, ...] = ()
+
+    @property
+    def speculative(self) -> bool:
+        return any(kind != "none" for kind in self.speculative_types)
+
+    @property
+    def model_name(self) -> str:
+        """The alias unless it is just the path (llama-server's default), else the file name."""
+        if self.model_alias and self.model_alias != self.model_path:
+            return self.model_alias
+        path = self.model_path or self.model_alias
+        if path:
+            return os.path.basename(path.replace("\\", "/")) or path
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """One `data[]` entry of `GET /v1/models` (`meta` may be null while loading)."""
+
+    id: str
+    size_bytes: int | None = None
+    parameter_count: int | None = None
+    n_ctx_train: int | None = None
+    n_ctx: int | None = None
+    n_vocab: int | None = None
+    n_embd: int | None = None
+    ftype: str | None = None
+
+
+def _speculative_types(params: Mapping[str, Any]) -> tuple[str, ...]:
+    raw = params.get("speculative.types")
+    if not isinstance(raw, str):
+        return ()
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def parse_props(data: Any) -> PropsInfo:
+    """`GET /props` → PropsInfo. Unknown or missing fields become None / defaults."""
+    props = _dict(data)
+    settings = _dict(props.get("default_generation_settings"))
+    ftype = _str(props.get("model_ftype"))
+    return PropsInfo(
+        model_path=_str(props.get("model_path")),
+        model_alias=_str(props.get("model_alias")),
+        model_ftype=ftype,
+        quantization=normalize_quant_name(ftype),
+        n_ctx=_int(settings.get("n_ctx")),
+        total_slots=_int(props.get("total_slots")),
+        build_info=_str(props.get("build_info")),
+        endpoint_slots=_bool(props.get("endpoint_slots"), default=True),
+        endpoint_metrics=_bool(props.get("endpoint_metrics"), default=False),
+        is_sleeping=_bool(props.get("is_sleeping")),
+        speculative_types=_speculative_types(_dict(settings.get("params"))),
+    )
+
+
+def parse_slots(data: Any) -> tuple[SlotReading, ...]:
+    """`GET /slots` → one SlotReading per slot. Text fields (`prompt`, `generated`) are never read."""
+    if not isinstance(data, list):
+        return ()
+    slots: list[SlotReading] = []
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            continue
+        next_tokens = entry.get("next_token")
+        first = _dict(next_tokens[0]) if isinstance(next_tokens, list) and next_tokens else {}
+        slot_id = _int(entry.get("id"))
+        slots.append(
+            SlotReading(
+                slot_id=slot_id if slot_id is not None else index,
+                is_processing=_bool(entry.get("is_processing")),
+                task_id=_int(entry.get("id_task")),
+                n_decoded=_int(first.get("n_decoded")),
+                context_tokens=_int(entry.get("n_prompt_tokens")),
+                prompt_tokens_processed=_int(entry.get("n_prompt_tokens_processed")),
+                prompt_tokens_cached=_int(entry.get("n_prompt_tokens_cache")),
+                n_ctx=_int(entry.get("n_ctx")),
+                speculative=_bool(entry.get("speculative")),
+            )
+        )
+    return tuple(slots)
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    if not headers:
+        return None
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None
+
+
+def parse_metrics(text: str, headers: Mapping[str, str] | None = None) -> CounterReading:
+    """`GET /metrics` (Prometheus text, `%g` numbers) → counters; gauges are averages we don't use."""
+    samples = promtext.parse(text)
+
+    def value(name: str) -> float | None:
+        return promtext.first(samples, f"llamacpp:{name}")
+
+    start_s: float | None = None
+    raw_start = _header(headers, "Process-Start-Time-Unix")
+    if raw_start:
+        try:
+            start_s = float(raw_start.strip())
+        except ValueError:
+            start_s = None
+    return CounterReading(
+        tokens_predicted_total=value("tokens_predicted_total"),
+        tokens_predicted_seconds_total=value("tokens_predicted_seconds_total"),
+        prompt_tokens_total=value("prompt_tokens_total"),
+        prompt_seconds_total=value("prompt_seconds_total"),
+        spec_draft_tokens_total=value("spec_decode_num_draft_tokens_total"),
+        spec_accepted_tokens_total=value("spec_decode_num_accepted_tokens_total"),
+        spec_drafts_total=value("spec_decode_num_drafts_total"),
+        requests_running=value("requests_processing"),
+        requests_waiting=value("requests_deferred"),
+        process_start_s=start_s,
+    )
+
+
+def parse_v1_models(data: Any) -> tuple[ModelMeta, ...]:
+    """`GET /v1/models` (or `/models`) → the OpenAI `data` list with llama.cpp's `meta`."""
+    entries = _dict(data).get("data")
+    if not isinstance(entries, list):
+        return ()
+    models: list[ModelMeta] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not _str(entry.get("id")):
+            continue
+        meta = _dict(entry.get("meta"))
+        models.append(
+            ModelMeta(
+                id=entry["id"],
+                size_bytes=_int(meta.get("size")),
+                parameter_count=_int(meta.get("n_params")),
+                n_ctx_train=_int(meta.get("n_ctx_train")),
+                n_ctx=_int(meta.get("n_ctx")),
+                n_vocab=_int(meta.get("n_vocab")),
+                n_embd=_int(meta.get("n_embd")),
+                ftype=_str(meta.get("ftype")),
+            )
+        )
+    return tuple(models)
+
+
+def parse_timings(
+    data: Any,
+    *,
+    finished_wall_s: float | None = None,
+    model: str | None = None,
+    source: str = "server",
+) -> FinishedRequest | None:
+    """A completion response (or its last stream chunk, or a bare `timings` object) → FinishedRequest.
+
+    `prompt_tokens` is the whole prompt (evaluated + cached); `prompt_tok_s` covers
+    the evaluated part only, as the server measures it. `prompt_ms` is the
+    server-side time to first token (queue time excluded). None when there are no timings.
+    """
+    body = _dict(data)
+    timings = _dict(body.get("timings")) if "timings" in body else body
+    if "predicted_n" not in timings and "prompt_n" not in timings:
+        return None
+    prompt_n = _int(timings.get("prompt_n"))
+    cache_n = _int(timings.get("cache_n"))
+    predicted_n = _int(timings.get("predicted_n"))
+    prompt_ms = _float(timings.get("prompt_ms"))
+    prompt_tokens = None if prompt_n is None else prompt_n + (cache_n or 0)
+    context_tokens = None if prompt_tokens is None else prompt_tokens + (predicted_n or 0)
+    return FinishedRequest(
+        model=model or _str(body.get("model")) or "unknown",
+        finished_wall_s=time.time() if finished_wall_s is None else finished_wall_s,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cache_n,
+        decode_tokens=predicted_n,
+        prompt_tok_s=_float(timings.get("prompt_per_second")),
+        decode_tok_s=_float(timings.get("predicted_per_second")),
+        ttft_s=None if prompt_ms is None else prompt_ms / 1000.0,
+        draft_tokens=_int(timings.get("draft_n")),
+        draft_accepted=_int(timings.get("draft_n_accepted")),
+        context_tokens=context_tokens,
+        source=source,
+    )
+
+
+# --------------------------------------------------------------------------- the probe
+
+
+class LlamaCppProbe:
+    """Polls one llama-server. `poll` never raises; every failure is a status plus a reason.
+
+    `counters` is set only on polls that scraped `/metrics` (rates come from
+    differencing successive scrapes). `facts` come from `facts_loader(model_path)`
+    when the model file is readable here; the loader runs once per path in a
+    background thread, and a poll waits for it at most `facts_wait_s`.
+    """
+
+    kind = "llamacpp"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        api_key: str | None = None,
+        facts_loader: FactsLoader | None = None,
+        metrics_interval_s: float = 10.0,
+        props_refresh_s: float = 30.0,
+        facts_wait_s: float = 2.0,
+    ) -> None:
+        self.url = url
+        self._base = url.rstrip("/")
+        self._client = client if client is not None else make_client(self._base)
+        self._owns_client = client is None
+        self._prefix = "" if str(self._client.base_url) else self._base  # a client may come without base_url
+        self._headers = auth_headers(api_key)
+        self._has_key = bool(api_key)
+        self._facts_loader = facts_loader
+        self.metrics_interval_s = metrics_interval_s
+        self.props_refresh_s = props_refresh_s
+        self.facts_wait_s = facts_wait_s
+
+        self._props: PropsInfo | None = None
+        self._props_at_s = 0.0
+        self._meta: ModelMeta | None = None
+        self._meta_at_s: float | None = None  # when /v1/models was last asked
+        self._metrics_at_s: float | None = None
+        self._metrics_disabled = False
+        self._slots_disabled = False
+        self._facts: dict[str, Future[ModelFacts | None]] = {}
+        self.facts_reason: str | None = None  # why the current model has no facts, when so
+        self._last_status: str | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _get(self, path: str, **kwargs: Any) -> Response:
+        return fetch(self._client, self._prefix + path, headers=self._headers, **kwargs)
+
+    def _get_json(self, path: str, **kwargs: Any) -> Any:
+        response = self._get(path, **kwargs)
+        try:
+            return response.json()
+        except FetchError as exc:
+            raise FetchError("error", f"{path}: {exc.reason}") from exc
+
+    # ------------------------------------------------------------------ poll
+
+    def poll(self, now_mono_s: float) -> ServerReading:
+        started = time.monotonic()
+        try:
+            reading = self._poll(now_mono_s)
+        except Exception as exc:  # a bug, but poll must never raise
+            log.exception("llamacpp %s: poll failed", self.url)
+            reading = ServerReading(
+                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
+            )
+        reading = _with_elapsed(reading, time.monotonic() - started)
+        if reading.status != self._last_status:
+            log.info(
+                "llamacpp %s: %s -> %s (%s)", self.url, self._last_status, reading.status, reading.reason
+            )
+            self._last_status = reading.status
+        return reading
+
+    def _fail(self, exc: FetchError, version: str | None = None) -> ServerReading:
+        reason = exc.reason
+        if exc.status == "unauthorized":
+            reason = API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED
+        status: ServerState = exc.status if exc.status in _STATES else "error"  # type: ignore[assignment]
+        return ServerReading(self.kind, self.url, status, reason, version=version)
+
+    def _poll(self, now_s: float) -> ServerReading:
+        # 1. /health: is it up, and done loading?
+        try:
+            health = self._get_json("/health", max_bytes=HEALTH_MAX_BYTES)
+        except FetchError as exc:
+            self._forget_load()
+            return self._fail(exc)
+        if not isinstance(health, dict) or health.get("status") != "ok":
+            self._forget_load()
+            answer = health.get("status") if isinstance(health, dict) else health
+            return ServerReading(self.kind, self.url, "error", f"/health: unexpected answer {answer!r}")
+
+        # 2. /props: cached; refreshed occasionally, every poll while asleep, and after a restart.
+        try:
+            props = self._current_props(now_s)
+        except FetchError as exc:
+            return self._fail(exc)
+        problems: list[str] = []
+        status: ServerState = "ok"
+
+        # 3. /slots: live progress every poll, never while asleep (it would wake the server).
+        slots: tuple[SlotReading, ...] = ()
+        if props.endpoint_slots and not props.is_sleeping and not self._slots_disabled:
+            try:
+                slots = parse_slots(self._get_json("/slots"))
+            except FetchError as exc:
+                if exc.status == "unauthorized":
+                    return self._fail(exc, props.build_info)
+                if exc.http_status == 501:
+                    self._slots_disabled = True
+                else:
+                    status = "error"
+                    problems.append(exc.reason)
+
+        # 4. /metrics: counters, rarely (each scrape resets the server's gauges for others).
+        counters: CounterReading | None = None
+        if props.endpoint_metrics and not self._metrics_disabled and self._metrics_due(now_s):
+            self._metrics_at_s = now_s
+            try:
+                response = self._get("/metrics")
+                counters = parse_metrics(response.text, response.headers)
+            except FetchError as exc:
+                if exc.http_status == 501:
+                    self._metrics_disabled = True
+                else:
+                    problems.append(exc.reason)
+
+        # 5. /v1/models meta: once per model load (retried after props_refresh_s when it failed).
+        if self._meta_due(now_s):
+            self._meta_at_s = now_s
+            try:
+                self._meta = _pick_meta(parse_v1_models(self._get_json("/v1/models")), props)
+            except FetchError as exc:
+                problems.append(exc.reason)
+
+        model = self._model_reading(props, slots, counters)
+        reason = "; ".join(problems) if problems else None
+        return ServerReading(self.kind, self.url, status, reason, version=props.build_info, models=(model,))
+
+    def _current_props(self, now_s: float) -> PropsInfo:
+        props = self._props
+        if props is not None and not props.is_sleeping and now_s - self._props_at_s < self.props_refresh_s:
+            return props
+        try:
+            data = self._get_json("/props")
+        except FetchError as exc:
+            if exc.http_status == 404:
+                raise FetchError("error", f"{exc.reason} (not a llama-server?)", 404) from exc
+            raise
+        if not isinstance(data, dict):
+            raise FetchError("error", "/props: unexpected payload (not a JSON object)")
+        fresh = parse_props(data)
+        if props is not None and fresh.model_path != props.model_path:
+            self._meta, self._meta_at_s = None, None  # another model: look its size up again
+        self._props, self._props_at_s = fresh, now_s
+        return fresh
+
+    def _metrics_due(self, now_s: float) -> bool:
+        return self._metrics_at_s is None or now_s - self._metrics_at_s >= self.metrics_interval_s
+
+    def _meta_due(self, now_s: float) -> bool:
+        if self._meta is not None:
+            return False
+        return self._meta_at_s is None or now_s - self._meta_at_s >= self.props_refresh_s
+
+    def _forget_load(self) -> None:
+        """The server is down or loading: the next answer may come from another model or flags."""
+        self._props = None
+        self._meta, self._meta_at_s = None, None
+        self._metrics_disabled = False
+        self._slots_disabled = False
+
+    def _model_reading(
+        self, props: PropsInfo, slots: tuple[SlotReading, ...], counters: CounterReading | None
+    ) -> ModelReading:
+        meta = self._meta
+        facts = self._model_facts(props.model_path)
+        if props.is_sleeping:
+            live_reason: str | None = "server is asleep (--sleep-idle-seconds); it wakes on the next request"
+        elif not props.endpoint_slots or self._slots_disabled:
+            live_reason = "/slots is disabled on this server (--no-slots): no live decode rate"
+        else:
+            live_reason = None
+        return ModelReading(
+            name=props.model_name,
+            loaded=not props.is_sleeping,
+            weights_bytes=meta.size_bytes if meta else None,
+            context_length=props.n_ctx,
+            quantization=props.quantization or normalize_quant_name(meta.ftype if meta else None),
+            parameter_count=meta.parameter_count if meta else None,
+            architecture=facts.architecture if facts else None,
+            model_path=props.model_path,
+            facts=facts,
+            slots=slots,
+            counters=counters,
+            busy=any(slot.is_processing for slot in slots) if slots else None,
+            live_rate_reason=live_reason,
+        )
+
+    # ------------------------------------------------------------------ model facts
+
+    def _model_facts(self, path: str | None) -> ModelFacts | None:
+        if self._facts_loader is None or not path:
+            self.facts_reason = "no model file known" if not path else None
+            return None
+        future = self._facts.get(path)
+        if future is None:
+            if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                self.facts_reason = f"model file not readable here: {path}"
+                return None
+            future = self._start_facts(path)
+        try:
+            facts = future.result(timeout=self.facts_wait_s)
+        except FutureTimeout:
+            self.facts_reason = "still reading the model file"
+            return None
+        except Exception as exc:
+            self.facts_reason = f"could not read model facts: {type(exc).__name__}: {exc}"
+            return None
+        self.facts_reason = None if facts is not None else "model facts unavailable"
+        return facts
+
+    def _start_facts(self, path: str) -> Future[ModelFacts | None]:
+        future: Future[ModelFacts | None] = Future()
+        loader = self._facts_loader
+        assert loader is not None
+
+        def run() -> None:
+            try:
+                future.set_result(loader(path))
+            except BaseException as exc:  # stored, reported as facts_reason
+                future.set_exception(exc)
+
+        self._facts[path] = future
+        threading.Thread(target=run, name="llamacpp-facts", daemon=True).start()
+        return future
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+
+def _pick_meta(metas: tuple[ModelMeta, ...], props: PropsInfo) -> ModelMeta | None:
+    for meta in metas:
+        if meta.id in (props.model_alias, props.model_path):
+            return meta
+    return metas[0] if len(metas) == 1 else None
+
+
+def _with_elapsed(reading: ServerReading, elapsed_s: float) -> ServerReading:
+    return replace(reading, elapsed_s=elapsed_s)

@@ -1,0 +1,392 @@
+"""Probes for OpenAI-compatible servers: vLLM, SGLang (Prometheus `/metrics`), MLX-LM, generic.
+
+vLLM (`/metrics` always on) and SGLang (`/metrics` with `--enable-metrics`)
+expose cumulative token counters; the pipeline turns their deltas into rates.
+Metric names follow vLLM v0.11–0.12 `vllm/v1/metrics/loggers.py` and SGLang
+`python/sglang/srt/metrics/collector.py` (reference/backends.md §4). MLX-LM
+and a generic OpenAI-compatible server report no timings at all (§5): the
+probes say so instead of inventing a rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from trayapp.adapters import promtext
+from trayapp.adapters.http import FetchError, auth_headers, fetch, is_loopback_url, make_client
+from trayapp.adapters.processes import find_listening_pid
+from trayapp.adapters.promtext import Sample
+from trayapp.core.model import CounterReading, ModelReading, ServerReading
+
+MODELS_REFRESH_S = 30.0
+PID_RETRY_S = 30.0
+
+MLX_REASON = "MLX-LM reports no timings; a recording proxy is needed"
+OPENAI_REASON = (
+    "a generic OpenAI-compatible server reports no token counters (only /v1/models); "
+    "a recording proxy is needed"
+)
+SGLANG_NO_METRICS_REASON = "SGLang serves no /metrics: start it with --enable-metrics for token counters"
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def _select(samples: Iterable[Sample], model_name: str | None) -> list[Sample]:
+    if model_name is None:
+        return list(samples)
+    return [s for s in samples if s.labels.get("model_name") in (None, model_name)]
+
+
+def metrics_model_names(text: str) -> list[str]:
+    """Distinct `model_name` label values, in order of appearance."""
+    names: list[str] = []
+    for sample in promtext.parse(text):
+        name = sample.labels.get("model_name")
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _vllm_counters(samples: Sequence[Sample]) -> CounterReading:
+    t = promtext.total
+    kv = t(samples, "vllm:kv_cache_usage_perc")
+    if kv is None:
+        kv = t(samples, "vllm:gpu_cache_usage_perc")  # removed in newer releases
+    return CounterReading(
+        tokens_predicted_total=t(samples, "vllm:generation_tokens_total"),
+        tokens_predicted_seconds_total=t(samples, "vllm:request_decode_time_seconds_sum"),
+        prompt_tokens_total=t(samples, "vllm:prompt_tokens_total"),
+        prompt_seconds_total=t(samples, "vllm:request_prefill_time_seconds_sum"),
+        requests_total=t(samples, "vllm:request_success_total"),
+        spec_draft_tokens_total=t(samples, "vllm:spec_decode_num_draft_tokens_total"),
+        spec_accepted_tokens_total=t(samples, "vllm:spec_decode_num_accepted_tokens_total"),
+        spec_drafts_total=t(samples, "vllm:spec_decode_num_drafts_total"),
+        requests_running=t(samples, "vllm:num_requests_running"),
+        requests_waiting=t(samples, "vllm:num_requests_waiting"),
+        kv_usage_ratio=kv,
+        ttft_sum_s=t(samples, "vllm:time_to_first_token_seconds_sum"),
+        ttft_count=t(samples, "vllm:time_to_first_token_seconds_count"),
+    )
+
+
+def parse_vllm_metrics(text: str, model_name: str | None = None) -> CounterReading:
+    """vLLM `/metrics` -> counters (summed over engines; only `model_name` when given).
+
+    Decode/prefill seconds are the sums of the per-request phase histograms.
+    """
+    return _vllm_counters(_select(promtext.parse(text), model_name))
+
+
+def _sglang_counters(samples: Sequence[Sample]) -> CounterReading:
+    t = promtext.total
+    return CounterReading(
+        tokens_predicted_total=t(samples, "sglang:generation_tokens_total"),
+        prompt_tokens_total=t(samples, "sglang:prompt_tokens_total"),
+        requests_total=t(samples, "sglang:num_requests_total"),
+        requests_running=t(samples, "sglang:num_running_reqs"),
+        requests_waiting=t(samples, "sglang:num_queue_reqs"),
+        kv_usage_ratio=t(samples, "sglang:token_usage"),
+        ttft_sum_s=t(samples, "sglang:time_to_first_token_seconds_sum"),
+        ttft_count=t(samples, "sglang:time_to_first_token_seconds_count"),
+    )
+
+
+def parse_sglang_metrics(text: str, model_name: str | None = None) -> CounterReading:
+    """SGLang `/metrics` -> counters. `token_usage` (KV pool fill) becomes `kv_usage_ratio`."""
+    return _sglang_counters(_select(promtext.parse(text), model_name))
+
+
+@dataclass(frozen=True)
+class SglangGauges:
+    """SGLang's own per-batch estimates (gauges; the counters are the honest rate source)."""
+
+    gen_throughput_tok_s: float | None = None
+    spec_accept_rate: float | None = None
+    spec_accept_length: float | None = None
+    cache_hit_rate: float | None = None
+
+
+def parse_sglang_gauges(text: str, model_name: str | None = None) -> SglangGauges:
+    samples = _select(promtext.parse(text), model_name)
+    return SglangGauges(
+        gen_throughput_tok_s=promtext.first(samples, "sglang:gen_throughput"),
+        spec_accept_rate=promtext.first(samples, "sglang:spec_accept_rate"),
+        spec_accept_length=promtext.first(samples, "sglang:spec_accept_length"),
+        cache_hit_rate=promtext.first(samples, "sglang:cache_hit_rate"),
+    )
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def parse_openai_models(data: Any) -> list[ModelReading]:
+    """`GET /v1/models` -> one reading per listed model, with the context length where the server gives it.
+
+    vLLM/SGLang put it in `max_model_len`, llama-server in `meta.n_ctx`, others in `context_length`.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise ValueError("unexpected /v1/models shape (no 'data' list)")
+    readings: list[ModelReading] = []
+    for item in data["data"]:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
+            continue
+        meta: dict[str, Any] = item["meta"] if isinstance(item.get("meta"), dict) else {}
+        context = (
+            _int(item.get("max_model_len")) or _int(item.get("context_length")) or _int(meta.get("n_ctx"))
+        )
+        readings.append(ModelReading(name=item["id"], loaded=True, context_length=context))
+    return readings
+
+
+def parse_version_body(data: Any) -> str | None:
+    """`GET /version` (vLLM, SGLang) -> '0.11.0'."""
+    if isinstance(data, dict) and isinstance(data.get("version"), str):
+        return data["version"]
+    return None
+
+
+# --------------------------------------------------------------------------- probes
+
+
+class _BaseProbe:
+    """Shared plumbing: client, auth, error mapping, pid lookup. `poll` never raises."""
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        api_key: str | None = None,
+        facts_loader: object = None,  # accepted for a uniform constructor; no local model file here
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._own_client = client is None
+        self._client = client if client is not None else make_client(self.url)
+        self._headers = auth_headers(api_key)
+        self._local = is_loopback_url(self.url)
+        self._pid: int | None = None
+        self._pid_checked_at: float | None = None
+
+    def poll(self, now_mono_s: float) -> ServerReading:
+        started = time.perf_counter()
+        try:
+            reading = self._poll(now_mono_s)
+        except FetchError as exc:
+            self._pid = None
+            reading = ServerReading(self.kind, self.url, exc.status, exc.reason)  # type: ignore[arg-type]
+        except ValueError as exc:
+            reading = ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
+        except Exception as exc:  # a bug: report it instead of killing the sampler
+            reading = ServerReading(
+                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
+            )
+        if reading.status == "ok":
+            reading = replace(reading, pid=self._server_pid(now_mono_s))
+        return replace(reading, elapsed_s=time.perf_counter() - started)
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+    def _poll(self, now: float) -> ServerReading:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _get(self, path: str) -> Any:
+        return fetch(self._client, path, headers=self._headers).json()
+
+    def _server_pid(self, now: float) -> int | None:
+        if not self._local:
+            return None
+        if self._pid is None and (self._pid_checked_at is None or now - self._pid_checked_at >= PID_RETRY_S):
+            self._pid_checked_at = now
+            parts = urlsplit(self.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            self._pid = find_listening_pid(port)
+        return self._pid
+
+
+class _MetricsProbe(_BaseProbe):
+    """vLLM / SGLang: `/metrics` every poll, `/v1/models` and `/version` now and then."""
+
+    prefix = ""
+    no_metrics_reason: str | None = None
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        api_key: str | None = None,
+        facts_loader: object = None,
+    ) -> None:
+        super().__init__(url, client=client, api_key=api_key, facts_loader=facts_loader)
+        self._listed: list[ModelReading] | None = None
+        self._listed_at: float | None = None
+        self._version: str | None = None
+
+    def _counters(self, samples: Sequence[Sample]) -> CounterReading:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _refresh_models(self, now: float, force: bool = False) -> None:
+        if not force and self._listed is not None:
+            return
+        if not force and self._listed_at is not None and now - self._listed_at < MODELS_REFRESH_S:
+            return
+        self._listed_at = now
+        try:
+            self._listed = parse_openai_models(self._get("/v1/models"))
+        except (FetchError, ValueError):
+            if force:
+                raise
+            return
+        try:
+            self._version = parse_version_body(self._get("/version"))
+        except (FetchError, ValueError):
+            self._version = None
+
+    def _poll(self, now: float) -> ServerReading:
+        try:
+            text = fetch(self._client, "/metrics", headers=self._headers).text
+        except FetchError as exc:
+            if exc.http_status != 404 or self.no_metrics_reason is None:
+                self._listed = None  # it may come back with another model
+                raise
+            self._refresh_models(now, force=True)  # is it up at all?
+            listed = tuple(replace(m, live_rate_reason=self.no_metrics_reason) for m in self._listed or [])
+            return ServerReading(self.kind, self.url, "ok", version=self._version, models=listed)
+        self._refresh_models(now)
+        samples = [s for s in promtext.parse(text) if s.name.startswith(self.prefix)]
+        if not samples:
+            raise ValueError(f"/metrics has no {self.prefix}* metrics (is this really {self.kind}?)")
+        contexts = {m.name: m.context_length for m in self._listed or []}
+        names = [n for n in dict.fromkeys(s.labels.get("model_name") for s in samples) if n]
+        if not names:
+            names = [m.name for m in self._listed or []][:1] or [self.kind]
+        multi = len(names) > 1
+        models: list[ModelReading] = []
+        for name in names:
+            counters = self._counters(_select(samples, name) if multi else samples)
+            running = counters.requests_running
+            models.append(
+                ModelReading(
+                    name=name,
+                    loaded=True,
+                    context_length=contexts.get(name),
+                    counters=counters,
+                    busy=None if running is None else running > 0,
+                )
+            )
+        return ServerReading(self.kind, self.url, "ok", version=self._version, models=tuple(models))
+
+
+class VllmProbe(_MetricsProbe):
+    """vLLM: rates from `vllm:*_tokens_total` counter deltas; `/metrics` needs no flag."""
+
+    kind = "vllm"
+    prefix = "vllm:"
+
+    def _counters(self, samples: Sequence[Sample]) -> CounterReading:
+        return _vllm_counters(samples)
+
+
+class SglangProbe(_MetricsProbe):
+    """SGLang: rates from `sglang:*_tokens_total` counter deltas (needs `--enable-metrics`)."""
+
+    kind = "sglang"
+    prefix = "sglang:"
+    no_metrics_reason = SGLANG_NO_METRICS_REASON
+
+    def _counters(self, samples: Sequence[Sample]) -> CounterReading:
+        return _sglang_counters(samples)
+
+
+class OpenAiProbe(_BaseProbe):
+    """Any OpenAI-compatible server: `/v1/models` only; no live rate."""
+
+    kind = "openai"
+    reason = OPENAI_REASON
+
+    def _poll(self, now: float) -> ServerReading:
+        models = parse_openai_models(self._get("/v1/models"))
+        return ServerReading(
+            self.kind,
+            self.url,
+            "ok",
+            models=tuple(replace(m, live_rate_reason=self.reason) for m in models),
+        )
+
+
+class MlxProbe(_BaseProbe):
+    """`mlx_lm.server`: `/health` every poll, `/v1/models` now and then; no timings at all.
+
+    `/v1/models` lists every MLX model in the Hugging Face cache, not what is
+    loaded: with one entry it is the served model; with several, none is
+    marked loaded.
+    """
+
+    kind = "mlx"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        api_key: str | None = None,
+        facts_loader: object = None,
+    ) -> None:
+        super().__init__(url, client=client, api_key=api_key, facts_loader=facts_loader)
+        self._listed: list[ModelReading] = []
+        self._listed_at: float | None = None
+
+    def _poll(self, now: float) -> ServerReading:
+        health = self._get("/health")
+        if not isinstance(health, dict) or health.get("status") != "ok":
+            raise ValueError("/health did not say ok")
+        if self._listed_at is None or now - self._listed_at >= MODELS_REFRESH_S:
+            self._listed_at = now
+            try:
+                self._listed = parse_openai_models(self._get("/v1/models"))
+            except (FetchError, ValueError):
+                self._listed = []
+        several = len(self._listed) > 1
+        models = tuple(
+            replace(
+                m,
+                loaded=not several,
+                live_rate_reason=MLX_REASON
+                + ("; MLX-LM lists every cached model, so which one is loaded is unknown" if several else ""),
+            )
+            for m in self._listed
+        )
+        return ServerReading(self.kind, self.url, "ok", models=models)
+
+
+__all__ = [
+    "MlxProbe",
+    "OpenAiProbe",
+    "SglangGauges",
+    "SglangProbe",
+    "VllmProbe",
+    "metrics_model_names",
+    "parse_openai_models",
+    "parse_sglang_gauges",
+    "parse_sglang_metrics",
+    "parse_version_body",
+    "parse_vllm_metrics",
+]

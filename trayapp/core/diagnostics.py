@@ -1,0 +1,191 @@
+"""A redacted plain-text summary of what llm-tray sees, for bug reports ("Copy diagnostics").
+
+Pure: the caller passes the snapshot, a settings summary and the versions it
+collected. Redaction: no API keys or bearer tokens, no prompt or completion
+text (snapshots never carry any), URLs kept but without user:password@ and
+without query strings or fragments (where tokens hide).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+
+from trayapp import __version__
+from trayapp.core.glance import format_pct, format_rate, format_tokens, kind_label
+from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
+
+REDACTED = "<redacted>"
+GB = 1_000_000_000
+
+_URL = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/@?#]*@)?(?P<rest>[^\s?#]*)(?P<tail>[?#]\S*)?"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_KEY_VALUE = re.compile(
+    r"(?i)\b((?:api|access|auth|bearer|refresh|client)?[_-]?(?:key|token|secret|password|passwd))\b"
+    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"
+)
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|hf|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{8,}\b")
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials, query string or fragment."""
+    return _URL.sub(lambda m: m.group("scheme") + m.group("rest"), url)
+
+
+def redact(text: str) -> str:
+    """Strip credentials from free text: URL userinfo and queries, bearer tokens, key=value secrets."""
+    text = redact_url(text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _KEY_LIKE.sub(REDACTED, text)
+
+
+def _gb(value: int | None) -> str:
+    return "—" if value is None else f"{value / GB:.1f} GB"
+
+
+def _when(t_wall_s: float) -> str:
+    return datetime.fromtimestamp(t_wall_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _gpu_line(gpu: GpuReading) -> str:
+    parts = [f"GPU {gpu.index}: {gpu.name} ({gpu.vendor})"]
+    parts.append(f"VRAM {_gb(gpu.vram_used_bytes)} used of {_gb(gpu.vram_total_bytes)}")
+    if gpu.unified_memory:
+        parts.append("unified memory")
+    if gpu.bandwidth_gbps is not None:
+        parts.append(f"{gpu.bandwidth_gbps:.0f} GB/s ({gpu.bandwidth_source})")
+    if gpu.pcie_max_gen is not None:
+        parts.append(f"PCIe {gpu.pcie_max_gen}.0 x{gpu.pcie_max_width or '?'}")
+    if gpu.util_gpu_pct is not None:
+        parts.append(f"busy {gpu.util_gpu_pct:.0f} %")
+    if gpu.temperature_c is not None:
+        parts.append(f"{gpu.temperature_c:.0f} °C")
+    if gpu.power_w is not None:
+        parts.append(f"{gpu.power_w:.0f} W")
+    if gpu.throttle_reasons:
+        parts.append("throttle: " + ", ".join(gpu.throttle_reasons))
+    return " · ".join(parts)
+
+
+def _hardware_lines(hardware: HardwareSnapshot) -> list[str]:
+    lines = [f"  {_gpu_line(gpu)}" for gpu in hardware.gpus]
+    if not hardware.gpus:
+        lines.append(f"  GPU: none ({hardware.gpu_reason or 'no reason given'})")
+    host = hardware.host
+    ram = f"  RAM: {_gb(host.ram_total_bytes)} total, {_gb(host.ram_available_bytes)} available"
+    if host.ram_bandwidth_gbps is not None:
+        ram += f" · {host.ram_bandwidth_gbps:.0f} GB/s ({host.ram_bandwidth_source})"
+    if host.cpu_percent is not None:
+        ram += f" · CPU {host.cpu_percent:.0f} %"
+    if host.cpu_count is not None:
+        ram += f" of {host.cpu_count} cores"
+    lines.append(ram)
+    return lines
+
+
+def _model_line(model: ModelStatus) -> str:
+    parts = [model.name]
+    if model.quantization:
+        parts.append(model.quantization)
+    parts.append(model.phase)
+    if model.decode_tok_s is not None:
+        exact = "exact" if model.decode_exact else "estimated"
+        parts.append(f"decode {model.decode_tok_s:.1f} tok/s ({exact})")
+        if model.active_streams > 1 and model.decode_total_tok_s is not None:
+            parts.append(f"{model.active_streams} streams, {model.decode_total_tok_s:.1f} tok/s total")
+    if model.last_decode_tok_s is not None:
+        parts.append(f"last {model.last_decode_tok_s:.1f} tok/s")
+    if model.ceiling_tok_s is not None:
+        ceiling = f"ceiling {model.ceiling_tok_s:.1f} tok/s"
+        if model.efficiency is not None:
+            ceiling += f" ({format_pct(model.efficiency)})"
+        parts.append(ceiling)
+    if model.full_gpu_ceiling_tok_s is not None:
+        parts.append(f"full-GPU ceiling {model.full_gpu_ceiling_tok_s:.1f} tok/s")
+    if model.context_tokens is not None or model.context_length is not None:
+        depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
+        size = format_tokens(model.context_length) if model.context_length else "—"
+        parts.append(f"context {depth}/{size}")
+    if model.gpu_fraction is not None:
+        parts.append(f"GPU {format_pct(model.gpu_fraction)}")
+    if model.size_bytes is not None:
+        parts.append(f"size {_gb(model.size_bytes)}")
+    if model.bytes_per_token is not None:
+        exact = "exact" if model.bytes_per_token_exact else "estimated"
+        parts.append(f"bytes/token {_gb(model.bytes_per_token)} ({exact})")
+    if model.ttft_s is not None:
+        parts.append(f"TTFT {model.ttft_s:.2f} s")
+    if model.prompt_tok_s is not None:
+        parts.append(f"prompt {model.prompt_tok_s:.0f} tok/s")
+    if model.draft_acceptance is not None:
+        parts.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
+    if model.live_rate_reason:
+        parts.append(f"no live rate: {model.live_rate_reason}")
+    return " · ".join(parts)
+
+
+def _server_lines(server: ServerStatus) -> list[str]:
+    head = f"  {kind_label(server.kind)} {server.url} — {server.status}"
+    if server.version:
+        head += f" · version {server.version}"
+    if server.reason:
+        head += f" · {server.reason}"
+    lines = [head]
+    lines += [f"    {_model_line(model)}" for model in server.models]
+    if not server.models and server.status == "ok":
+        lines.append("    (no model loaded)")
+    return lines
+
+
+def _alert_lines(alert: Alert) -> list[str]:
+    where = f"{alert.model} @ {alert.server}" if alert.model else alert.server
+    state = "ended" if alert.ended_wall_s is not None else "active"
+    lines = [f"  [{alert.severity}] {alert.kind} ({state}) {where} since {_when(alert.since_wall_s)}"]
+    lines.append(f"    {alert.message}")
+    if alert.cause:
+        lines.append(f"    cause: {alert.cause}")
+    lines.append(f"    fix: {alert.fix}")
+    if alert.evidence:
+        evidence = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in alert.evidence.items()
+        )
+        lines.append(f"    evidence: {evidence}")
+    return lines
+
+
+def diagnostics_text(
+    snapshot: Snapshot | None,
+    settings_summary: str,
+    versions: Mapping[str, str] | None = None,
+) -> str:
+    """Versions, hardware, servers, models, rates and alerts as redacted plain text."""
+    found = {"llm-tray": __version__, "Python": ".".join(map(str, sys.version_info[:3]))}
+    found.update(versions or {})
+    lines = ["llm-tray diagnostics (redacted: no API keys, no prompt text, URLs without credentials)"]
+    lines.append("versions: " + " · ".join(f"{name} {version}" for name, version in found.items()))
+    if snapshot is None:
+        lines.append("no snapshot yet (monitoring has not produced a reading)")
+    else:
+        lines.append(f"snapshot: {_when(snapshot.t_wall_s)} (schema {snapshot.schema})")
+        lines.append("hardware:")
+        lines += _hardware_lines(snapshot.hardware)
+        lines.append("servers:")
+        for server in snapshot.servers:
+            lines += _server_lines(server)
+        if not snapshot.servers:
+            lines.append("  none probed")
+        alerts = snapshot.alerts + snapshot.ended_alerts
+        lines.append("alerts:" if alerts else "alerts: none")
+        for alert in alerts:
+            lines += _alert_lines(alert)
+    lines.append("settings:")
+    lines += [f"  {line}" for line in settings_summary.strip().splitlines()]
+    return redact("\n".join(lines)) + "\n"
+
+
+__all__ = ["diagnostics_text", "format_rate", "redact", "redact_url"]

@@ -1,0 +1,357 @@
+"""What the tray icon and its tooltip show, computed from one Snapshot.
+
+Pure (no Qt, no I/O): `icon_state()` maps a Snapshot to an `IconState`, the
+small value the icon renderer draws and caches. `GlanceTracker` adds the little
+memory the icon needs between ticks: when each model started decoding (to
+show the most recent one when several decode) and what was shown last (number
+and colour hysteresis, so the icon does not flicker).
+
+Health, in order of precedence:
+
+* "alert"    an active warning/critical alert anywhere (red even when the number looks fine)
+* "none"     no server answers
+* "degraded" the shown model decodes below the efficiency threshold, is stalled,
+             or is partly on the CPU
+* "ok"       a model is working (decoding, reading the prompt, loading)
+* "idle"     models are loaded, nothing is happening
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
+
+Health = Literal["ok", "degraded", "alert", "idle", "none"]
+ModelKey = tuple[str, str]  # (server url, model name)
+
+OFFLOAD_GPU_FRACTION = 0.98  # below this share in GPU memory the icon shows the offload mark
+RING_STEPS = 20  # the ring is quantized to 5 % steps
+RING_HYSTERESIS = 0.04  # keep the previous ring until the share moves this much
+NUMBER_HYSTERESIS = 0.03  # keep the previous number until the rate moves 3 %
+HEALTH_HYSTERESIS = 0.05  # leave "degraded" only this far above the threshold
+DEFAULT_LOW_EFFICIENCY = 0.45
+
+KIND_LABELS: dict[str, str] = {
+    "ollama": "Ollama",
+    "llamacpp": "llama-server",
+    "lmstudio": "LM Studio",
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "mlx": "MLX-LM",
+    "openai": "OpenAI-compatible",
+    "unknown": "server",
+}
+_REACHABLE = ("ok", "loading")
+_ALERTING = ("warning", "critical")
+
+
+@dataclass(frozen=True)
+class IconState:
+    """What the icon draws. Only the drawn fields take part in == and hash (the render cache key)."""
+
+    health: Health
+    text: str | None = None  # decode tok/s, at most 3 characters; None when not decoding
+    ring: float | None = None  # share of the ceiling, 0..1 in RING_STEPS steps
+    ring_faint: bool = False  # the ring shows the last request, not a live rate
+    offload: bool = False  # partly on the CPU
+    paused: bool = False
+    tooltip_lines: tuple[str, ...] = field(default=(), compare=False)
+    model_key: ModelKey | None = field(default=None, compare=False)
+    rate_tok_s: float | None = field(default=None, compare=False)  # the rate behind `text`
+
+    @property
+    def tooltip(self) -> str:
+        return "\n".join(self.tooltip_lines)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABELS.get(kind, kind)
+
+
+def host_port(url: str) -> str:
+    """'http://user:pw@127.0.0.1:8080/x?y' → '127.0.0.1:8080' (no credentials, no path)."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def format_rate(tok_s: float) -> str:
+    """A rate in at most 3 characters: '9.4', '42', '142', '2k'."""
+    if tok_s < 9.95:
+        return f"{max(tok_s, 0.0):.1f}"
+    if tok_s < 999.5:
+        return f"{tok_s:.0f}"
+    return f"{min(tok_s / 1000, 99):.0f}k"
+
+
+def format_tokens(count: int) -> str:
+    """Token counts for humans: 850, '6.1k', '8k' (powers of two sizes stay round), '128k'."""
+    if count < 1000:
+        return str(count)
+    if count % 1024 == 0:
+        return f"{count // 1024}k"
+    if count < 10_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1000:.0f}k"
+
+
+def format_pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+# --------------------------------------------------------------------------- choosing the model
+
+
+def active_alerts(snapshot: Snapshot) -> tuple[Alert, ...]:
+    return tuple(a for a in snapshot.alerts if a.ended_wall_s is None)
+
+
+def _key(server: ServerStatus, model: ModelStatus) -> ModelKey:
+    return (server.url, model.name)
+
+
+def choose_model(
+    snapshot: Snapshot,
+    previous_key: ModelKey | None = None,
+    decoding_since: Mapping[ModelKey, float] | None = None,
+) -> tuple[ServerStatus, ModelStatus] | None:
+    """The model the icon speaks for.
+
+    The one decoding; when several decode, the one that started most recently
+    (by `decoding_since`), then the previously shown one. With nothing
+    decoding: a model reading a prompt, stalled or loading; else the
+    previously shown model if it is still loaded, else the first loaded one.
+    """
+    since = decoding_since or {}
+    pairs = [(s, m) for s, m in snapshot.models() if s.status in _REACHABLE]
+    if not pairs:
+        return None
+    decoding = [(i, s, m) for i, (s, m) in enumerate(pairs) if m.phase == "decoding"]
+    if decoding:
+        best = max(
+            decoding,
+            key=lambda t: (since.get(_key(t[1], t[2]), -math.inf), _key(t[1], t[2]) == previous_key, t[0]),
+        )
+        return best[1], best[2]
+    for phase in ("prefill", "stalled", "loading"):
+        busy = [(s, m) for s, m in pairs if m.phase == phase]
+        if busy:
+            same = [p for p in busy if _key(*p) == previous_key]
+            return (same or busy)[0]
+    same = [p for p in pairs if _key(*p) == previous_key]
+    return (same or pairs)[0]
+
+
+# --------------------------------------------------------------------------- the state
+
+
+def _ring(raw: float | None, previous: IconState | None) -> float | None:
+    if raw is None or math.isnan(raw):
+        return None
+    raw = min(max(raw, 0.0), 1.0)
+    if previous is not None and previous.ring is not None and abs(raw - previous.ring) < RING_HYSTERESIS:
+        return previous.ring
+    return round(raw * RING_STEPS) / RING_STEPS
+
+
+def _number(rate: float, key: ModelKey, previous: IconState | None) -> tuple[str, float]:
+    """The number text and the rate it stands for (kept while the rate moves less than 3 %)."""
+    if previous is not None and previous.model_key == key and previous.text and previous.rate_tok_s:
+        anchor = previous.rate_tok_s
+        if abs(rate - anchor) <= max(0.1, NUMBER_HYSTERESIS * anchor):
+            return previous.text, anchor
+    return format_rate(rate), rate
+
+
+def _is_offloaded(model: ModelStatus) -> bool:
+    return model.gpu_fraction is not None and model.gpu_fraction < OFFLOAD_GPU_FRACTION
+
+
+def _model_health(model: ModelStatus, previous: IconState | None, low_efficiency: float) -> Health:
+    if model.phase == "stalled" or (_is_offloaded(model) and model.phase != "idle"):
+        return "degraded"
+    if model.phase != "decoding":
+        return "idle" if model.phase == "idle" else "ok"
+    efficiency = model.efficiency
+    threshold = low_efficiency
+    if previous is not None and previous.health == "degraded":
+        threshold += HEALTH_HYSTERESIS
+    if efficiency is not None and efficiency < threshold:
+        return "degraded"
+    return "ok"
+
+
+def _rate_line(model: ModelStatus) -> str:
+    if model.phase == "decoding":
+        if model.decode_tok_s is None:
+            reason = f": {model.live_rate_reason}" if model.live_rate_reason else ""
+            return f"decoding · rate unavailable{reason}"
+        exact = "exact" if model.decode_exact else "estimated"
+        line = f"{format_rate(model.decode_tok_s)} tok/s ({exact})"
+        if model.ceiling_tok_s:
+            share = model.decode_tok_s / model.ceiling_tok_s
+            line += f" · {format_pct(share)} of {format_rate(model.ceiling_tok_s)} tok/s ceiling"
+        else:
+            line += " · ceiling unknown"
+        if model.active_streams > 1 and model.decode_total_tok_s is not None:
+            line += f" · {model.active_streams} streams, {format_rate(model.decode_total_tok_s)} tok/s total"
+        return line
+    if model.phase == "prefill":
+        rate = f" · {model.prompt_tok_s:,.0f} tok/s" if model.prompt_tok_s else ""
+        return f"reading the prompt (prefill){rate}"
+    if model.phase == "loading":
+        return "loading the model…"
+    if model.phase == "stalled":
+        return "stalled: decoding but no new tokens"
+    parts = ["idle"]
+    if model.last_decode_tok_s is not None:
+        parts.append(f"last {format_rate(model.last_decode_tok_s)} tok/s")
+    if model.ceiling_tok_s:
+        parts.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+    return " · ".join(parts)
+
+
+def _context_line(model: ModelStatus) -> str | None:
+    parts = []
+    if model.context_length:
+        depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
+        parts.append(f"context {depth} / {format_tokens(model.context_length)}")
+    elif model.context_tokens is not None:
+        parts.append(f"context {format_tokens(model.context_tokens)}")
+    if model.gpu_fraction is not None:
+        gpu = min(max(model.gpu_fraction, 0.0), 1.0)
+        if gpu < OFFLOAD_GPU_FRACTION:
+            parts.append(f"{format_pct(gpu)} GPU · {format_pct(1 - gpu)} CPU ⚠")
+        else:
+            parts.append(f"{format_pct(gpu)} GPU")
+    return " · ".join(parts) or None
+
+
+def model_title(server: ServerStatus, model: ModelStatus) -> str:
+    name = model.name
+    if model.quantization and model.quantization.lower() not in name.lower():
+        name = f"{name} {model.quantization}"
+    return f"{name} · {kind_label(server.kind)}"
+
+
+def _alert_lines(alerts: tuple[Alert, ...]) -> list[str]:
+    if not alerts:
+        return []
+    worst = sorted(alerts, key=lambda a: a.severity != "critical")[0]
+    lines = [f"⚠ {worst.message}"]
+    if len(alerts) > 1:
+        lines.append(f"(+{len(alerts) - 1} more alert{'s' if len(alerts) > 2 else ''})")
+    return lines
+
+
+def _no_server_lines(snapshot: Snapshot) -> list[str]:
+    lines = ["No LLM server found"]
+    probed = [s for s in snapshot.servers if s.status == "unreachable"]
+    if probed:
+        lines.append("probed: " + ", ".join(host_port(s.url) for s in probed[:6]))
+        if len(probed) > 6:
+            lines[-1] += f" (+{len(probed) - 6})"
+    blocked = [s for s in snapshot.servers if s.status in ("unauthorized", "error")]
+    for server in blocked[:3]:
+        why = "needs an API key" if server.status == "unauthorized" else (server.reason or "error")
+        lines.append(f"{kind_label(server.kind)} {host_port(server.url)}: {why}")
+    if not snapshot.servers:
+        lines.append("nothing probed: no endpoints configured and discovery is off")
+    return lines
+
+
+def icon_state(
+    snapshot: Snapshot | None,
+    previous: IconState | None = None,
+    decoding_since: Mapping[ModelKey, float] | None = None,
+    low_efficiency_ratio: float = DEFAULT_LOW_EFFICIENCY,
+) -> IconState:
+    """The icon and tooltip for one snapshot (pure; `previous` gives hysteresis)."""
+    if snapshot is None:
+        return IconState("none", tooltip_lines=("llm-tray", "waiting for the first reading…"))
+    alerts = active_alerts(snapshot)
+    alerting = any(a.severity in _ALERTING for a in alerts)
+    previous_key = previous.model_key if previous is not None else None
+    chosen = choose_model(snapshot, previous_key, decoding_since)
+    reachable = [s for s in snapshot.servers if s.status in _REACHABLE]
+
+    if chosen is None:
+        lines = _no_server_lines(snapshot) if not reachable else []
+        for server in reachable[:3]:
+            lines.append(f"{kind_label(server.kind)} {host_port(server.url)} · no model loaded")
+        lines += _alert_lines(alerts)
+        health: Health = "alert" if alerting else ("idle" if reachable else "none")
+        return IconState(health, tooltip_lines=tuple(lines))
+
+    server, model = chosen
+    key = _key(server, model)
+    lines = [model_title(server, model), _rate_line(model)]
+    context = _context_line(model)
+    if context:
+        lines.append(context)
+    others = [m for s, m in snapshot.models() if m.phase == "decoding" and _key(s, m) != key]
+    if others:
+        lines.append(f"+{len(others)} more model{'s' if len(others) > 1 else ''} decoding")
+    lines += _alert_lines(alerts)
+
+    text = None
+    rate = None
+    ring_raw: float | None = None
+    faint = False
+    if model.phase == "decoding" and model.decode_tok_s is not None:
+        text, rate = _number(model.decode_tok_s, key, previous)
+        ring_raw = model.efficiency
+    elif model.phase == "idle" and model.last_decode_tok_s is not None and model.ceiling_tok_s:
+        ring_raw = model.last_decode_tok_s / model.ceiling_tok_s
+        faint = True
+    health = "alert" if alerting else _model_health(model, previous, low_efficiency_ratio)
+    return IconState(
+        health=health,
+        text=text,
+        ring=_ring(ring_raw, previous),
+        ring_faint=faint,
+        offload=_is_offloaded(model),
+        tooltip_lines=tuple(lines),
+        model_key=key,
+        rate_tok_s=rate,
+    )
+
+
+def paused_state(previous: IconState | None = None) -> IconState:
+    """The icon while monitoring is paused: grey with a pause mark."""
+    lines = ("llm-tray: monitoring paused", "choose “Pause monitoring” again to resume")
+    key = previous.model_key if previous is not None else None
+    return IconState("idle", paused=True, tooltip_lines=lines, model_key=key)
+
+
+class GlanceTracker:
+    """Feeds `icon_state` the memory it needs: the last state and when models started decoding."""
+
+    def __init__(self, low_efficiency_ratio: float = DEFAULT_LOW_EFFICIENCY) -> None:
+        self.low_efficiency_ratio = low_efficiency_ratio
+        self.state: IconState | None = None
+        self._decoding_since: dict[ModelKey, float] = {}
+
+    def update(self, snapshot: Snapshot) -> IconState:
+        decoding = {_key(s, m) for s, m in snapshot.models() if m.phase == "decoding"}
+        for key in list(self._decoding_since):
+            if key not in decoding:
+                del self._decoding_since[key]
+        for key in decoding:
+            self._decoding_since.setdefault(key, snapshot.t_mono_s)
+        self.state = icon_state(snapshot, self.state, self._decoding_since, self.low_efficiency_ratio)
+        return self.state

@@ -1,0 +1,114 @@
+"""The documented JSON shape of a snapshot (`status --json`, `watch --json`, schema 1).
+
+See docs/json.md. Unknown values are null; numbers keep their units in the key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from trayapp.core.model import Alert, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
+
+
+def iso_utc(wall_s: float) -> str:
+    return datetime.fromtimestamp(wall_s, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _num(value: float | None, digits: int = 2) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def model_json(model: ModelStatus) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "size_bytes": model.size_bytes,
+        "weights_bytes": model.weights_bytes,
+        "vram_bytes": model.vram_bytes,
+        "gpu_fraction": _num(model.gpu_fraction, 4),
+        "context_length": model.context_length,
+        "context_tokens": model.context_tokens,
+        "quantization": model.quantization,
+        "parameter_count": model.parameter_count,
+        "bytes_per_token": model.bytes_per_token,
+        "bytes_per_token_exact": model.bytes_per_token_exact,
+        "ceiling_tok_s": _num(model.ceiling_tok_s),
+        "full_gpu_ceiling_tok_s": _num(model.full_gpu_ceiling_tok_s),
+        "decode_tok_s": _num(model.decode_tok_s),
+        "decode_total_tok_s": _num(model.decode_total_tok_s),
+        "active_streams": model.active_streams,
+        "decode_exact": model.decode_exact,
+        "last_decode_tok_s": _num(model.last_decode_tok_s),
+        "prompt_tok_s": _num(model.prompt_tok_s),
+        "ttft_s": _num(model.ttft_s, 3),
+        "draft_acceptance": _num(model.draft_acceptance, 4),
+        "phase": model.phase,
+        "session_id": model.session_id,
+        "live_rate_reason": model.live_rate_reason,
+    }
+
+
+def server_json(server: ServerStatus) -> dict[str, Any]:
+    return {
+        "kind": server.kind,
+        "url": server.url,
+        "status": server.status,
+        "reason": server.reason,
+        "version": server.version,
+        "age_s": _num(server.age_s, 1),
+        "models": [model_json(m) for m in server.models],
+    }
+
+
+def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
+    host = hardware.host
+    return {
+        "gpus": [
+            {
+                "name": g.name,
+                "vendor": g.vendor,
+                "vram_total_bytes": g.vram_total_bytes,
+                "vram_used_bytes": g.vram_used_bytes,
+                "bandwidth_gbps": _num(g.bandwidth_gbps, 1),
+                "bandwidth_source": g.bandwidth_source,
+                "unified_memory": g.unified_memory,
+                "util_gpu_pct": g.util_gpu_pct,
+                "temperature_c": g.temperature_c,
+                "power_w": g.power_w,
+                "throttle_reasons": list(g.throttle_reasons),
+            }
+            for g in hardware.gpus
+        ],
+        "gpu_reason": hardware.gpu_reason,
+        "ram_total_bytes": host.ram_total_bytes,
+        "ram_available_bytes": host.ram_available_bytes,
+        "ram_bandwidth_gbps": _num(host.ram_bandwidth_gbps, 1),
+        "ram_bandwidth_source": host.ram_bandwidth_source,
+        "cpu_percent": host.cpu_percent,
+    }
+
+
+def alert_json(alert: Alert) -> dict[str, Any]:
+    return {
+        "id": alert.id,
+        "kind": alert.kind,
+        "severity": alert.severity,
+        "server": alert.server,
+        "model": alert.model,
+        "message": alert.message,
+        "fix": alert.fix,
+        "cause": alert.cause,
+        "since": iso_utc(alert.since_wall_s),
+        "ended": iso_utc(alert.ended_wall_s) if alert.ended_wall_s is not None else None,
+        "evidence": dict(alert.evidence),
+    }
+
+
+def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "schema": snapshot.schema,
+        "t": round(snapshot.t_wall_s, 3),
+        "servers": [server_json(s) for s in snapshot.servers],
+        "hardware": hardware_json(snapshot.hardware),
+        "alerts": [alert_json(a) for a in snapshot.alerts],
+    }

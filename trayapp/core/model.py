@@ -1,0 +1,374 @@
+"""Immutable data types shared by every layer.
+
+Two families:
+
+* *Readings* are what adapters return from one poll of the outside world
+  (a server, a GPU, the host). They hold raw counters and facts, no rates.
+* *Status* types are what the pipeline computes from a series of readings
+  (rates, phases, ceilings) and hands to the UI, the CLI, the store and the
+  exporter as one `Snapshot` per tick.
+
+Units are in the names (`_bytes`, `_s`, `_tok_s`, `_gbps`). `None` means
+"unknown"; where it matters a `reason` string says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+ServerKind = Literal["ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown"]
+ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
+Phase = Literal["idle", "loading", "prefill", "decoding", "stalled"]
+Severity = Literal["info", "warning", "critical"]
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
+ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
+
+SERVER_KINDS: tuple[str, ...] = ("ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown")
+
+
+# --------------------------------------------------------------------------- model facts
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How many KV-cache elements one token of context adds, split by layer kind.
+
+    `full_elems_per_token` sums n_head_kv × (key_length + value_length) over the
+    full-attention layers; `swa_elems_per_token` does the same over the
+    sliding-window layers, whose cache is capped at `sliding_window` tokens.
+    """
+
+    full_elems_per_token: int
+    swa_elems_per_token: int = 0
+    sliding_window: int | None = None
+    n_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What we know about a model's weights: exact (from a GGUF) or estimated."""
+
+    weights_bytes: int  # all tensor bytes (what sits in memory)
+    bytes_per_token: int  # weight bytes read per decoded token (batch 1)
+    exact: bool  # True when summed from real tensor infos
+    source: str  # "gguf", "ollama-show", "estimate", ...
+    architecture: str | None = None
+    quantization: str | None = None  # file type name, e.g. "Q4_K_M"
+    parameter_count: int | None = None
+    active_parameter_count: int | None = None
+    expert_count: int | None = None
+    expert_used_count: int | None = None
+    tied_embeddings: bool | None = None
+    context_train: int | None = None
+    kv: KvLayout | None = None
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str | None
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    name: str
+    vendor: str  # "nvidia" | "amd" | "apple" | "other"
+    vram_total_bytes: int | None
+    vram_used_bytes: int | None
+    bandwidth_gbps: float | None
+    bandwidth_source: ValueSource = "unknown"
+    unified_memory: bool = False
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    util_gpu_pct: float | None = None
+    util_mem_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    clocks_event_reasons: int | None = None
+    throttle_reasons: tuple[str, ...] = ()  # human names of the active slowdown reasons
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostReading:
+    ram_total_bytes: int | None
+    ram_available_bytes: int | None
+    ram_bandwidth_gbps: float | None
+    ram_bandwidth_source: ValueSource = "unknown"
+    cpu_percent: float | None = None
+    cpu_count: int | None = None
+
+
+@dataclass(frozen=True)
+class HardwareSnapshot:
+    gpus: tuple[GpuReading, ...]
+    host: HostReading
+    gpu_reason: str | None = None  # why no GPU is listed, e.g. "NVML library not found"
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """The machine a server runs on, when the user describes it (remote box, overrides)."""
+
+    gpu_name: str | None = None
+    bandwidth_gbps: float | None = None
+    vram_bytes: int | None = None
+    ram_bandwidth_gbps: float | None = None
+    kv_type: str = "f16"
+
+
+# --------------------------------------------------------------------------- server readings
+
+
+@dataclass(frozen=True)
+class SlotReading:
+    """One decoding stream as a server reports it (a llama-server slot)."""
+
+    slot_id: int
+    is_processing: bool
+    task_id: int | None = None
+    n_decoded: int | None = None  # tokens generated so far by the current/last task
+    context_tokens: int | None = None  # tokens in this slot's KV cache (prompt + generated)
+    prompt_tokens_processed: int | None = None
+    prompt_tokens_cached: int | None = None
+    n_ctx: int | None = None
+    speculative: bool = False
+
+
+@dataclass(frozen=True)
+class CounterReading:
+    """Cumulative server counters (Prometheus /metrics). Any field may be None."""
+
+    tokens_predicted_total: float | None = None
+    tokens_predicted_seconds_total: float | None = None
+    prompt_tokens_total: float | None = None
+    prompt_seconds_total: float | None = None
+    requests_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_drafts_total: float | None = None
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_usage_ratio: float | None = None  # vLLM / SGLang KV pool fill 0..1
+    ttft_sum_s: float | None = None
+    ttft_count: float | None = None
+    process_start_s: float | None = None  # llama-server Process-Start-Time-Unix header
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """Exact statistics of one finished request, as a server reported them.
+
+    No prompt or completion text, ever.
+    """
+
+    model: str
+    finished_wall_s: float
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    decode_tokens: int | None = None
+    prompt_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    ttft_s: float | None = None
+    load_s: float | None = None
+    draft_tokens: int | None = None
+    draft_accepted: int | None = None
+    context_tokens: int | None = None
+    source: str = "server"  # "lms-log", "proxy", "slots", ...
+
+
+@dataclass(frozen=True)
+class ModelReading:
+    """One loaded (or loading) model on one server, at one poll."""
+
+    name: str
+    loaded: bool = True
+    loading: bool = False
+    size_bytes: int | None = None  # what the server holds for it (Ollama: weights + KV + buffers)
+    vram_bytes: int | None = None  # the part of size_bytes in GPU memory
+    weights_bytes: int | None = None
+    context_length: int | None = None  # per-slot context size
+    quantization: str | None = None
+    parameter_count: int | None = None
+    architecture: str | None = None
+    model_path: str | None = None  # local file when known (llama-server /props)
+    facts: ModelFacts | None = None
+    slots: tuple[SlotReading, ...] = ()
+    counters: CounterReading | None = None
+    busy: bool | None = None  # server says it is generating (LM Studio `lms ps`)
+    live_rate_reason: str | None = None  # why no live rate can be measured, when that is so
+    server_pid: int | None = None  # process serving this model, when found
+    expires_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerReading:
+    kind: str
+    url: str
+    status: ServerState
+    reason: str | None = None
+    version: str | None = None
+    models: tuple[ModelReading, ...] = ()
+    finished: tuple[FinishedRequest, ...] = ()  # requests that finished since the last poll
+    elapsed_s: float | None = None  # how long the poll took
+    pid: int | None = None  # the server process, when found
+    age_s: float | None = None  # set when this is an earlier reading repeated (the poll is still running)
+    t_mono_s: float | None = None  # when the answers arrived (monotonic); rates use it when set
+
+
+# --------------------------------------------------------------------------- computed status
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    phase: Phase
+    size_bytes: int | None = None
+    weights_bytes: int | None = None
+    vram_bytes: int | None = None
+    gpu_fraction: float | None = None
+    context_length: int | None = None
+    context_tokens: int | None = None
+    quantization: str | None = None
+    parameter_count: int | None = None
+    bytes_per_token: int | None = None
+    bytes_per_token_exact: bool = False
+    ceiling_tok_s: float | None = None  # at the live context and offload split
+    full_gpu_ceiling_tok_s: float | None = None  # same context, everything in GPU memory
+    decode_tok_s: float | None = None  # per stream, mean over active streams
+    decode_total_tok_s: float | None = None
+    active_streams: int = 0
+    decode_exact: bool | None = None  # True: server-reported timings; False: estimated from polling
+    last_decode_tok_s: float | None = None
+    last_decode_context_tokens: int | None = None
+    prompt_tok_s: float | None = None
+    ttft_s: float | None = None
+    draft_acceptance: float | None = None
+    session_id: str | None = None
+    live_rate_reason: str | None = None
+    server_pid: int | None = None
+    facts: ModelFacts | None = None
+
+    @property
+    def efficiency(self) -> float | None:
+        """Decode rate as a share of the ceiling (0..1+), when both are known."""
+        rate = self.decode_tok_s if self.decode_tok_s is not None else None
+        if rate is None or not self.ceiling_tok_s:
+            return None
+        return rate / self.ceiling_tok_s
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    kind: str
+    url: str
+    status: ServerState
+    reason: str | None = None
+    version: str | None = None
+    models: tuple[ModelStatus, ...] = ()
+    pid: int | None = None
+    age_s: float | None = None  # the numbers are this old: the server has not answered this tick
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A detector's verdict at one instant (before the episode rules)."""
+
+    kind: str
+    severity: Severity
+    server: str
+    model: str | None
+    message: str
+    fix: str
+    evidence: Mapping[str, object] = field(default_factory=dict)
+    cause: str | None = None
+    score: float = 0.0  # how bad, for an episode's peak (kind-specific, larger = worse)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A confirmed finding that lasts: one per episode."""
+
+    id: str
+    kind: str
+    severity: Severity
+    server: str
+    model: str | None
+    message: str
+    fix: str
+    since_wall_s: float
+    evidence: Mapping[str, object] = field(default_factory=dict)
+    cause: str | None = None
+    peak: float = 0.0
+    ended_wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One finished request, as stored and exported (metrics only, never text)."""
+
+    server: str
+    server_kind: str
+    model: str
+    finished_wall_s: float
+    session_id: str | None
+    exact: bool
+    prompt_tokens: int | None = None
+    decode_tokens: int | None = None
+    context_tokens: int | None = None
+    prompt_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    ttft_s: float | None = None
+    load_s: float | None = None
+    ceiling_tok_s: float | None = None
+    gpu_fraction: float | None = None
+    draft_tokens: int | None = None
+    draft_accepted: int | None = None
+    source: str = "server"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t_wall_s: float
+    t_mono_s: float
+    servers: tuple[ServerStatus, ...]
+    hardware: HardwareSnapshot
+    alerts: tuple[Alert, ...] = ()
+    requests: tuple[RequestRecord, ...] = ()  # finished since the previous snapshot
+    ended_alerts: tuple[Alert, ...] = ()  # episodes that ended at this tick
+    schema: int = 1
+
+    def models(self) -> list[tuple[ServerStatus, ModelStatus]]:
+        return [(server, model) for server in self.servers for model in server.models]
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One continuous run of activity per (server, model), ended by an idle gap."""
+
+    id: str
+    server: str
+    server_kind: str
+    model: str
+    started_wall_s: float
+    ended_wall_s: float | None  # None while the session is live
+    server_version: str | None = None
+    quantization: str | None = None
+    hardware: str | None = None  # e.g. "RTX 4090 (1008 GB/s) + 54 GB/s RAM"
+    requests: int = 0
+    decode_tokens: int = 0
+    mean_decode_tok_s: float | None = None
+    peak_decode_tok_s: float | None = None
+    mean_prompt_tok_s: float | None = None
+    mean_ttft_s: float | None = None
+    max_context_tokens: int | None = None
+    ceiling_tok_s: float | None = None  # at empty context, for the split in force
+    gpu_fraction: float | None = None
+    alerts: tuple[str, ...] = ()  # kinds raised during the session

@@ -1,0 +1,110 @@
+"""Human-readable text for the CLI (`status`, `watch`): units and sensible precision."""
+
+from __future__ import annotations
+
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+
+GB = 1_000_000_000
+
+
+def rate(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def tokens(n: int | None) -> str:
+    if n is None:
+        return "—"
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def gbytes(n: int | None) -> str:
+    return "—" if n is None else f"{n / GB:.1f} GB"
+
+
+def model_line(model: ModelStatus) -> str:
+    parts = [model.name]
+    if model.quantization:
+        parts.append(model.quantization)
+    head = " ".join(parts)
+    if model.decode_tok_s is not None:
+        exact = "exact" if model.decode_exact else "estimated"
+        speed = f"{rate(model.decode_tok_s)} tok/s ({exact})"
+        if model.active_streams > 1 and model.decode_total_tok_s is not None:
+            speed += f" ×{model.active_streams} streams = {rate(model.decode_total_tok_s)} total"
+    elif model.last_decode_tok_s is not None:
+        speed = f"last {rate(model.last_decode_tok_s)} tok/s"
+    else:
+        speed = "no rate yet"
+    ceiling = ""
+    if model.ceiling_tok_s:
+        share = f"{model.efficiency * 100:.0f} % of " if model.efficiency is not None else ""
+        ceiling = f" · {share}{rate(model.ceiling_tok_s)} tok/s ceiling"
+    context = ""
+    if model.context_length:
+        context = f" · ctx {tokens(model.context_tokens or 0)}/{tokens(model.context_length)}"
+    gpu = f" · {model.gpu_fraction * 100:.0f} % GPU" if model.gpu_fraction is not None else ""
+    line = f"{head} [{model.phase}] {speed}{ceiling}{context}{gpu}"
+    if model.live_rate_reason and model.decode_tok_s is None:
+        line += f"\n      ({model.live_rate_reason})"
+    return line
+
+
+def server_line(server: ServerStatus) -> str:
+    status = server.status
+    if server.reason and server.status != "ok":
+        status += f": {server.reason}"
+    version = f" {server.version}" if server.version else ""
+    age = f" (numbers {server.age_s:.0f} s old)" if server.age_s else ""
+    return f"{server.kind}{version} {server.url} — {status}{age}"
+
+
+def format_snapshot(snapshot: Snapshot) -> str:
+    lines: list[str] = []
+    if not snapshot.servers:
+        lines.append("No LLM server found (probed the default ports; add one with --endpoint URL).")
+    for server in snapshot.servers:
+        lines.append(server_line(server))
+        for model in server.models:
+            lines.append("  " + model_line(model))
+    hw = snapshot.hardware
+    if hw.gpus:
+        for gpu in hw.gpus:
+            used = f"{gbytes(gpu.vram_used_bytes)}/{gbytes(gpu.vram_total_bytes)}"
+            bw = f" · {gpu.bandwidth_gbps:.0f} GB/s" if gpu.bandwidth_gbps else ""
+            lines.append(f"GPU {gpu.index}: {gpu.name} · {used}{bw}")
+    else:
+        lines.append(f"GPU: none ({hw.gpu_reason or 'not found'})")
+    host = hw.host
+    ram_bw = ""
+    if host.ram_bandwidth_gbps:
+        ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({host.ram_bandwidth_source})"
+    avail = gbytes(host.ram_available_bytes)
+    lines.append(f"RAM: {avail} free of {gbytes(host.ram_total_bytes)}{ram_bw}")
+    for alert in snapshot.alerts:
+        lines.append(f"⚠ [{alert.severity}] {alert.message}")
+        lines.append(f"    {alert.fix}")
+    return "\n".join(lines)
+
+
+def format_watch_line(snapshot: Snapshot) -> str:
+    from datetime import datetime, timezone
+
+    stamp = datetime.fromtimestamp(snapshot.t_wall_s, tz=timezone.utc).strftime("%H:%M:%S")
+    parts: list[str] = []
+    for server in snapshot.servers:
+        if server.status != "ok":
+            parts.append(f"{server.kind} {server.status}")
+            continue
+        for model in server.models:
+            parts.append(
+                f"{model.name} {model.phase} {rate(model.decode_tok_s)} tok/s"
+                f" ctx {tokens(model.context_tokens)}"
+                + (f" / {rate(model.ceiling_tok_s)} ceiling" if model.ceiling_tok_s else "")
+                + (f" ({server.age_s:.0f}s old)" if server.age_s else "")
+            )
+    if not parts:
+        parts.append("no server")
+    alerts = f"  ⚠ {', '.join(a.kind for a in snapshot.alerts)}" if snapshot.alerts else ""
+    return f"{stamp}  " + " | ".join(parts) + alerts

@@ -1,0 +1,355 @@
+"""The headless monitor: discovery + probes + hardware → pipeline → store.
+
+Used by the tray (on its sampler thread), `watch`, `status` and `agent`.
+Never imports Qt. `tick()` blocks on I/O, so GUI code calls it only from a
+worker thread. One hung endpoint never delays the others: each server is
+polled on its own thread with its own timeouts, and a poll that overruns the
+tick budget is reported as such while it finishes in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+
+from trayapp import paths
+from trayapp.adapters import secrets
+from trayapp.adapters.discovery import Discovery, Endpoint
+from trayapp.adapters.hardware import HardwareProbe
+from trayapp.adapters.hwtable import gpu_lookup
+from trayapp.adapters.modelfile import read_model_facts
+from trayapp.config import EndpointConfig, Settings
+from trayapp.core.diagnose import Baseline
+from trayapp.core.machine import Machine, resolve_machine
+from trayapp.core.model import (
+    HardwareProfile,
+    HardwareSnapshot,
+    ModelFacts,
+    ModelStatus,
+    ServerReading,
+    ServerStatus,
+    Snapshot,
+)
+from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
+
+log = logging.getLogger("llm_tray.monitor")
+
+POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
+HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    extra_endpoints: tuple[EndpointConfig, ...] = ()
+    discover: bool | None = None  # None: as configured
+    profile: HardwareProfile | None = None  # hardware overrides from the command line
+    record: bool = True
+    one_shot: bool = False
+
+
+class Monitor:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        extra_endpoints: Sequence[EndpointConfig] = (),
+        discover: bool | None = None,
+        profile: HardwareProfile | None = None,
+        record: bool = True,
+        one_shot: bool = False,
+        hardware_probe: HardwareProbe | None = None,
+        measure_ram: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.options = MonitorOptions(tuple(extra_endpoints), discover, profile, record, one_shot)
+        self.settings = settings
+        self._clock = clock
+        self._wall = wall_clock
+        self.warnings: list[str] = []
+        self.last_snapshot: Snapshot | None = None
+        self._hardware = hardware_probe or HardwareProbe()
+        if measure_ram and self._profile().ram_bandwidth_gbps is None:
+            self._measure_ram_bandwidth()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="llm-tray-poll")
+        self._inflight: dict[str, tuple[Future[ServerReading], float]] = {}
+        self._last_reading: dict[str, tuple[ServerReading, float]] = {}
+        self._store = None
+        if record:
+            self._open_store()
+        self.pipeline = Pipeline(
+            settings.thresholds,
+            idle_gap_s=settings.monitor.session_idle_gap_s,
+            one_shot=one_shot,
+            baseline_lookup=self._baseline if self._store is not None else None,
+        )
+        self._discovery = self._make_discovery()
+        self._last_status: dict[str, str] = {}
+        self._paused = False
+
+    # ------------------------------------------------------------------ setup
+
+    def _profile(self) -> HardwareProfile:
+        base = self.settings.hardware.profile()
+        override = self.options.profile
+        if override is None:
+            return base
+        return HardwareProfile(
+            gpu_name=override.gpu_name or base.gpu_name,
+            bandwidth_gbps=override.bandwidth_gbps if override.bandwidth_gbps is not None else base.bandwidth_gbps,
+            vram_bytes=override.vram_bytes if override.vram_bytes is not None else base.vram_bytes,
+            ram_bandwidth_gbps=(
+                override.ram_bandwidth_gbps if override.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
+            ),
+            kv_type=override.kv_type if override.kv_type != "f16" else base.kv_type,
+        )
+
+    def _measure_ram_bandwidth(self) -> None:
+        from trayapp.adapters.host import cached_ram_bandwidth
+
+        try:
+            gbps, source, _ = cached_ram_bandwidth(paths.cache_dir() / "ram_bandwidth.json")
+        except Exception as exc:  # a failed benchmark only costs the CPU-side ceiling
+            self.warnings.append(f"RAM bandwidth measurement failed: {exc}")
+            return
+        self._hardware.set_ram_bandwidth(gbps, source)  # type: ignore[arg-type]
+
+    def _open_store(self) -> None:
+        from trayapp.adapters.store import Store, StoreLockedError
+
+        store_cfg = self.settings.store
+        try:
+            self._store = Store(
+                paths.store_file(),
+                writer=True,
+                sample_interval_s=store_cfg.sample_interval_s,
+                retention_days=store_cfg.retention_days,
+                max_size_bytes=int(store_cfg.max_size_mb * 2**20),
+            )
+        except StoreLockedError as exc:
+            self.warnings.append(f"not recording: {exc}")
+            self._store = None
+        except Exception as exc:
+            self.warnings.append(f"not recording: cannot open the store ({exc})")
+            self._store = None
+
+    def _endpoint_configs(self) -> list[EndpointConfig]:
+        seen: set[str] = set()
+        merged: list[EndpointConfig] = []
+        for endpoint in (*self.settings.endpoints, *self.options.extra_endpoints):
+            if endpoint.url not in seen:
+                seen.add(endpoint.url)
+                merged.append(endpoint)
+        return merged
+
+    def _make_discovery(self) -> Discovery:
+        configs = {e.url: e for e in self._endpoint_configs()}
+        base_profile = self._profile()
+        endpoints = [
+            Endpoint(
+                url=e.url,
+                kind=e.kind,
+                api_key_env=e.api_key_env,
+                name=e.name,
+                hardware=e.hardware_profile(base_profile) if e.hardware_profile(base_profile) != base_profile else None,
+            )
+            for e in configs.values()
+        ]
+        discover = self.settings.monitor.discover if self.options.discover is None else self.options.discover
+
+        def api_key_lookup(endpoint: Endpoint) -> str | None:
+            config = configs.get(endpoint.url)
+            if config is None:
+                return None
+            key, why = secrets.resolve_api_key(
+                endpoint.url, api_key_env=config.api_key_env, use_keyring=config.use_keyring
+            )
+            if why and endpoint.url not in self._key_warned:
+                self._key_warned.add(endpoint.url)
+                self.warnings.append(f"{endpoint.url}: no API key ({why})")
+            return key
+
+        self._key_warned: set[str] = set()
+        return Discovery(
+            endpoints,
+            scan_defaults=discover,
+            reprobe_interval_s=self.settings.monitor.rediscover_s,
+            facts_loader=_load_facts,
+            api_key_lookup=api_key_lookup,
+        )
+
+    # ------------------------------------------------------------------ public
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Take new settings without a restart (endpoints, thresholds, intervals)."""
+        endpoints_changed = (settings.endpoints, settings.monitor.discover, settings.hardware) != (
+            self.settings.endpoints,
+            self.settings.monitor.discover,
+            self.settings.hardware,
+        )
+        self.settings = settings
+        self.pipeline.set_thresholds(settings.thresholds)
+        self.pipeline.sessions.idle_gap_s = settings.monitor.session_idle_gap_s
+        if endpoints_changed:
+            self._discovery.close()
+            self._discovery = self._make_discovery()
+
+    def set_paused(self, paused: bool) -> None:
+        self._paused = paused
+
+    def tick(self, budget_s: float = POLL_BUDGET_S) -> Snapshot:
+        """Poll everything once and return the new snapshot (blocking I/O, at most ~budget_s)."""
+        now_mono = self._clock()
+        probes = self._discovery.refresh(now_mono)
+        readings = self._poll_all(probes, now_mono, budget_s)
+        hardware = self._read_hardware()
+        machines, default_machine = self._machines(hardware)
+        output = self.pipeline.process(readings, hardware, machines, default_machine, self._clock(), self._wall())
+        self._log_transitions(output.snapshot)
+        if self._store is not None and not self._paused:
+            self._record(output)
+        self.last_snapshot = output.snapshot
+        return output.snapshot
+
+    def next_interval_s(self) -> float:
+        """About 1 s while something generates, slower when idle."""
+        snap = self.last_snapshot
+        cfg = self.settings.monitor
+        if snap is not None and any(m.phase in ("prefill", "decoding", "loading") for _, m in snap.models()):
+            return cfg.poll_active_s
+        return cfg.poll_idle_s
+
+    def close(self) -> None:
+        self._discovery.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._hardware.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    @property
+    def store_error(self) -> str | None:
+        return getattr(self._store, "last_error", None) if self._store is not None else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _poll_all(self, probes: Sequence, now_mono: float, budget_s: float) -> list[ServerReading]:
+        """Poll every server at once; wait at most `budget_s` for answers.
+
+        A server still answering an earlier poll is not polled again. Until it has been
+        silent for HUNG_AFTER_S its last reading is repeated with its age (so `watch`
+        keeps its cadence and a slow prefill does not flap the status); after that it is
+        reported as hung.
+        """
+        for probe in probes:
+            running = self._inflight.get(probe.url)
+            if running is None or running[0].done():
+                self._inflight[probe.url] = (self._pool.submit(_safe_poll, probe, now_mono), now_mono)
+        pending = [self._inflight[p.url][0] for p in probes if not self._inflight[p.url][0].done()]
+        if pending:
+            wait(pending, timeout=budget_s)
+        readings: list[ServerReading] = []
+        now = self._clock()
+        for probe in probes:
+            future, started = self._inflight[probe.url]
+            if future.done():
+                reading = future.result()
+                self._last_reading[probe.url] = (reading, now)
+                readings.append(reading)
+                continue
+            last = self._last_reading.get(probe.url)
+            waited = now - started
+            if last is not None and waited < HUNG_AFTER_S:
+                readings.append(replace(last[0], age_s=now - last[1]))
+            else:
+                readings.append(
+                    ServerReading(
+                        kind=probe.kind,
+                        url=probe.url,
+                        status="error",
+                        reason=f"no answer for {waited:.0f} s (server hung?)",
+                    )
+                )
+        return readings
+
+    def _read_hardware(self) -> HardwareSnapshot:
+        return self._hardware.read()
+
+    def _machines(self, hardware: HardwareSnapshot) -> tuple[dict[str, Machine], Machine]:
+        profile = self._profile()
+        default = resolve_machine(hardware, profile, gpu_lookup)
+        machines: dict[str, Machine] = {}
+        for endpoint in self._endpoint_configs():
+            endpoint_profile = endpoint.hardware_profile(profile)
+            if endpoint_profile != profile:
+                remote_hw = hardware if endpoint_profile.gpu_name is None and endpoint_profile.bandwidth_gbps is None else None
+                machines[endpoint.url] = resolve_machine(remote_hw or hardware, endpoint_profile, gpu_lookup)
+        return machines, default
+
+    def _record(self, output: TickOutput) -> None:
+        assert self._store is not None
+        try:
+            self._store.record(output.snapshot, output.sessions)
+        except Exception as exc:  # the store reports disk-full itself; anything else must not stop us
+            log.error("store: %s", exc)
+
+    def _baseline(self, server: ServerStatus, model: ModelStatus, machine: Machine) -> Baseline | None:
+        if self._store is None:
+            return None
+        try:
+            found = self._store.baseline(
+                model=model.name,
+                quantization=model.quantization,
+                hardware=hardware_label(machine),
+                context_tokens=model.context_tokens,
+                before_wall_s=self._wall(),
+                exclude_session=model.session_id,
+            )
+        except Exception as exc:
+            log.warning("baseline lookup failed: %s", exc)
+            return None
+        if found is None:
+            return None
+        return Baseline(
+            decode_tok_s=found.decode_tok_s,
+            context_tokens=getattr(found, "context_tokens", None),
+            server_version=getattr(found, "server_version", None),
+            session_id=getattr(found, "session_id", None),
+            when_wall_s=getattr(found, "when_wall_s", None),
+        )
+
+    def _log_transitions(self, snapshot: Snapshot) -> None:
+        for server in snapshot.servers:
+            before = self._last_status.get(server.url)
+            if before != server.status:
+                detail = f" ({server.reason})" if server.reason and server.status != "ok" else ""
+                log.info("%s %s: %s → %s%s", server.kind, server.url, before or "new", server.status, detail)
+                self._last_status[server.url] = server.status
+
+
+def _safe_poll(probe, now_mono: float) -> ServerReading:  # type: ignore[no-untyped-def]
+    try:
+        reading = probe.poll(now_mono)
+        return replace(reading, t_mono_s=time.monotonic())
+    except Exception as exc:  # probes must not raise; if one does, it is a bug we report, not a crash
+        log.exception("probe %s crashed", probe.url)
+        return ServerReading(kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}")
+
+
+def _load_facts(path: str) -> ModelFacts | None:
+    return read_model_facts(path)
+
+
+def endpoint_from_arg(value: str) -> EndpointConfig:
+    """`[KIND=]URL` from the command line."""
+    kind, sep, url = value.partition("=")
+    if not sep or "://" in kind:
+        kind, url = "", value
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
+    return EndpointConfig(url=url, kind=kind or None)
+
+
