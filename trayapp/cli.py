@@ -53,9 +53,15 @@ def add_hardware_options(parser: argparse.ArgumentParser) -> None:
     gpu = group.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", metavar="NAME", help='GPU or chip by name, e.g. "RTX 4090", "M4 Max 40-core"')
     gpu.add_argument("--bandwidth-gbps", type=_positive(), metavar="N", help="memory bandwidth in GB/s")
-    group.add_argument("--vram-gb", type=_positive(), metavar="N", help="GPU (or unified) memory in GB (10^9 bytes)")
-    group.add_argument("--ram-bandwidth-gbps", type=_positive(), metavar="N", help="system RAM bandwidth in GB/s")
-    group.add_argument("--kv-type", choices=KV_TYPES, default=None, help="KV-cache element type (default f16)")
+    group.add_argument(
+        "--vram-gb", type=_positive(), metavar="N", help="GPU (or unified) memory in GB (10^9 bytes)"
+    )
+    group.add_argument(
+        "--ram-bandwidth-gbps", type=_positive(), metavar="N", help="system RAM bandwidth in GB/s"
+    )
+    group.add_argument(
+        "--kv-type", choices=KV_TYPES, default=None, help="KV-cache element type (default f16)"
+    )
 
 
 def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
@@ -100,10 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--model", metavar="FILE.gguf", help="a GGUF file (exact bytes per token)")
     source.add_argument("--params", type=_positive(), metavar="B", help="parameters, in billions")
     source.add_argument("--weights-gb", type=_positive(), metavar="GB", help="size of the weights in GB")
-    ceiling.add_argument("--active-params", type=_positive(), metavar="B", help="active parameters (MoE), billions")
-    ceiling.add_argument("--quant", default=None, metavar="Q", help="quantization with --params (default Q4_K_M)")
-    ceiling.add_argument("--context", type=_positive(int), default=4096, metavar="N", help="context tokens (4096)")
-    ceiling.add_argument("--gpu-fraction", type=_fraction, default=None, metavar="F", help="share of weights on GPU")
+    ceiling.add_argument(
+        "--active-params", type=_positive(), metavar="B", help="active parameters (MoE), billions"
+    )
+    ceiling.add_argument(
+        "--quant", default=None, metavar="Q", help="quantization with --params (default Q4_K_M)"
+    )
+    ceiling.add_argument(
+        "--context", type=_positive(int), default=4096, metavar="N", help="context tokens (4096)"
+    )
+    ceiling.add_argument(
+        "--gpu-fraction", type=_fraction, default=None, metavar="F", help="share of weights on GPU"
+    )
     ceiling.add_argument("--json", action="store_true", help="print JSON")
     add_hardware_options(ceiling)
 
@@ -118,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint_options(agent)
     add_hardware_options(agent)
     agent.add_argument("--metrics-port", type=_positive(int), default=9464, metavar="N", help="port (9464)")
-    agent.add_argument("--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)")
+    agent.add_argument(
+        "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
+    )
     agent.add_argument("--duration", type=_positive(), default=None, metavar="S", help=argparse.SUPPRESS)
     return parser
 
@@ -145,7 +161,10 @@ def _load_settings():  # type: ignore[no-untyped-def]
     for error in result.errors:
         print(f"llm-tray: config: {error}", file=sys.stderr)
     if result.backup_path is not None:
-        print(f"llm-tray: config: using defaults where broken; your file is kept as {result.backup_path}", file=sys.stderr)
+        print(
+            f"llm-tray: config: using defaults where broken; your file is kept as {result.backup_path}",
+            file=sys.stderr,
+        )
     return result.settings
 
 
@@ -252,7 +271,7 @@ def run_ceiling(args: argparse.Namespace) -> int:
         facts = facts_from_params(
             params_b=args.params,
             active_params_b=args.active_params,
-            quant=args.quant,
+            quant=args.quant or (None if args.weights_gb else "Q4_K_M"),
             weights_gb=args.weights_gb,
         )
     else:

@@ -50,9 +50,13 @@ class EndpointConfig:
     ram_bandwidth_gbps: float | None = None
 
     def hardware_profile(self, base: HardwareProfile) -> HardwareProfile:
-        if self.gpu is None and self.bandwidth_gbps is None and self.vram_gb is None:
-            if self.ram_bandwidth_gbps is None:
-                return base
+        if (
+            self.gpu is None
+            and self.bandwidth_gbps is None
+            and self.vram_gb is None
+            and self.ram_bandwidth_gbps is None
+        ):
+            return base
         return replace(
             base,
             gpu_name=self.gpu or base.gpu_name,
@@ -291,7 +295,11 @@ def _backup(path: Path) -> Path | None:
 
 def _to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in fields(value) if getattr(value, f.name) is not None}
+        return {
+            f.name: _to_plain(getattr(value, f.name))
+            for f in fields(value)
+            if getattr(value, f.name) is not None
+        }
     if isinstance(value, tuple):
         return [_to_plain(v) for v in value]
     return value

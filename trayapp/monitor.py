@@ -99,10 +99,14 @@ class Monitor:
             return base
         return HardwareProfile(
             gpu_name=override.gpu_name or base.gpu_name,
-            bandwidth_gbps=override.bandwidth_gbps if override.bandwidth_gbps is not None else base.bandwidth_gbps,
+            bandwidth_gbps=override.bandwidth_gbps
+            if override.bandwidth_gbps is not None
+            else base.bandwidth_gbps,
             vram_bytes=override.vram_bytes if override.vram_bytes is not None else base.vram_bytes,
             ram_bandwidth_gbps=(
-                override.ram_bandwidth_gbps if override.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
+                override.ram_bandwidth_gbps
+                if override.ram_bandwidth_gbps is not None
+                else base.ram_bandwidth_gbps
             ),
             kv_type=override.kv_type if override.kv_type != "f16" else base.kv_type,
         )
@@ -154,7 +158,9 @@ class Monitor:
                 kind=e.kind,
                 api_key_env=e.api_key_env,
                 name=e.name,
-                hardware=e.hardware_profile(base_profile) if e.hardware_profile(base_profile) != base_profile else None,
+                hardware=e.hardware_profile(base_profile)
+                if e.hardware_profile(base_profile) != base_profile
+                else None,
             )
             for e in configs.values()
         ]
@@ -207,7 +213,9 @@ class Monitor:
         readings = self._poll_all(probes, now_mono, budget_s)
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
-        output = self.pipeline.process(readings, hardware, machines, default_machine, self._clock(), self._wall())
+        output = self.pipeline.process(
+            readings, hardware, machines, default_machine, self._clock(), self._wall()
+        )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
             self._record(output)
@@ -247,7 +255,10 @@ class Monitor:
         for probe in probes:
             running = self._inflight.get(probe.url)
             if running is None or running[0].done():
-                self._inflight[probe.url] = (self._pool.submit(_safe_poll, probe, now_mono), now_mono)
+                self._inflight[probe.url] = (
+                    self._pool.submit(_safe_poll, probe, now_mono, self._clock),
+                    now_mono,
+                )
         pending = [self._inflight[p.url][0] for p in probes if not self._inflight[p.url][0].done()]
         if pending:
             wait(pending, timeout=budget_s)
@@ -284,9 +295,8 @@ class Monitor:
         machines: dict[str, Machine] = {}
         for endpoint in self._endpoint_configs():
             endpoint_profile = endpoint.hardware_profile(profile)
-            if endpoint_profile != profile:
-                remote_hw = hardware if endpoint_profile.gpu_name is None and endpoint_profile.bandwidth_gbps is None else None
-                machines[endpoint.url] = resolve_machine(remote_hw or hardware, endpoint_profile, gpu_lookup)
+            if endpoint_profile != profile:  # a server on another machine, described in the config
+                machines[endpoint.url] = resolve_machine(hardware, endpoint_profile, gpu_lookup)
         return machines, default
 
     def _record(self, output: TickOutput) -> None:
@@ -330,13 +340,15 @@ class Monitor:
                 self._last_status[server.url] = server.status
 
 
-def _safe_poll(probe, now_mono: float) -> ServerReading:  # type: ignore[no-untyped-def]
+def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerReading:  # type: ignore[no-untyped-def]
     try:
         reading = probe.poll(now_mono)
-        return replace(reading, t_mono_s=time.monotonic())
+        return replace(reading, t_mono_s=clock())
     except Exception as exc:  # probes must not raise; if one does, it is a bug we report, not a crash
         log.exception("probe %s crashed", probe.url)
-        return ServerReading(kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}")
+        return ServerReading(
+            kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}"
+        )
 
 
 def _load_facts(path: str) -> ModelFacts | None:
@@ -351,5 +363,3 @@ def endpoint_from_arg(value: str) -> EndpointConfig:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
     return EndpointConfig(url=url, kind=kind or None)
-
-

@@ -26,7 +26,11 @@ pytestmark = pytest.mark.llamacpp
 
 def _cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trayapp", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        [sys.executable, "-m", "trayapp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
     )
 
 
@@ -34,7 +38,9 @@ def _monitor(url: str, *, record: bool = False) -> Monitor:
     return Monitor(Settings(), extra_endpoints=[endpoint_from_arg(url)], discover=False, record=record)
 
 
-def _tick_until_done(monitor: Monitor, future, interval_s: float = 1.0, limit_s: float = 180) -> list[Snapshot]:  # type: ignore[no-untyped-def]
+def _tick_until_done(
+    monitor: Monitor, future, interval_s: float = 1.0, limit_s: float = 180
+) -> list[Snapshot]:  # type: ignore[no-untyped-def]
     """Tick the monitor at a steady cadence while a generation runs (bounded), plus two ticks after."""
     snapshots: list[Snapshot] = []
     pace = threading.Event()
@@ -62,11 +68,15 @@ def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, mo
         "predicted_per_second"
     ]
     assert measured <= ceiling, f"decode {measured:.1f} tok/s above the {ceiling:.1f} tok/s ceiling"
-    assert measured >= 0.15 * ceiling, f"decode {measured:.1f} tok/s is under 15 % of {ceiling:.1f}: unit error?"
+    assert measured >= 0.15 * ceiling, (
+        f"decode {measured:.1f} tok/s is under 15 % of {ceiling:.1f}: unit error?"
+    )
 
 
 def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) -> None:
-    future = generate_in_background(llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True)
+    future = generate_in_background(
+        llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True
+    )
     result = _cli(
         "watch", "--json", "--interval", "1", "--duration", "14",
         "--endpoint", llama_server.url, "--no-discover", timeout_s=60,
@@ -98,7 +108,9 @@ def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> 
     monitor = _monitor(own_server.url)
     try:
         assert monitor.tick().servers[0].status == "ok"
-        snapshots = _tick_until_done(monitor, generate_in_background(own_server.url, "Hello", 250, ignore_eos=True))
+        snapshots = _tick_until_done(
+            monitor, generate_in_background(own_server.url, "Hello", 250, ignore_eos=True)
+        )
         assert any(m.decode_tok_s for s in snapshots for _, m in s.models())
 
         own_server.kill()

@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from trayapp.ui.qtcompat import apply_workarounds
+
+# PySide6 6.12.0 on Python 3.11 leaks references to None on every void call; a long
+# Qt session would abort with "none_dealloc". A no-op on fixed bindings (see qtcompat).
+apply_workarounds()
+
 
 @pytest.fixture(autouse=True)
 def _tray_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -12,8 +12,23 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "trayapp"
 QT_MODULES = {"PySide6", "pyqtgraph", "shiboken6"}
 IO_MODULES = {
-    "httpx", "psutil", "pynvml", "gguf", "sqlite3", "prometheus_client", "keyring", "platformdirs",
-    "socket", "subprocess", "urllib.request", "http.client", "requests", "threading", "concurrent", "asyncio", "shutil",
+    "httpx",
+    "psutil",
+    "pynvml",
+    "gguf",
+    "sqlite3",
+    "prometheus_client",
+    "keyring",
+    "platformdirs",
+    "socket",
+    "subprocess",
+    "urllib.request",
+    "http.client",
+    "requests",
+    "threading",
+    "concurrent",
+    "asyncio",
+    "shutil",
 }
 
 
@@ -30,7 +45,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _prefixes(module: str) -> set[str]:
-    """"a.b.c" → {"a", "a.b", "a.b.c"}, so both packages and submodules can be banned."""
+    """ "a.b.c" → {"a", "a.b", "a.b.c"}, so both packages and submodules can be banned."""
     parts = module.split(".")
     return {".".join(parts[: i + 1]) for i in range(len(parts))}
 

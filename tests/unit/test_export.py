@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
+import shutil
 import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
+from trayapp import paths
 from trayapp.adapters.export import PARQUET_HINT, ExportError, export, export_columns, iso_utc
 from trayapp.adapters.store import Store
+from trayapp.commands import logs
 from trayapp.core.model import (
     GpuReading,
     HardwareSnapshot,
@@ -150,7 +156,7 @@ def test_csv_round_trip_keeps_the_numbers(db: Path, tmp_path: Path) -> None:
         assert int(row["prompt_tokens"]) == expected.prompt_tokens
         assert int(row["context_tokens"]) == expected.context_tokens
         assert row["load_s"] == "" and row["exact"] == "true" and row["session_id"] == "a"
-        assert float(row["ceiling_pct"]) == pytest.approx(100 * expected.decode_tok_s / 217.5)  # type: ignore[operator]
+        assert float(row["ceiling_pct"]) == pytest.approx(100 * expected.decode_tok_s / 217.5)
     assert not list(tmp_path.glob(".*.part"))
 
 
@@ -260,3 +266,86 @@ def test_parquet_round_trip(db: Path, tmp_path: Path) -> None:
     rows = table.to_pylist()
     assert rows[0]["decode_tok_s"] == 70.0 and rows[3]["ttft_s"] == status(3, "a").ttft_s
     assert rows[0]["time_utc"].timestamp() == T0 and rows[-1]["session_id"] == "b"
+
+
+# --------------------------------------------------------------------------- the CLI (trayapp.commands.logs)
+
+
+def _cli(add: Callable[[argparse.ArgumentParser], None], argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def home_store(db: Path) -> Path:
+    """The fixture store, where `paths.store_file()` looks (LLM_TRAY_HOME is per test)."""
+    target = paths.store_file()
+    shutil.copyfile(db, target)
+    return target
+
+
+def test_cli_export_writes_a_file_and_reports_it(
+    home_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    args = _cli(logs.add_export_arguments, ["--format", "jsonl", "--session", "b", "-o", str(out)])
+    assert logs.run_export(args) == 0
+    assert len(out.read_text().splitlines()) == 5  # session b has samples only
+    assert "wrote 5 samples rows" in capsys.readouterr().err
+
+
+def test_cli_export_to_stdout_with_since(home_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    since = datetime.fromtimestamp(T0 + 5, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    args = _cli(logs.add_export_arguments, ["--table", "samples", "--since", since])
+    assert logs.run_export(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("time_utc,") and len(lines) == 1 + 10
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--since", "last tuesday"], "bad date 'last tuesday'"),
+        (["--session", "zzz"], "unknown session 'zzz'"),
+        (["--last", "0"], "--last needs a positive number"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(
+    home_store: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert logs.run_export(_cli(logs.add_export_arguments, argv)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        captured.err.count("\n") == 1
+        and message in captured.err
+        and captured.err.startswith("llm-tray export")
+    )
+
+
+def test_cli_session_prefixes_resolve_when_unique(home_store: Path) -> None:
+    with Store(home_store, writer=False) as store:
+        assert logs.resolve_session(store, "a") == "a"
+        with pytest.raises(logs.UsageError, match="unknown session"):
+            logs.resolve_session(store, "c")
+
+
+def test_cli_sessions_table_and_json(home_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert logs.run_sessions(_cli(logs.add_sessions_arguments, [])) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["ID", "MODEL", "SERVER"]
+    assert table[1].split()[0] == "a" and "40" in table[1].split() and "kv_slowdown" in table[1]
+    assert table[2].split()[0] == "b" and "live" in table[2]
+
+    assert logs.run_sessions(_cli(logs.add_sessions_arguments, ["--json", "--last", "1"])) == 0
+    (only,) = json.loads(capsys.readouterr().out)
+    assert (
+        only["session_id"] == "b" and only["ended_utc"] is None and only["started_utc"] == iso_utc(T0 + 100)
+    )
+
+
+def test_cli_sessions_on_a_fresh_install(capsys: pytest.CaptureFixture[str]) -> None:
+    assert logs.run_sessions(_cli(logs.add_sessions_arguments, [])) == 0
+    assert "no sessions recorded yet" in capsys.readouterr().out
+    assert not paths.store_file().exists()  # reading never creates the store

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,7 +166,7 @@ def alert(aid: str = "a1", **kw: object) -> Alert:
     return Alert(**values)  # type: ignore[arg-type]
 
 
-def rows(store: Store, table: str, **kw: object) -> list[dict[str, object]]:
+def rows(store: Store, table: str, **kw: object) -> list[dict[str, Any]]:
     return list(store.iter_rows(table, **kw))  # type: ignore[arg-type]
 
 
@@ -462,6 +463,25 @@ def test_baseline_uses_request_records_too(db: Path) -> None:
             exclude_session=None,
         )
         assert best is not None and best.session_id == "r" and best.decode_tok_s == 61.0
+
+
+def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:
+    query = {
+        "model": "qwen3:8b",
+        "quantization": "Q4_K_M",
+        "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+        "context_tokens": 600,
+        "exclude_session": None,
+    }
+    with Store(db) as store:
+        _decoding_session(store, "first", T0, 80.0, 600)
+        found = store.baseline(before_wall_s=T0 + 100, **query)  # type: ignore[arg-type]
+        assert found is not None and found.session_id == "first"
+        _decoding_session(store, "better", T0 + 10, 95.0, 600)
+        cached = store.baseline(before_wall_s=T0 + 130, **query)  # type: ignore[arg-type]
+        assert cached is not None and cached.session_id == "first"  # the monitor asks every tick: cached
+        fresh = store.baseline(before_wall_s=T0 + 161, **query)  # type: ignore[arg-type]
+        assert fresh is not None and fresh.session_id == "better" and fresh.when_wall_s == T0 + 10
 
 
 # --------------------------------------------------------------------------- bounds

@@ -13,7 +13,6 @@ import contextlib
 import csv
 import io
 import json
-import math
 import os
 import sys
 from collections.abc import Iterator
@@ -48,8 +47,8 @@ def iso_utc(t_wall_s: float | None) -> str | None:
     return text.replace("+00:00", "Z")
 
 
-def _pct(rate: object, ceiling: object) -> float | None:
-    if not isinstance(rate, (int, float)) or not isinstance(ceiling, (int, float)) or ceiling <= 0:
+def _pct(rate: float | None, ceiling: float | None) -> float | None:
+    if rate is None or not ceiling or ceiling <= 0:
         return None
     return 100.0 * rate / ceiling
 
@@ -73,26 +72,28 @@ def _time_columns(table: str) -> dict[str, str]:
 def _rows(
     store: Store, table: str, since_wall_s: float | None, session_ids: list[str] | None, batch: int
 ) -> Iterator[dict[str, Any]]:
-    """Rows with computed columns; ISO columns still hold epoch seconds (the writers render them)."""
+    """Rows with computed columns; ISO columns still hold epoch seconds (the writers render them).
+
+    The store writes finite numbers only (no NaN or infinity), so values pass through as
+    they are, but for the 0/1 columns that become booleans.
+    """
+    time_column = TIME_COLUMNS[table]
     rate_column = "mean_decode_tok_s" if table == "sessions" else "decode_tok_s"
-    for row in store.iter_rows(table, since_wall_s=since_wall_s, session_ids=session_ids, batch=batch):
-        out: dict[str, Any] = {"time_utc": row[TIME_COLUMNS[table]]}
+    bools = [c for c in store.columns(table) if c in BOOL_COLUMNS]
+    source: Iterator[dict[str, Any]] = store.iter_rows(
+        table, since_wall_s=since_wall_s, session_ids=session_ids, batch=batch
+    )
+    for row in source:
+        row["time_utc"] = row[time_column]
+        for column in bools:
+            if row[column] is not None:
+                row[column] = bool(row[column])
         if table == "sessions":
-            out["ended_utc"] = row["ended_wall_s"]
-        for key, value in row.items():
-            if key in BOOL_COLUMNS and value is not None:
-                value = bool(value)
-            elif isinstance(value, float) and not math.isfinite(value):
-                value = None
-            out[key] = value
-        if table == "sessions":
-            ended = row["ended_wall_s"]
-            started = row["started_wall_s"]
-            out["duration_s"] = (
-                ended - started if isinstance(ended, float) and isinstance(started, float) else None
-            )
-        out["ceiling_pct"] = _pct(row.get(rate_column), row.get("ceiling_tok_s"))
-        yield out
+            ended, started = row["ended_wall_s"], row["started_wall_s"]
+            row["ended_utc"] = ended
+            row["duration_s"] = None if ended is None else ended - started
+        row["ceiling_pct"] = _pct(row[rate_column], row["ceiling_tok_s"])
+        yield row
 
 
 def export(
@@ -179,13 +180,16 @@ def _write_text(
     times = _time_columns(table)
     count = 0
     if fmt == "csv":
-        writer = csv.writer(out, lineterminator="\n")
+        writer = csv.writer(out, lineterminator="\n")  # writes None as an empty field
         writer.writerow(columns)
+        bools = [c for c in columns if c in BOOL_COLUMNS]
         for row in rows:
             for column in times:
                 row[column] = iso_utc(row[column])
-            writer.writerow(["" if v is None else ("true" if v else "false") if isinstance(v, bool) else v
-                             for v in (row[c] for c in columns)])  # fmt: skip
+            for column in bools:
+                if row[column] is not None:
+                    row[column] = "true" if row[column] else "false"
+            writer.writerow([row[c] for c in columns])
             count += 1
     else:
         dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode

@@ -39,7 +39,7 @@ class Response:
     def json(self) -> Any:
         try:
             return json.loads(self.text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise FetchError("error", f"invalid JSON ({exc.msg} at char {exc.pos})") from exc
 
 

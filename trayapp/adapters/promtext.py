@@ -46,7 +46,9 @@ def first(samples: Iterable[Sample], *names: str, labels: Mapping[str, str] | No
     """The value of the first sample named like one of `names` (and matching `labels`)."""
     wanted = set(names)
     for sample in samples:
-        if sample.name in wanted and (not labels or all(sample.labels.get(k) == v for k, v in labels.items())):
+        if sample.name in wanted and (
+            not labels or all(sample.labels.get(k) == v for k, v in labels.items())
+        ):
             if math.isnan(sample.value):
                 return None
             return sample.value

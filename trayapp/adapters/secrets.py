@@ -23,7 +23,7 @@ class SecretStoreError(Exception):
 _NO_BACKEND = (
     "no OS keyring is available here (no Secret Service / Keychain / Credential Manager). "
     "Put the key in an environment variable and name it in the endpoint's api_key_env setting "
-    "(e.g. api_key_env = \"LLAMA_API_KEY\"), or install a keyring backend."
+    '(e.g. api_key_env = "LLAMA_API_KEY"), or install a keyring backend.'
 )
 
 

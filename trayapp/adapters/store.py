@@ -47,6 +47,8 @@ PRUNE_INTERVAL_S = 300.0  # record() prunes at most this often
 _JITTER_S = 0.5  # a tick up to 10 % (at most this) early still counts as a full interval
 _WIN_LOCK_OFFSET = 4096  # Windows locks are mandatory: lock a byte past the pid text
 _QUICK_CHECK_BUDGET_S = 1.0
+BASELINE_CACHE_S = 60.0  # the monitor asks every tick; the answer may be this old
+_BASELINE_CONTEXT_STEP = math.log(1.05)  # contexts within ~5 % share a cached answer
 
 
 class StoreError(RuntimeError):
@@ -70,6 +72,11 @@ class Baseline:
     model: str
     quantization: str | None
     hardware: str | None
+
+    @property
+    def when_wall_s(self) -> float:
+        """When the baseline was measured (its session's start)."""
+        return self.started_wall_s
 
 
 # --------------------------------------------------------------------------- schema
@@ -321,6 +328,10 @@ class Store:
     schema, and records; a corrupt file is moved aside to `<name>.corrupt-<time>` (see
     `backup_path`) and a fresh store started. `writer=False` only reads and never
     blocks the writer; a missing file reads as an empty store.
+
+    Samples: at most one per `sample_interval_s` per (server, model); a model idle since
+    its last sample only every `idle_sample_interval_s` (a change of phase is kept at
+    once). Hardware: at most once a minute unless the GPUs or bandwidths change.
     """
 
     def __init__(
@@ -347,6 +358,7 @@ class Store:
         self._last_hardware: tuple[float, tuple[object, ...]] | None = None
         self._alert_state: dict[str, tuple[object, ...]] = {}
         self._last_prune_wall_s = -math.inf
+        self._baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]] = {}
         self._conn = self._open_writer() if writer else self._open_reader()
 
     # ----------------------------------------------------------------- opening
@@ -894,8 +906,48 @@ class Store:
         before `before_wall_s` and active within `max_age_s` of it, and rates measured at a
         context depth within ±`context_tolerance` (relative) of `context_tokens`, or both
         under 1024 tokens. Rates come from decoding samples and finished requests; a
-        session needs `min_values` of them.
+        session needs `min_values` of them. Answers are cached for `BASELINE_CACHE_S` of
+        `before_wall_s` (contexts within ~5 % share an answer): the monitor asks every tick.
         """
+        bucket = (
+            None
+            if context_tokens is None
+            else round(math.log(max(context_tokens, 1)) / _BASELINE_CONTEXT_STEP)
+        )
+        key = (
+            model,
+            quantization,
+            hardware,
+            bucket,
+            exclude_session,
+            context_tolerance,
+            max_age_s,
+            min_values,
+        )
+        cached = self._baseline_cache.get(key)
+        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
+            return cached[1]
+        if len(self._baseline_cache) > 256:
+            self._baseline_cache.clear()
+        best = self._find_baseline(
+            model, quantization, hardware, context_tokens, before_wall_s, exclude_session,
+            context_tolerance, max_age_s, min_values,
+        )  # fmt: skip
+        self._baseline_cache[key] = (before_wall_s, best)
+        return best
+
+    def _find_baseline(
+        self,
+        model: str,
+        quantization: str | None,
+        hardware: str | None,
+        context_tokens: int | None,
+        before_wall_s: float,
+        exclude_session: str | None,
+        context_tolerance: float,
+        max_age_s: float,
+        min_values: int,
+    ) -> Baseline | None:
         with self._lock:
             candidates = self._conn.execute(
                 "SELECT session_id, started_wall_s, server_version FROM sessions "

@@ -14,15 +14,37 @@ from statistics import median
 
 from trayapp.core import physics
 from trayapp.core.machine import Machine
-from trayapp.core.model import Finding, GpuProcess, HardwareSnapshot, ModelStatus, ServerStatus
+from trayapp.core.model import (
+    Finding,
+    GpuProcess,
+    HardwareSnapshot,
+    ModelFacts,
+    ModelStatus,
+    ServerStatus,
+    Severity,
+)
 from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
 
 GB = 1_000_000_000
 FULL_GPU = 0.98  # at or above this share in GPU memory counts as "fully on the GPU"
 
-# Which findings an offload on the same model explains (one root cause per model).
-SUPPRESSED_BY_OFFLOAD = frozenset({"below_floor", "low_efficiency"})
+# Which findings an offload on the same model explains (one root cause per model): the
+# offload message already gives the speed to expect, so "slow", "inefficient" and "slower
+# than last week" would only repeat it.
+SUPPRESSED_BY_OFFLOAD = frozenset({"below_floor", "low_efficiency", "regression"})
+
+
+SERVER_NAMES = {
+    "llamacpp": "llama-server",
+    "ollama": "Ollama",
+    "lmstudio": "LM Studio",
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "mlx": "MLX-LM",
+    "openai": "The server",
+    "unknown": "The server",
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +87,9 @@ def _fmt_gb(n_bytes: float) -> str:
 
 
 def _fmt_tokens(n: int) -> str:
+    """Token counts as people say them: 4096 → "4k" (a context size), 6130 → "6.1k", 800 → "800"."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}k"
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
@@ -114,12 +139,17 @@ def _offload(view: ModelView, t: Thresholds) -> Finding | None:
     }
     speed = ""
     if full and split:
-        speed = f" Expect ~{_fmt_rate(split)} tok/s instead of ~{_fmt_rate(full)} fully on the GPU."
+        speed = (
+            f": expect at most ~{_fmt_rate(split)} tok/s instead of ~{_fmt_rate(full)} tok/s "
+            "fully in GPU memory"
+        )
     cause = _offload_cause(view)
     fix = _offload_fix(view)
     slowdown = (full / split) if full and split else None
-    severity = "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
-    message = f"{model.name} is {cpu_share * 100:.0f} % on the CPU (spilled out of GPU memory).{speed}"
+    severity: Severity = (
+        "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
+    )
+    message = f"{model.name} is {_fmt_pct(cpu_share)} on the CPU (it spilled out of GPU memory){speed}."
     if cause:
         message += f" {cause}"
     return Finding(
@@ -135,67 +165,128 @@ def _offload(view: ModelView, t: Thresholds) -> Finding | None:
     )
 
 
+def _fmt_pct(share: float) -> str:
+    """A share as a whole percentage that never rounds a real spill to 0 % or 100 %."""
+    pct = share * 100
+    if 0 < pct < 1:
+        return "<1 %"
+    if 99 < pct < 100:
+        return ">99 %"
+    return f"{pct:.0f} %"
+
+
 def _offload_cause(view: ModelView) -> str | None:
     model, previous = view.model, view.previous
+    was_more_on_gpu = previous is not None and (
+        previous.gpu_fraction is None
+        or model.gpu_fraction is None
+        or previous.gpu_fraction > model.gpu_fraction + 0.005
+    )
     if (
         previous is not None
+        and was_more_on_gpu
         and previous.context_length
         and model.context_length
         and model.context_length > previous.context_length
-        and model.facts is not None
-        and model.facts.kv is not None
     ):
-        kv_type = view.machine.kv_type
-        grew = physics.kv_cache_bytes(model.facts.kv, model.context_length, kv_type) - physics.kv_cache_bytes(
-            model.facts.kv, previous.context_length, kv_type
-        )
-        return (
+        raised = (
             f"The context was raised from {_fmt_tokens(previous.context_length)} to "
-            f"{_fmt_tokens(model.context_length)} tokens and the KV cache grew by {_fmt_gb(grew)}."
+            f"{_fmt_tokens(model.context_length)} tokens"
         )
-    big = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= 0.5 * GB]
-    if big:
-        top = max(big, key=lambda p: p.used_bytes or 0)
-        return f"Another process, {top.name or 'pid ' + str(top.pid)} (pid {top.pid}), holds {_fmt_gb(top.used_bytes or 0)} of VRAM."
+        if model.facts is not None and model.facts.kv is not None:
+            kv_type = view.machine.kv_type
+            grew = physics.kv_cache_bytes(
+                model.facts.kv, model.context_length, kv_type
+            ) - physics.kv_cache_bytes(model.facts.kv, previous.context_length, kv_type)
+            return f"{raised} and the KV cache grew by {_fmt_gb(grew)}."
+        if model.size_bytes and previous.size_bytes and model.size_bytes > previous.size_bytes:
+            return (
+                f"{raised} and the model's memory grew by {_fmt_gb(model.size_bytes - previous.size_bytes)}."
+            )
+        return f"{raised}."
+    holders = [h for h in _vram_holders(view) if h[1] >= 0.5 * GB]
+    if holders:
+        name, held, is_model = max(holders, key=lambda h: h[1])
+        if is_model:
+            return f"{name}, also loaded, holds {_fmt_gb(held)} of VRAM."
+        return f"Another process, {name}, holds {_fmt_gb(held)} of VRAM."
     return None
 
 
+def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
+    """Who else holds GPU memory: (name, bytes, is a model of this server).
+
+    NVML's process list when there is one (a process serving another model of the same
+    server is named after that model); otherwise the server's other loaded models.
+    """
+    siblings = [m for m in view.server.models if m.name != view.model.name]
+    if view.other_gpu_processes:
+        by_pid = {m.server_pid: m.name for m in siblings if m.server_pid is not None}
+        return [
+            (by_pid[p.pid], p.used_bytes, True)
+            if p.pid in by_pid
+            else (_process_name(p), p.used_bytes, False)
+            for p in view.other_gpu_processes
+            if p.used_bytes
+        ]
+    return [(m.name, m.vram_bytes, True) for m in siblings if m.vram_bytes]
+
+
 def _offload_fix(view: ModelView) -> str:
+    """The cheapest change that puts the whole model back in GPU memory, computed."""
     model, machine = view.model, view.machine
     facts = model.facts
     capacity = machine.fast_capacity_bytes
-    if facts is None or capacity is None:
-        return "Use a smaller quantization or a shorter context so the whole model fits in GPU memory."
-    others = sum(p.used_bytes or 0 for p in view.other_gpu_processes)
-    free_for_model = capacity - others
+    generic = (
+        "Use a smaller quantization or a shorter context (num_ctx / -c) so the whole model "
+        "fits in GPU memory."
+    )
+    if facts is None or capacity is None or facts.source == "size":
+        return generic  # no real weights size: any number computed here would be a guess
+    holders = _vram_holders(view)
+    free_for_model = capacity - sum(held for _, held, _ in holders)
     context = model.context_length or 4096
     kv_type = machine.kv_type
     options: list[str] = []
 
+    big = [h for h in holders if h[1] >= 0.5 * GB]
+    if big:
+        name, held, is_model = max(big, key=lambda h: h[1])
+        verb = "unload" if is_model else "close"
+        options.append(f"{verb} {name}, which holds {_fmt_gb(held)} of VRAM")
     max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
-    if max_ctx is not None and max_ctx >= 2048 and max_ctx < context:
-        options.append(f"a context of {_fmt_tokens(_round_down_ctx(max_ctx))} tokens fits fully on the GPU")
+    if max_ctx is not None and 2048 <= max_ctx < context:
+        options.append(f"lower the context to {_fmt_tokens(_round_down_ctx(max_ctx))} tokens")
     if kv_type == "f16" and facts.kv is not None:
         kv_q8 = physics.kv_cache_bytes(facts.kv, context, "q8_0")
         if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
-            options.append("a q8_0 KV cache keeps this context on the GPU")
+            options.append("a q8_0 KV cache (with flash attention) keeps this context in GPU memory")
     quant = _nearest_quant_that_fits(facts, context, kv_type, free_for_model)
+    if quant is None or (effective_bpw(quant) or 0) < Q4_BPW:
+        # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.
+        shorter = _q4_with_shorter_context(facts, context, kv_type, free_for_model)
+        if shorter is not None:
+            options.append(f"{shorter[0]} with a context of {_fmt_tokens(shorter[1])} tokens fits")
     if quant is not None:
-        note = quant_note(quant)
-        below_q4 = (effective_bpw(quant) or 99) < 4.5
         text = f"{quant} fits at this context"
-        if below_q4 and note:
+        note = quant_note(quant)
+        if (effective_bpw(quant) or 99) < Q4_BPW and note:
             text += f" ({note})"
         options.append(text)
-    if others >= 0.5 * GB:
-        top = max(view.other_gpu_processes, key=lambda p: p.used_bytes or 0)
-        options.append(f"closing {top.name or 'pid ' + str(top.pid)} frees {_fmt_gb(top.used_bytes or 0)}")
     if not options:
         return (
-            f"The weights alone ({_fmt_gb(facts.weights_bytes)}) need more than the "
-            f"{_fmt_gb(free_for_model)} of GPU memory available: use a smaller model."
+            f"No common quantization of this model fits in the {_fmt_gb(free_for_model)} of GPU memory "
+            "available at this context: use a smaller model (or accept the CPU speed)."
         )
-    return "Fix: " + "; or ".join(options) + "."
+    text = "; or ".join(options) + "."
+    return text[0].upper() + text[1:]
+
+
+Q4_BPW = 4.5  # below this a quantization costs visible quality (DOMAIN.md §9)
+
+
+def _process_name(process: GpuProcess) -> str:
+    return f"{process.name} (pid {process.pid})" if process.name else f"pid {process.pid}"
 
 
 def _round_down_ctx(tokens: int) -> int:
@@ -203,17 +294,50 @@ def _round_down_ctx(tokens: int) -> int:
     return max(step, tokens // step * step)
 
 
-def _nearest_quant_that_fits(facts, context: int, kv_type: str, capacity: int) -> str | None:  # type: ignore[no-untyped-def]
+def _smaller_quants(facts: ModelFacts) -> list[str]:
+    """Common quantizations below the model's own, largest (the smallest step down) first."""
     current_bpw = effective_bpw(normalize_quant_name(facts.quantization))
-    kv = physics.kv_cache_bytes(facts.kv, context, kv_type)
-    for quant in reversed(COMMON_QUANTS):  # largest first: the smallest step down
+    out = []
+    for quant in reversed(COMMON_QUANTS):
         bpw = effective_bpw(quant)
-        if bpw is None or (current_bpw is not None and bpw >= current_bpw):
-            continue
+        if bpw is not None and (current_bpw is None or bpw < current_bpw):
+            out.append(quant)
+    return out
+
+
+def _nearest_quant_that_fits(facts: ModelFacts, context: int, kv_type: str, capacity: int) -> str | None:
+    kv = physics.kv_cache_bytes(facts.kv, context, kv_type)
+    for quant in _smaller_quants(facts):
         smaller = physics.requantize(facts, quant)
         if smaller is not None and physics.required_bytes(smaller.weights_bytes, kv) <= capacity:
             return quant
     return None
+
+
+def _q4_with_shorter_context(
+    facts: ModelFacts, context: int, kv_type: str, capacity: int
+) -> tuple[str, int] | None:
+    """A Q4-or-better step down that fits at a shorter context, and that context.
+
+    The largest such quantization whose context is still useful (≥ 8k tokens, or the current
+    context when smaller); failing that, the one that allows the longest context ≥ 2k.
+    """
+    useful = min(context, 8192)
+    best: tuple[str, int] | None = None
+    for quant in _smaller_quants(facts):
+        if (effective_bpw(quant) or 0) < Q4_BPW:
+            break
+        smaller = physics.requantize(facts, quant)
+        if smaller is None:
+            continue
+        fits_ctx = physics.max_context_that_fits(smaller.weights_bytes, smaller.kv, capacity, kv_type)
+        if fits_ctx is None or fits_ctx < 2048 or fits_ctx >= context:
+            continue
+        if fits_ctx >= useful:
+            return quant, _round_down_ctx(fits_ctx)
+        if best is None or fits_ctx > best[1]:
+            best = (quant, _round_down_ctx(fits_ctx))
+    return best
 
 
 def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
@@ -225,6 +349,8 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
     if not short:
         return None
     deep_ctx = max(c for c, _ in points)
+    if points[-1][0] < deep_ctx * 0.8:
+        return None  # back at a short context (a new conversation): the slowdown is over
     deep = [r for c, r in points if c >= deep_ctx * 0.8]
     short_ctx = int(median([c for c, _ in points if c <= max(min_ctx * 2, min_ctx + 512)]))
     long_ctx = int(median([c for c, _ in points if c >= deep_ctx * 0.8]))
@@ -240,8 +366,12 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
         bw = view.machine.fast_bandwidth_gbps
         fraction = model.gpu_fraction if model.gpu_fraction is not None else 1.0
         ram_bw = view.machine.ram_bandwidth_gbps
-        c_short = physics.ceiling_at_context_tok_s(model.facts, short_ctx, bw, view.machine.kv_type, fraction, ram_bw)
-        c_long = physics.ceiling_at_context_tok_s(model.facts, long_ctx, bw, view.machine.kv_type, fraction, ram_bw)
+        c_short = physics.ceiling_at_context_tok_s(
+            model.facts, short_ctx, bw, view.machine.kv_type, fraction, ram_bw
+        )
+        c_long = physics.ceiling_at_context_tok_s(
+            model.facts, long_ctx, bw, view.machine.kv_type, fraction, ram_bw
+        )
         if c_short and c_long:
             expected_drop = 1.0 - c_long / c_short
     explained = (expected_drop / drop) if expected_drop is not None and drop > 0 else None
@@ -261,13 +391,16 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
         explain += "; attention compute adds the rest." if explained < 0.9 else "."
     message = (
         f"{model.name} decodes {drop * 100:.0f} % slower at {_fmt_tokens(long_ctx)} tokens of context "
-        f"({_fmt_rate(long_rate)} tok/s) than at {_fmt_tokens(short_ctx)} ({_fmt_rate(short_rate)} tok/s): "
-        f"every token re-reads the growing KV cache.{explain}"
+        f"({_fmt_rate(long_rate)} tok/s) than at {_fmt_tokens(short_ctx)} tokens "
+        f"({_fmt_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
     )
-    fix = (
-        "Start a fresh conversation or trim the context; enable flash attention and a q8_0 KV cache "
-        "(--cache-type-k/v q8_0, OLLAMA_KV_CACHE_TYPE=q8_0) to halve the KV bytes read per token."
-    )
+    fix = "Start a fresh conversation or trim the context"
+    if view.machine.kv_type in ("f16", "bf16", "f32"):
+        fix += (
+            "; or enable flash attention and a q8_0 KV cache (--cache-type-k/v q8_0, "
+            "OLLAMA_KV_CACHE_TYPE=q8_0), which about halves the KV bytes read per token"
+        )
+    fix += "."
     return Finding("kv_slowdown", "warning", view.server.url, model.name, message, fix, evidence, score=drop)
 
 
@@ -278,13 +411,17 @@ def _context_full(view: ModelView, t: Thresholds) -> Finding | None:
     fill = model.context_tokens / model.context_length
     if fill * 100 < t.context_full_pct:
         return None
-    severity = "critical" if fill >= 0.97 else "warning"
+    severity: Severity = "critical" if fill >= 0.97 else "warning"
     message = (
         f"{model.name}'s context is {fill * 100:.0f} % full ({_fmt_tokens(model.context_tokens)} of "
         f"{_fmt_tokens(model.context_length)} tokens): the server will truncate or shift it soon."
     )
     fix = "Start a new conversation, or raise the context size (num_ctx / -c) if memory allows."
-    evidence = {"context_tokens": model.context_tokens, "context_length": model.context_length, "fill": round(fill, 3)}
+    evidence = {
+        "context_tokens": model.context_tokens,
+        "context_length": model.context_length,
+        "fill": round(fill, 3),
+    }
     return Finding("context_full", severity, view.server.url, model.name, message, fix, evidence, score=fill)
 
 
@@ -293,16 +430,23 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
     rate = model.decode_tok_s
     if model.phase != "decoding" or rate is None or rate >= t.below_floor_tok_s:
         return None
-    message = f"{model.name} decodes at {rate:.1f} tok/s: below {t.below_floor_tok_s:g} tok/s streaming feels broken."
+    message = (
+        f"{model.name} decodes at {rate:.1f} tok/s: below {t.below_floor_tok_s:g} tok/s, "
+        "streaming feels broken rather than slow."
+    )
     fix = "Use a smaller model or quantization; check the dashboard for offload or throttling."
     evidence = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
-    return Finding("below_floor", "critical", view.server.url, model.name, message, fix, evidence, score=-rate)
+    return Finding(
+        "below_floor", "critical", view.server.url, model.name, message, fix, evidence, score=-rate
+    )
 
 
 def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     model, machine = view.model, view.machine
     if not machine.has_gpu or model.phase != "decoding":
         return None
+    if model.active_streams > 1:
+        return None  # batching lowers the per-stream rate by design (DOMAIN.md §6)
     if model.gpu_fraction is not None and model.gpu_fraction < FULL_GPU:
         return None
     rate, ceiling = model.decode_tok_s, model.ceiling_tok_s
@@ -311,7 +455,8 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     clues: list[str] = []
     if view.throttle_reasons:
         clues.append("the GPU is throttling (" + ", ".join(view.throttle_reasons) + ")")
-    busy = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= 0.2 * GB]
+    # Holding ≥ 1 GB of VRAM marks a real GPU workload (another model, a game), not a desktop.
+    busy = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= 1 * GB]
     if busy:
         clues.append("other processes use the GPU: " + ", ".join(f"{p.name or p.pid}" for p in busy[:3]))
     if view.cpu_percent is not None and view.cpu_percent >= 90:
@@ -326,7 +471,10 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     )
     if cause:
         message += f" Likely: {cause}."
-    fix = "Check cooling and power limits (nvidia-smi -q -d PERFORMANCE), close other GPU work, update the server."
+    fix = (
+        "Check cooling and power limits (nvidia-smi -q -d PERFORMANCE), close other GPU work, "
+        "update the server."
+    )
     evidence = {
         "decode_tok_s": round(rate, 2),
         "ceiling_tok_s": round(ceiling, 2),
@@ -334,7 +482,9 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         "throttle_reasons": list(view.throttle_reasons),
         "cpu_percent": view.cpu_percent,
     }
-    return Finding("low_efficiency", "warning", view.server.url, model.name, message, fix, evidence, cause, 1 - share)
+    return Finding(
+        "low_efficiency", "warning", view.server.url, model.name, message, fix, evidence, cause, 1 - share
+    )
 
 
 def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
@@ -348,7 +498,9 @@ def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
     )
     fix = "Try without the draft model, a better-matched drafter, or fewer draft tokens (--draft-max)."
     evidence = {"draft_acceptance": round(rate, 3), "min_acceptance": t.draft_acceptance_min}
-    return Finding("draft_acceptance", "warning", view.server.url, model.name, message, fix, evidence, score=1 - rate)
+    return Finding(
+        "draft_acceptance", "warning", view.server.url, model.name, message, fix, evidence, score=1 - rate
+    )
 
 
 def _regression(view: ModelView, t: Thresholds) -> Finding | None:
@@ -356,10 +508,15 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     model = view.model
     if base is None or base.decode_tok_s <= 0:
         return None
-    recent = [r for _, r in list(view.trend)[-5:]]
-    if len(recent) < 3:
+    recent_points = list(view.trend)[-5:]
+    if len(recent_points) < 3:
         return None
-    now_rate = median(recent)
+    now_ctx = median(c for c, _ in recent_points)
+    if base.context_tokens is not None and abs(now_ctx - base.context_tokens) > max(
+        1024, 0.5 * base.context_tokens
+    ):
+        return None  # a deeper context is slower anyway (kv_slowdown's business), not a regression
+    now_rate = median(r for _, r in recent_points)
     drop = 1 - now_rate / base.decode_tok_s
     if drop * 100 < t.regression_pct:
         return None
@@ -393,10 +550,14 @@ def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
     if view.load_s is not None and view.load_s >= 1.0:
         message = f"A request to {model.name} waited {view.load_s:.1f} s for the model to load."
         fix = "Keep the model loaded longer (Ollama keep_alive / OLLAMA_KEEP_ALIVE, LM Studio TTL)."
-        return Finding("cold_load", "info", view.server.url, model.name, message, fix, {"load_s": view.load_s})
+        return Finding(
+            "cold_load", "info", view.server.url, model.name, message, fix, {"load_s": view.load_s}
+        )
     if model.phase == "loading":
         message = f"{model.name} is loading; requests wait until it is in memory."
-        return Finding("cold_load", "info", view.server.url, model.name, message, "Wait, or keep it loaded.", {})
+        return Finding(
+            "cold_load", "info", view.server.url, model.name, message, "Wait, or keep it loaded.", {}
+        )
     return None
 
 
@@ -405,7 +566,8 @@ def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
 
 def diagnose_server(server: ServerStatus, was_up: bool) -> list[Finding]:
     if server.status in ("unreachable", "error") and was_up:
-        message = f"{server.kind} at {server.url} stopped answering: {server.reason or server.status}."
+        name = SERVER_NAMES.get(server.kind, server.kind)
+        message = f"{name} at {server.url} stopped answering: {server.reason or server.status}."
         fix = "Check that the server is running; llm-tray reconnects by itself when it is back."
         evidence = {"status": server.status, "reason": server.reason}
         return [Finding("server_down", "warning", server.url, None, message, fix, evidence)]
@@ -430,9 +592,15 @@ def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding
         if who:
             message += f" Largest users: {who}."
         fix = "Unload idle models (ollama stop, LM Studio eject) or close other GPU programs."
-        evidence = {"vram_free_bytes": free, "vram_total_bytes": gpu.vram_total_bytes, "free_pct": round(free_pct, 2)}
+        evidence = {
+            "vram_free_bytes": free,
+            "vram_total_bytes": gpu.vram_total_bytes,
+            "free_pct": round(free_pct, 2),
+        }
         findings.append(
-            Finding("vram_pressure", "warning", f"gpu:{gpu.index}", None, message, fix, evidence, score=-free_pct)
+            Finding(
+                "vram_pressure", "warning", f"gpu:{gpu.index}", None, message, fix, evidence, score=-free_pct
+            )
         )
     return findings
 

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from trayapp.core.model import Alert, Finding
+from trayapp.core.model import Alert, Finding, Severity
 
 # Facts about state, not noisy rates: they hold the moment they are seen.
 INSTANT_KINDS = frozenset(
@@ -26,6 +26,7 @@ class _Episode:
     first_seen_wall_s: float
     first_seen_mono_s: float
     last_seen_mono_s: float
+    last_seen_wall_s: float
     finding: Finding
     alert: Alert | None = None
     peak: float = 0.0
@@ -50,9 +51,12 @@ class EpisodeTracker:
             seen.add(key)
             episode = self._episodes.get(key)
             if episode is None:
-                episode = _Episode(now_wall_s, now_mono_s, now_mono_s, finding, peak=finding.score)
+                episode = _Episode(
+                    now_wall_s, now_mono_s, now_mono_s, now_wall_s, finding, peak=finding.score
+                )
                 self._episodes[key] = episode
             episode.last_seen_mono_s = now_mono_s
+            episode.last_seen_wall_s = now_wall_s
             episode.finding = finding
             episode.peak = max(episode.peak, finding.score)
             confirm = 0.0 if finding.kind in INSTANT_KINDS else self.confirm_s
@@ -76,7 +80,8 @@ class EpisodeTracker:
             if episode.alert is None:
                 del self._episodes[key]  # never confirmed: leaves no trace
             elif now_mono_s - episode.last_seen_mono_s >= self.clear_s:
-                ended.append(replace(episode.alert, ended_wall_s=now_wall_s))
+                # It ended when it was last seen, not when the clear window ran out.
+                ended.append(replace(episode.alert, ended_wall_s=episode.last_seen_wall_s))
                 del self._episodes[key]
         active = tuple(e.alert for e in self._episodes.values() if e.alert is not None)
         return active, tuple(ended)
@@ -104,8 +109,8 @@ def _new_alert(finding: Finding, since_wall_s: float, peak: float) -> Alert:
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
-def _worse(a: str, b: str) -> str:
-    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b  # type: ignore[return-value]
+def _worse(a: Severity, b: Severity) -> Severity:
+    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
 
 
 def alerts_now(findings: Iterable[Finding], now_wall_s: float) -> tuple[Alert, ...]:

@@ -25,7 +25,16 @@ Severity = Literal["info", "warning", "critical"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
 
-SERVER_KINDS: tuple[str, ...] = ("ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown")
+SERVER_KINDS: tuple[str, ...] = (
+    "ollama",
+    "llamacpp",
+    "lmstudio",
+    "vllm",
+    "sglang",
+    "mlx",
+    "openai",
+    "unknown",
+)
 
 
 # --------------------------------------------------------------------------- model facts

@@ -15,6 +15,7 @@ from trayapp.core.diagnose import Baseline, ModelView, diagnose_hardware, diagno
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
+    Alert,
     Finding,
     HardwareSnapshot,
     ModelFacts,
@@ -85,8 +86,9 @@ class Pipeline:
             result = self.sessions.update(reading, now_mono_s, now_wall_s)
             sessions.extend(result.sessions)
             models: list[ModelStatus] = []
+            share_sources: dict[str, str | None] = {}
             for status in result.models:
-                status, source = self._with_gpu_share(status, hardware, machine)
+                status, share_sources[status.name] = self._with_gpu_share(status, hardware, machine)
                 status = self._with_ceilings(status, machine)
                 models.append(status)
             server = ServerStatus(
@@ -101,20 +103,30 @@ class Pipeline:
             )
             servers.append(server)
             by_name = {m.name: m for m in models}
-            server_requests = [self._complete_request(r, by_name.get(r.model), machine) for r in result.requests]
+            server_requests = [
+                self._complete_request(r, by_name.get(r.model), machine) for r in result.requests
+            ]
             requests.extend(server_requests)
 
             findings.extend(diagnose_server(server, self._was_up.get(server.url, False)))
             if server.status == "ok":
                 self._was_up[server.url] = True
             for status in models:
+                self._remember(server.url, status)  # first: a context change seen now explains now
                 view = self._view(server, status, machine, hardware, server_requests, now_mono_s)
+                view = replace(view, gpu_fraction_source=share_sources.get(status.name))
                 findings.extend(diagnose_model(view, self.thresholds))
-                self._remember(server.url, status)
 
-        findings.extend(diagnose_hardware(hardware, self.thresholds))
+        hardware_findings = diagnose_hardware(hardware, self.thresholds)
+        local = {r.url for r in readings if r.url not in machines}
+        if any(f.kind == "offload" and f.server in local for f in findings):
+            # A local model already spilled: that alert says the VRAM is full, and why.
+            hardware_findings = [f for f in hardware_findings if f.kind != "vram_pressure"]
+        findings.extend(hardware_findings)
+        alerts: tuple[Alert, ...]
+        ended: tuple[Alert, ...] = ()
         if self.one_shot:
-            alerts, ended = alerts_now(findings, now_wall_s), ()
+            alerts = alerts_now(findings, now_wall_s)
         else:
             alerts, ended = self.episodes.update(findings, now_mono_s, now_wall_s)
 
@@ -151,7 +163,9 @@ class Pipeline:
             if p.pid == status.server_pid and p.used_bytes is not None
         ]
         if not used:
-            return replace(status, gpu_fraction=0.0, vram_bytes=0), "nvml"
+            # NVML often cannot see a server's process (containers, WSL, other users): that is
+            # "unknown", not "all on the CPU".
+            return status, None
         kv = physics.kv_cache_bytes(facts.kv, status.context_length or 0, machine.kv_type)
         share = sum(used) / physics.required_bytes(facts.weights_bytes, kv)
         share = 1.0 if share >= FULL_GPU_SNAP else max(0.0, share)
@@ -177,7 +191,9 @@ class Pipeline:
             facts=facts,
         )
 
-    def _complete_request(self, record: RequestRecord, status: ModelStatus | None, machine: Machine) -> RequestRecord:
+    def _complete_request(
+        self, record: RequestRecord, status: ModelStatus | None, machine: Machine
+    ) -> RequestRecord:
         if status is None or status.facts is None:
             return replace(record, gpu_fraction=status.gpu_fraction if status else None)
         fraction = status.gpu_fraction if status.gpu_fraction is not None and machine.has_gpu else 1.0
@@ -201,7 +217,9 @@ class Pipeline:
         now_mono_s: float,
     ) -> ModelView:
         key = (server.url, status.name)
-        trend = self._trend(status, [r for r in requests if r.model == status.name])
+        trend = self._trend(
+            status, [r for r in requests if r.model == status.name], fresh=server.age_s is None
+        )
         others = [
             p
             for g in hardware.gpus
@@ -223,14 +241,30 @@ class Pipeline:
             throttle_reasons=throttles,
         )
 
-    def _trend(self, status: ModelStatus, requests: Sequence[RequestRecord]) -> deque[tuple[int, float]]:
+    def _trend(
+        self, status: ModelStatus, requests: Sequence[RequestRecord], fresh: bool = True
+    ) -> deque[tuple[int, float]]:
+        """(context, single-stream decode rate) points of the model's session, oldest first.
+
+        A repeated (stale) reading adds nothing, and neither does a tick with several
+        streams decoding at once: batching lowers the per-stream rate without any context
+        growth, which would read as a KV slowdown or a regression.
+        """
         if status.session_id is None:
             return deque()
         trend = self._trends.setdefault(status.session_id, deque(maxlen=TREND_POINTS))
+        if not fresh:
+            return trend
         for record in requests:
             if record.context_tokens is not None and record.decode_tok_s:
                 trend.append((record.context_tokens, record.decode_tok_s))
-        if status.phase == "decoding" and status.decode_tok_s and status.context_tokens is not None:
+        single = status.active_streams <= 1
+        if (
+            status.phase == "decoding"
+            and single
+            and status.decode_tok_s
+            and status.context_tokens is not None
+        ):
             trend.append((status.context_tokens, status.decode_tok_s))
         # Forget trends of sessions that are gone.
         if len(self._trends) > 64:
@@ -251,6 +285,9 @@ class Pipeline:
         return baseline
 
     def _remember(self, url: str, status: ModelStatus) -> None:
+        """Keep the model as it was before its context size last changed (to explain an offload)."""
+        if not status.context_length:
+            return  # unknown (e.g. while loading): neither a change nor a new reference
         key = (url, status.name)
         last = self._last_status.get(key)
         if last is not None and last.context_length != status.context_length:
@@ -275,7 +312,12 @@ class Pipeline:
             if status is not None and status.facts is not None:
                 fraction = status.gpu_fraction if status.gpu_fraction is not None and machine.has_gpu else 1.0
                 changes["ceiling_tok_s"] = physics.ceiling_at_context_tok_s(
-                    status.facts, 0, machine.fast_bandwidth_gbps, machine.kv_type, fraction, machine.ram_bandwidth_gbps
+                    status.facts,
+                    0,
+                    machine.fast_bandwidth_gbps,
+                    machine.kv_type,
+                    fraction,
+                    machine.ram_bandwidth_gbps,
                 )
             merged = replace(session, **changes, alerts=tuple(sorted(set(session.alerts) | kinds)))  # type: ignore[arg-type]
             if session.ended_wall_s is None:

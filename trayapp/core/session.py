@@ -37,6 +37,10 @@ from trayapp.core.model import (
 RATE_WINDOW_S = 4.0  # live decode rate = tokens over (at most) the last few seconds
 STALL_AFTER_S = 10.0  # decoding with no new token for this long → "stalled"
 MAX_PLAUSIBLE_TOK_S = 50_000.0  # anything above is a counter glitch, not a rate
+# Servers whose token counters move only when a request finishes (llama-server's /metrics):
+# no live rate from them, but tokens ÷ busy seconds over finished requests is exact. The
+# others (vLLM, SGLang) count generated tokens as they go: a live throughput.
+FINISH_ONLY_COUNTER_KINDS = frozenset({"llamacpp"})
 
 
 @dataclass
@@ -126,16 +130,16 @@ class SessionEngine:
             status, model_requests = self._update_model(
                 reading, model, track, finished_by_model.pop(model.name, []), now_mono_s, now_wall_s
             )
-            session_change = self._update_session(reading, model, status, track, model_requests, now_mono_s, now_wall_s)
+            sessions.extend(
+                self._update_session(reading, model, status, track, model_requests, now_mono_s, now_wall_s)
+            )
             status = replace(status, session_id=track.session.id if track.session else None)
             model_requests = [replace(r, session_id=status.session_id) for r in model_requests]
             models.append(status)
             requests.extend(model_requests)
-            if session_change is not None:
-                sessions.append(session_change)
 
         # Finished requests for models the server no longer lists (unloaded right after).
-        for name, fins in finished_by_model.items():
+        for fins in finished_by_model.values():
             for fin in fins:
                 requests.append(_record_from_finished(reading, fin, None))
 
@@ -144,7 +148,9 @@ class SessionEngine:
             if url != reading.url or name in seen:
                 continue
             if reading.status in ("unreachable", "error") and track.session is not None:
-                # Keep state across a short outage; the idle gap still ends the session.
+                # Keep the session across a short outage (the idle gap still ends it), but
+                # no rate may span the outage: a restarted server counts from zero again.
+                requests.extend(self._interrupt_slots(reading, name, track, now_wall_s))
                 ended = self._maybe_end_session(track, now_mono_s)
                 if ended is not None:
                     sessions.append(ended)
@@ -153,6 +159,28 @@ class SessionEngine:
                 sessions.append(self._end_session(track))
             del self._tracks[(url, name)]
         return TickResult(tuple(models), tuple(requests), tuple(sessions))
+
+    def _interrupt_slots(
+        self, reading: ServerReading, name: str, track: _ModelTrack, now_wall_s: float
+    ) -> list[RequestRecord]:
+        """The server stopped answering: report what was seen of running requests, restart the windows."""
+        records: list[RequestRecord] = []
+        model = ModelReading(name=name)
+        for state in track.slots.values():
+            if not state.reported:
+                record = _record_from_track(reading, model, state, now_wall_s)
+                if record is not None:
+                    record = replace(record, session_id=track.session.id if track.session else None)
+                    records.append(record)
+                    self._learn_from_record(track, record)
+                state.reported = True
+            state.points.clear()
+            state.prompt_points.clear()
+            state.first_decode_point = None
+            state.decode_started_mono_s = None
+        track.counters = None  # counters of a restarted server start from zero
+        track.counters_mono_s = None
+        return records
 
     def open_sessions(self) -> list[SessionRecord]:
         return [t.session for t in self._tracks.values() if t.session is not None]
@@ -182,7 +210,9 @@ class SessionEngine:
             if slot_id not in live_ids:
                 del track.slots[slot_id]
 
-        self._update_counters(model.counters, track, now_mono_s)
+        self._update_counters(
+            model.counters, track, now_mono_s, reading.kind not in FINISH_ONLY_COUNTER_KINDS
+        )
 
         for fin in finished:
             record = _record_from_finished(reading, fin, None)
@@ -198,9 +228,9 @@ class SessionEngine:
             if fin.draft_tokens:
                 track.draft_acceptance = (fin.draft_accepted or 0) / fin.draft_tokens
 
-        decoding = [s for s in streams if s.phase == "decoding" and s.decode_tok_s is not None]
-        decode_tok_s = sum(s.decode_tok_s for s in decoding) / len(decoding) if decoding else None  # type: ignore[misc]
-        decode_total = sum(s.decode_tok_s for s in decoding) if decoding else None  # type: ignore[misc]
+        rates = [s.decode_tok_s for s in streams if s.phase == "decoding" and s.decode_tok_s is not None]
+        decode_total: float | None = sum(rates) if rates else None
+        decode_tok_s = decode_total / len(rates) if decode_total is not None else None
         active = [s for s in streams if s.phase in ("prefill", "decoding", "stalled")]
         contexts = [s.context_tokens for s in active if s.context_tokens is not None]
         context_tokens = max(contexts) if contexts else None
@@ -219,14 +249,20 @@ class SessionEngine:
 
         # Throughput servers (vLLM/SGLang) give only counters: rate from their deltas.
         counter_rate = track.counter_rate_tok_s
-        if decode_tok_s is None and counter_rate and not model.slots:
-            running = (model.counters.requests_running if model.counters else None) or 1.0
-            decode_total = counter_rate
-            decode_tok_s = counter_rate / max(running, 1.0)
-            phase = "decoding" if counter_rate > 0 else phase
-            active_streams = int(running)
-        else:
-            active_streams = len(decoding)
+        running = model.counters.requests_running if model.counters else None
+        active_streams = len(rates)
+        if decode_tok_s is None and not model.slots and phase != "loading":
+            if counter_rate:
+                streams_now = max(running or 1.0, 1.0)
+                decode_total = counter_rate
+                decode_tok_s = counter_rate / streams_now
+                phase = "decoding"
+                active_streams = int(streams_now)
+            elif running:
+                # Requests are running: with a token counter that did not move since the last
+                # poll they are still in prefill; without one (llama-server counts only finished
+                # requests) all we know is that it is busy.
+                phase = "prefill" if counter_rate == 0.0 else "decoding"
 
         if decode_tok_s is not None:
             track.last_decode_tok_s = decode_tok_s
@@ -284,15 +320,22 @@ class SessionEngine:
             or n_decoded < state.last_n_decoded  # counter went backwards: restart or reused slot
         )
         if new_task and state is not None and not state.reported:
+            # The previous task ended between polls (or the server restarted): report it once.
             record = _record_from_track(reading, model, state, now_wall_s)
+            self._learn_from_record(track, record)
         if new_task:
             if not slot.is_processing:
                 # A finished task seen for the first time (e.g. at start-up): remember, don't report.
                 track.slots[slot.slot_id] = _SlotTrack(
-                    task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_n_decoded=n_decoded, reported=True
+                    task_id=slot.task_id,
+                    first_seen_mono_s=now_mono_s,
+                    last_n_decoded=n_decoded,
+                    reported=True,
                 )
                 return None, record
-            state = _SlotTrack(task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_progress_mono_s=now_mono_s)
+            state = _SlotTrack(
+                task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_progress_mono_s=now_mono_s
+            )
             track.slots[slot.slot_id] = state
         assert state is not None
 
@@ -339,7 +382,10 @@ class SessionEngine:
         if record.ttft_s is not None:
             track.last_ttft_s = record.ttft_s
 
-    def _update_counters(self, counters: CounterReading | None, track: _ModelTrack, now_mono_s: float) -> None:
+    def _update_counters(
+        self, counters: CounterReading | None, track: _ModelTrack, now_mono_s: float, live: bool
+    ) -> None:
+        """Deltas of cumulative counters: live throughput (`live` kinds) or exact finished-request rates."""
         track.counter_rate_tok_s = None
         if counters is None:
             return
@@ -348,20 +394,27 @@ class SessionEngine:
             track.counters = counters
             track.counters_mono_s = now_mono_s
             return
-        if previous is not None and track.counters_mono_s is not None and now_mono_s > track.counters_mono_s:
+        if (
+            live
+            and previous is not None
+            and track.counters_mono_s is not None
+            and now_mono_s > track.counters_mono_s
+        ):
             track.counter_rate_tok_s = _throughput(previous, counters, now_mono_s - track.counters_mono_s)
         if previous is not None:
             d_draft = _delta(previous.spec_draft_tokens_total, counters.spec_draft_tokens_total)
             d_acc = _delta(previous.spec_accepted_tokens_total, counters.spec_accepted_tokens_total)
             if d_draft and d_draft > 0 and d_acc is not None:
                 track.draft_acceptance = max(0.0, min(1.0, d_acc / d_draft))
+            # Token ÷ seconds ratios only where both counters move at the same moment (when a
+            # request finishes); vLLM's token counters run ahead of its per-request timings.
             d_prompt = _delta(previous.prompt_tokens_total, counters.prompt_tokens_total)
             d_prompt_s = _delta(previous.prompt_seconds_total, counters.prompt_seconds_total)
-            if d_prompt and d_prompt_s and d_prompt_s > 0:
+            if not live and d_prompt and d_prompt_s and d_prompt_s > 0:
                 track.last_prompt_tok_s = d_prompt / d_prompt_s
             d_tok = _delta(previous.tokens_predicted_total, counters.tokens_predicted_total)
             d_tok_s = _delta(previous.tokens_predicted_seconds_total, counters.tokens_predicted_seconds_total)
-            if d_tok and d_tok_s and d_tok_s > 0 and d_tok / d_tok_s < MAX_PLAUSIBLE_TOK_S:
+            if not live and d_tok and d_tok_s and d_tok_s > 0 and d_tok / d_tok_s < MAX_PLAUSIBLE_TOK_S:
                 # Busy-time rate measured by the server over finished requests.
                 track.last_decode_tok_s = d_tok / d_tok_s
                 track.last_decode_exact = True
@@ -385,11 +438,15 @@ class SessionEngine:
         requests: list[RequestRecord],
         now_mono_s: float,
         now_wall_s: float,
-    ) -> SessionRecord | None:
+    ) -> list[SessionRecord]:
+        """Start, extend or end the model's session; returns the sessions that changed."""
         active = status.phase in ("prefill", "decoding", "stalled") or bool(requests)
-        changed: SessionRecord | None = None
+        changes: list[SessionRecord] = []
+        ended = self._maybe_end_session(track, now_mono_s)  # the idle gap passed (even unpolled)
+        if ended is not None:
+            changes.append(ended)
         if not active:
-            return self._maybe_end_session(track, now_mono_s)
+            return changes
         if track.session is None:
             track.session = SessionRecord(
                 id=_session_id(reading.url, model.name, now_wall_s),
@@ -436,16 +493,21 @@ class SessionEngine:
             ),
             peak_decode_tok_s=peak,
             mean_prompt_tok_s=(
-                track.session_prompt_sum / track.session_prompt_n if track.session_prompt_n else session.mean_prompt_tok_s
+                track.session_prompt_sum / track.session_prompt_n
+                if track.session_prompt_n
+                else session.mean_prompt_tok_s
             ),
-            mean_ttft_s=track.session_ttft_sum / track.session_ttft_n if track.session_ttft_n else session.mean_ttft_s,
+            mean_ttft_s=track.session_ttft_sum / track.session_ttft_n
+            if track.session_ttft_n
+            else session.mean_ttft_s,
             max_context_tokens=max(contexts) if contexts else None,
             gpu_fraction=status.gpu_fraction if status.gpu_fraction is not None else session.gpu_fraction,
             server_version=reading.version or session.server_version,
             quantization=status.quantization or session.quantization,
         )
         track.session = changed
-        return changed
+        changes.append(changed)
+        return changes
 
     def set_session_details(self, server: str, model: str, **changes: object) -> SessionRecord | None:
         """Let the pipeline attach what it computed (ceiling, hardware label, alert kinds)."""
@@ -468,7 +530,9 @@ class SessionEngine:
 
     def _end_session(self, track: _ModelTrack) -> SessionRecord:
         assert track.session is not None
-        ended = replace(track.session, ended_wall_s=track.last_activity_wall_s or track.session.started_wall_s)
+        ended = replace(
+            track.session, ended_wall_s=track.last_activity_wall_s or track.session.started_wall_s
+        )
         track.session = None
         return ended
 
@@ -516,7 +580,9 @@ def _record_from_track(
     )
 
 
-def _record_from_finished(reading: ServerReading, fin: FinishedRequest, session_id: str | None) -> RequestRecord:
+def _record_from_finished(
+    reading: ServerReading, fin: FinishedRequest, session_id: str | None
+) -> RequestRecord:
     return RequestRecord(
         server=reading.url,
         server_kind=reading.kind,
@@ -538,13 +604,7 @@ def _record_from_finished(reading: ServerReading, fin: FinishedRequest, session_
 
 
 def _throughput(before: CounterReading, after: CounterReading, interval_s: float) -> float | None:
-    """Generation tok/s over wall time from a token counter (vLLM, SGLang).
-
-    llama-server's counters move only when a request finishes, so they are not
-    used for live rates there (its /slots gives them instead).
-    """
-    if after.tokens_predicted_seconds_total is not None:
-        return None
+    """Generation tok/s over wall time from a live token counter (vLLM, SGLang)."""
     d_tok = _delta(before.tokens_predicted_total, after.tokens_predicted_total)
     if d_tok is None or d_tok < 0:
         return None
@@ -559,9 +619,12 @@ def _delta(before: float | None, after: float | None) -> float | None:
 
 
 def _counters_reset(before: CounterReading, after: CounterReading) -> bool:
-    if before.process_start_s is not None and after.process_start_s is not None:
-        if abs(after.process_start_s - before.process_start_s) > 1.0:
-            return True
+    if (
+        before.process_start_s is not None
+        and after.process_start_s is not None
+        and abs(after.process_start_s - before.process_start_s) > 1.0
+    ):
+        return True
     pairs = (
         (before.tokens_predicted_total, after.tokens_predicted_total),
         (before.prompt_tokens_total, after.prompt_tokens_total),

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QListWidget,
     QListWidgetItem,
     QProgressBar,
@@ -66,6 +67,7 @@ class ModelCard(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         self.title = QLabel()
@@ -74,20 +76,24 @@ class ModelCard(QFrame):
         font.setBold(True)
         self.title.setFont(font)
         self.details = QLabel()
+        self.details.setTextFormat(Qt.TextFormat.PlainText)
         self.gpu_bar = QProgressBar()
         self.gpu_bar.setRange(0, 100)
         self.context_bar = QProgressBar()
         self.context_bar.setRange(0, 1000)
         self.stats = QLabel()
-        self.stats.setWordWrap(True)
+        for label in (self.title, self.details, self.stats):
+            label.setContentsMargins(0, 0, 0, 2)  # room for underscores below the descent (Q4_K_M)
         for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats):
             layout.addWidget(widget)
 
     def update_model(self, server: ServerStatus, model: ModelStatus) -> None:
-        self.title.setText(
-            f"{model.name} · {kind_label(server.kind)} {host_port(server.url)} · {model.phase}"
-        )
-        details = [model.quantization or "quantization —"]
+        self.title.setText(f"{model.name} · {model.phase}")
+        self.title.setToolTip(server.url)
+        details = [
+            f"{kind_label(server.kind)} {host_port(server.url)}",
+            model.quantization or "quantization —",
+        ]
         if model.size_bytes is not None:
             details.append(f"{model.size_bytes / GB:.1f} GB")
         if model.parameter_count:
@@ -188,7 +194,7 @@ class Dashboard(QWidget):
         self.time_plot.setTitle("decode tok/s, last 10 min")
         self.time_plot.setMouseEnabled(x=False, y=True)
         self.time_plot.showGrid(y=True, alpha=0.2)
-        self.time_plot.addLegend(offset=(10, 5))
+        self.time_plot.addLegend(offset=(-10, 5))
         item = self.time_plot.getPlotItem()
         item.setClipToView(True)
         item.setDownsampling(mode="peak")
@@ -210,15 +216,15 @@ class Dashboard(QWidget):
         pg.InfLineLabel(
             self.reading_band.lines[1],
             "reading speed 5–10",
-            position=0.02,
-            anchor=(0, 1),
+            position=0.01,
+            anchors=[(0, 1), (0, 1)],
             color=(150, 190, 255),
         )
         self.realistic_label = pg.InfLineLabel(
             self.realistic_band.lines[1],
             "realistic 60–75 %",
-            position=0.02,
-            anchor=(0, 1),
+            position=0.01,
+            anchors=[(0, 1), (0, 1)],
             color=(120, 210, 140),
         )
         self.floor_line = pg.InfiniteLine(
@@ -227,7 +233,7 @@ class Dashboard(QWidget):
             movable=False,
             pen=pg.mkPen((220, 80, 80), style=Qt.PenStyle.DotLine),
             label="floor 3",
-            labelOpts={"position": 0.02, "color": (220, 120, 120)},
+            labelOpts={"position": 0.01, "color": (220, 120, 120), "anchors": [(0, 1), (0, 1)]},
         )
         self.ceiling_line = pg.InfiniteLine(
             0,
@@ -235,7 +241,7 @@ class Dashboard(QWidget):
             movable=False,
             pen=pg.mkPen((230, 230, 230), width=1.5),
             label="ceiling {value:.0f}",
-            labelOpts={"position": 0.02, "color": (230, 230, 230)},
+            labelOpts={"position": 0.01, "color": (230, 230, 230), "anchors": [(0, 1), (0, 1)]},
         )
         self.ceiling_line.hide()
         for band in (self.reading_band, self.realistic_band, self.floor_line, self.ceiling_line):
@@ -267,7 +273,7 @@ class Dashboard(QWidget):
         self.context_plot = pg.PlotWidget()
         self.context_plot.setTitle("tok/s vs context depth")
         self.context_plot.setLabel("bottom", "context tokens")
-        self.context_plot.addLegend(offset=(10, 5))
+        self.context_plot.addLegend(offset=(-10, 5))
         self.expected_curve = self.context_plot.plot(
             name="KV model expectation (ceiling)", pen=pg.mkPen((200, 200, 200), style=Qt.PenStyle.DashLine)
         )
@@ -287,6 +293,7 @@ class Dashboard(QWidget):
         cards_scroll.setWidgetResizable(True)
         cards_host = QWidget()
         self.cards_layout = QVBoxLayout(cards_host)
+        self.cards_layout.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)  # scroll, never squeeze
         self.cards_layout.addStretch(1)
         cards_scroll.setWidget(cards_host)
         lower_layout.addWidget(cards_scroll, 2)

@@ -1,0 +1,97 @@
+"""One notification per new alert episode; mutes and do-not-disturb suppress."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import QSystemTrayIcon
+from pytestqt.qtbot import QtBot
+from qt_snapshots import alert, model, server, snap
+
+from trayapp.config import NotificationConfig
+from trayapp.ui.notifier import NotificationGate, Notifier, notification_text
+
+
+class RecordingTray(QSystemTrayIcon):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[tuple[str, str]] = []
+
+    def showMessage(self, title: str, body: str, *args: object) -> None:
+        self.messages.append((title, body))
+
+
+def test_one_notification_per_new_alert_never_repeated(qtbot: QtBot) -> None:
+    tray = RecordingTray()
+    notifier = Notifier(tray)
+    a = alert("offload-1")
+    for t in range(5):  # the same episode on five ticks
+        notifier.on_snapshot(snap(float(t), server(model()), alerts=(a,)))
+    assert tray.messages == [
+        (
+            "qwen3:30b spilled to the CPU (52 %)",
+            "Decode ~9 tok/s instead of ~48. The context grew to 32k (+4.1 GB KV).\n"
+            "Fix: num_ctx ≤ 12k keeps it on the GPU, or set KV cache to q8_0.",
+        )
+    ]
+    b = replace(alert("floor-2", kind="below_floor"), message="decode under 3 tok/s")
+    notifier.on_snapshot(snap(6.0, server(model()), alerts=(a, b)))
+    assert len(tray.messages) == 2 and tray.messages[1][0] == "decode under 3 tok/s"
+    again = alert("offload-3")  # a new episode of the same kind is news again
+    notifier.on_snapshot(snap(7.0, server(model()), alerts=(a, b, again)))
+    assert len(tray.messages) == 3
+
+
+def test_click_opens_the_alert(qtbot: QtBot) -> None:
+    tray = RecordingTray()
+    notifier = Notifier(tray)
+    notifier.on_snapshot(snap(0.0, server(model()), alerts=(alert("offload-9"),)))
+    with qtbot.waitSignal(notifier.alert_clicked) as blocker:
+        tray.messageClicked.emit()
+    assert blocker.args == ["offload-9"]
+
+
+def test_muted_kind_and_dnd_suppress(qtbot: QtBot) -> None:
+    tray = RecordingTray()
+    notifier = Notifier(tray, NotificationConfig(muted_kinds=("offload",)))
+    notifier.on_snapshot(snap(0.0, server(model()), alerts=(alert("offload-1"),)))
+    assert tray.messages == []
+    notifier.on_snapshot(snap(1.0, server(model()), alerts=(alert("ctx-1", kind="context_full"),)))
+    assert len(tray.messages) == 1
+    notifier.set_config(NotificationConfig(do_not_disturb=True))
+    notifier.on_snapshot(snap(2.0, server(model()), alerts=(alert("ctx-2", kind="context_full"),)))
+    assert len(tray.messages) == 1
+    notifier.set_config(NotificationConfig())
+    notifier.on_snapshot(snap(3.0, server(model()), alerts=(alert("ctx-2", kind="context_full"),)))
+    assert len(tray.messages) == 1  # suppressed during DND: not replayed afterwards
+    notifier.set_config(NotificationConfig(enabled=False))
+    notifier.on_snapshot(snap(4.0, server(model()), alerts=(alert("ctx-3", kind="context_full"),)))
+    assert len(tray.messages) == 1
+
+
+def test_several_new_alerts_make_one_bubble(qtbot: QtBot) -> None:
+    tray = RecordingTray()
+    notifier = Notifier(tray)
+    critical = replace(
+        alert("floor-1", kind="below_floor", severity="critical"), message="decode under 3 tok/s"
+    )
+    shown = notifier.on_snapshot(snap(0.0, server(model()), alerts=(alert("offload-1"), critical)))
+    assert {a.id for a in shown} == {"offload-1", "floor-1"}
+    assert len(tray.messages) == 1
+    title, body = tray.messages[0]
+    assert title == "decode under 3 tok/s (+1 more)"
+    assert "Also: qwen3:30b spilled to the CPU (52 %)" in body
+    assert notifier.last_alert_id == "floor-1"
+
+
+def test_gate_rules_are_pure() -> None:
+    gate = NotificationGate(NotificationConfig())
+    info = alert("cold-1", kind="cold_load", severity="info")
+    ended = replace(alert("old-1"), ended_wall_s=5.0)
+    assert gate.why_not(info) == "info alerts are not notified"
+    assert gate.why_not(ended) == "already ended"
+    assert gate.select([info, ended, alert("x")]) == [alert("x")]
+    assert gate.why_not(alert("x")) == "already notified for this episode"
+    long = replace(alert(), message="m" * 200, cause=None)
+    title, body = notification_text(long)
+    assert len(title) == 90 and title.endswith("…") and body.startswith("Fix: ")

@@ -1,0 +1,619 @@
+"""Diagnosis scenarios (issue 4): the whole Pipeline driven tick by tick with synthetic streams.
+
+Each scenario feeds llama-server- or Ollama-shaped readings plus hardware snapshots of an
+RTX 4090 machine, one tick per second, and asserts the *exact* set of alert kinds raised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+import pytest
+
+from trayapp.core import physics
+from trayapp.core.diagnose import Baseline
+from trayapp.core.jsonview import alert_json
+from trayapp.core.machine import Machine, resolve_machine
+from trayapp.core.model import (
+    Alert,
+    CounterReading,
+    FinishedRequest,
+    GpuProcess,
+    GpuReading,
+    HardwareSnapshot,
+    HostReading,
+    KvLayout,
+    ModelFacts,
+    ModelReading,
+    ModelStatus,
+    ServerReading,
+    ServerStatus,
+    SlotReading,
+    Snapshot,
+)
+from trayapp.core.pipeline import Pipeline
+from trayapp.core.thresholds import Thresholds
+
+GB = 1_000_000_000
+GIB = 1024**3
+WALL0 = 1_750_000_000.0
+LLAMA_URL = "http://127.0.0.1:8080"
+OLLAMA_URL = "http://127.0.0.1:11434"
+LLAMA_PID = 4242
+OLLAMA_PID = 1111
+RUNNER_PID = 5151  # Ollama's llama-server child for the loaded model
+RAM_GBPS = 60.0
+VRAM_TOTAL = 24 * GIB
+
+# Llama-3.1-8B: 32 layers × 8 KV heads × (128 + 128) → 128 KiB of f16 KV per token.
+KV_8B = KvLayout(full_elems_per_token=32 * 8 * 256, n_layers=32)
+# A 32B dense model (Qwen2.5-32B shape): 64 layers × 8 KV heads × 256 → 256 KiB per token.
+KV_32B = KvLayout(full_elems_per_token=64 * 8 * 256, n_layers=64)
+
+
+def facts(params: float, quant: str, bpw: float, kv: KvLayout) -> ModelFacts:
+    weights = round(params * bpw / 8)
+    return ModelFacts(
+        weights_bytes=weights,
+        bytes_per_token=weights,
+        exact=False,
+        source="estimate",
+        architecture="llama",
+        quantization=quant,
+        parameter_count=round(params),
+        kv=kv,
+    )
+
+
+LLAMA_8B = facts(8.03e9, "Q4_K_M", 4.89, KV_8B)  # 4.9 GB: ~205 tok/s ceiling on a 4090
+QWEN_32B_Q8 = facts(32.76e9, "Q8_0", 8.5, KV_32B)  # 34.8 GB: does not fit in 24 GiB
+QWEN_32B_Q4 = facts(32.76e9, "Q4_K_M", 4.89, KV_32B)  # 20.0 GB: fits at a 4k context
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+def hardware(
+    used_bytes: int,
+    processes: Sequence[GpuProcess] = (),
+    throttle: tuple[str, ...] = (),
+) -> HardwareSnapshot:
+    gpu = GpuReading(
+        index=0,
+        name="NVIDIA GeForce RTX 4090",
+        vendor="nvidia",
+        vram_total_bytes=VRAM_TOTAL,
+        vram_used_bytes=used_bytes,
+        bandwidth_gbps=1008.0,
+        bandwidth_source="table",
+        util_gpu_pct=95.0,
+        temperature_c=84.0 if throttle else 62.0,
+        throttle_reasons=throttle,
+        processes=tuple(processes),
+    )
+    host = HostReading(
+        ram_total_bytes=64 * GIB,
+        ram_available_bytes=40 * GIB,
+        ram_bandwidth_gbps=RAM_GBPS,
+        ram_bandwidth_source="measured",
+        cpu_percent=25.0,
+        cpu_count=16,
+    )
+    return HardwareSnapshot(gpus=(gpu,), host=host)
+
+
+def llama_hardware(model_facts: ModelFacts, n_ctx: int, throttle: tuple[str, ...] = ()) -> HardwareSnapshot:
+    """llama-server fully on the GPU: NVML lists its process with what the model needs."""
+    kv = physics.kv_cache_bytes(model_facts.kv, n_ctx)
+    held = int(physics.required_bytes(model_facts.weights_bytes, kv) * 0.97)
+    desktop = GpuProcess(pid=900, name="Xorg", used_bytes=300_000_000)
+    process = GpuProcess(pid=LLAMA_PID, name="llama-server", used_bytes=held)
+    return hardware(held + 300_000_000 + 400_000_000, (process, desktop), throttle)
+
+
+# --------------------------------------------------------------------------- readings
+
+
+def request_slots(
+    task: int, prompt_tokens: int, rate_tok_s: float, decode_s: int, prefill_s: int = 1, n_ctx: int = 32768
+) -> list[SlotReading]:
+    """One llama-server slot polled once a second: prefill, decode at `rate_tok_s`, then finished."""
+    polls = [SlotReading(0, True, task, 0, prompt_tokens, n_ctx=n_ctx) for _ in range(prefill_s)]
+    for i in range(1, decode_s + 1):
+        n = round(rate_tok_s * i)
+        polls.append(SlotReading(0, True, task, n, prompt_tokens + n, n_ctx=n_ctx))
+    n = round(rate_tok_s * decode_s)
+    polls.append(SlotReading(0, False, task, n, prompt_tokens + n, n_ctx=n_ctx))
+    return polls
+
+
+def idle_slots(last: SlotReading, seconds: int) -> list[SlotReading]:
+    return [replace(last, is_processing=False)] * seconds
+
+
+def llama_reading(
+    slot: SlotReading | None,
+    model_facts: ModelFacts = LLAMA_8B,
+    n_ctx: int = 32768,
+    counters: CounterReading | None = None,
+    version: str = "b6500",
+    status: str = "ok",
+) -> ServerReading:
+    if status != "ok":
+        return ServerReading(kind="llamacpp", url=LLAMA_URL, status=status, reason="connection refused")  # type: ignore[arg-type]
+    model = ModelReading(
+        name="Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        weights_bytes=model_facts.weights_bytes,
+        context_length=n_ctx,
+        quantization=model_facts.quantization,
+        facts=model_facts,
+        slots=(slot,) if slot is not None else (),
+        counters=counters,
+        busy=slot.is_processing if slot is not None else None,
+    )
+    return ServerReading(
+        kind="llamacpp", url=LLAMA_URL, status="ok", version=version, models=(model,), pid=LLAMA_PID
+    )
+
+
+def ollama_model(
+    model_facts: ModelFacts, n_ctx: int, size_bytes: int, vram_bytes: int, slot: SlotReading | None = None
+) -> ModelReading:
+    return ModelReading(
+        name="qwen2.5:32b",
+        size_bytes=size_bytes,
+        vram_bytes=vram_bytes,
+        context_length=n_ctx,
+        quantization=model_facts.quantization,
+        parameter_count=model_facts.parameter_count,
+        architecture="qwen2",
+        facts=model_facts,
+        slots=(slot,) if slot is not None else (),
+        server_pid=RUNNER_PID,
+    )
+
+
+def ollama_reading(*models: ModelReading) -> ServerReading:
+    return ServerReading(
+        kind="ollama", url=OLLAMA_URL, status="ok", version="0.12.3", models=models, pid=OLLAMA_PID
+    )
+
+
+def ollama_size(model_facts: ModelFacts, n_ctx: int) -> int:
+    """What Ollama reports as `size`: weights + KV at the context + ~0.9 GB of buffers."""
+    return model_facts.weights_bytes + physics.kv_cache_bytes(model_facts.kv, n_ctx) + 900_000_000
+
+
+# --------------------------------------------------------------------------- driving the pipeline
+
+
+@dataclass
+class Run:
+    """A Pipeline fed one tick per second; keeps every snapshot."""
+
+    baseline_lookup: Callable[[ServerStatus, ModelStatus, Machine], Baseline | None] | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    t: float = 0.0
+    snapshots: list[Snapshot] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pipeline = Pipeline(self.thresholds, baseline_lookup=self.baseline_lookup)
+
+    def tick(self, readings: ServerReading | Sequence[ServerReading], hw: HardwareSnapshot) -> Snapshot:
+        batch = [readings] if isinstance(readings, ServerReading) else list(readings)
+        self.t += 1.0
+        out = self.pipeline.process(batch, hw, {}, resolve_machine(hw), self.t, WALL0 + self.t)
+        self.snapshots.append(out.snapshot)
+        return out.snapshot
+
+    def feed(self, readings: Iterable[ServerReading], hw: HardwareSnapshot) -> list[Snapshot]:
+        return [self.tick(r, hw) for r in readings]
+
+    @property
+    def alerts(self) -> list[Alert]:
+        return [a for s in self.snapshots for a in s.alerts]
+
+    def kinds(self) -> set[str]:
+        return {a.kind for a in self.alerts}
+
+    def episodes(self, kind: str) -> dict[str, list[Alert]]:
+        """Alert id → its appearances, for one kind."""
+        out: dict[str, list[Alert]] = {}
+        for alert in self.alerts:
+            if alert.kind == kind:
+                out.setdefault(alert.id, []).append(alert)
+        return out
+
+    def ended(self) -> list[Alert]:
+        return [a for s in self.snapshots for a in s.ended_alerts]
+
+
+def assert_one_episode(run: Run, kind: str) -> Alert:
+    """Exactly one episode of `kind`: the same id on every tick it is listed, listed on consecutive ticks."""
+    episodes = run.episodes(kind)
+    assert len(episodes) == 1, f"expected one {kind} episode, got {list(episodes)}"
+    (alert_id,) = episodes
+    ticks = [i for i, s in enumerate(run.snapshots) if any(a.id == alert_id for a in s.alerts)]
+    assert ticks == list(range(ticks[0], ticks[-1] + 1)), "the alert came and went: a repeat"
+    return episodes[alert_id][-1]
+
+
+def settle(run: Run, reading: ServerReading, hw: HardwareSnapshot, seconds: int) -> None:
+    for _ in range(seconds):
+        run.tick(reading, hw)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def test_healthy_session_raises_nothing() -> None:
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    polls = request_slots(task=1, prompt_tokens=250, rate_tok_s=140.0, decode_s=20)
+    polls += idle_slots(polls[-1], 5)
+    polls += request_slots(task=2, prompt_tokens=900, rate_tok_s=138.0, decode_s=15)
+    polls += idle_slots(polls[-1], 70)  # past the idle gap: the session ends
+    run.feed((llama_reading(p) for p in polls), hw)
+
+    assert run.alerts == [] and run.ended() == []
+    decoding = [m for s in run.snapshots for _, m in s.models() if m.decode_tok_s is not None]
+    assert len(decoding) >= 25
+    for model in decoding:
+        assert model.gpu_fraction == 1.0  # from NVML: the server's process holds the whole model
+        assert 0.6 < model.efficiency < 0.75  # type: ignore[operator]
+    assert run.snapshots[-1].servers[0].models[0].session_id is None
+
+
+def test_offload_at_load_raises_exactly_one_offload_alert() -> None:
+    run = Run()
+    ctx = 32768
+    size = ollama_size(QWEN_32B_Q8, ctx)  # ~44.6 GB
+    vram = round(size * 0.48)  # `ollama ps`: 52%/48% CPU/GPU
+    runner = GpuProcess(pid=RUNNER_PID, name="llama-server", used_bytes=vram)
+    hw = hardware(VRAM_TOTAL - 700_000_000, (runner,))  # Ollama fills the GPU
+    # Loaded and idle, then a request decodes at ~2.4 tok/s (below the 3 tok/s floor).
+    run.feed([ollama_reading(ollama_model(QWEN_32B_Q8, ctx, size, vram))] * 3, hw)
+    polls = request_slots(task=1, prompt_tokens=400, rate_tok_s=2.4, decode_s=30)
+    run.feed((ollama_reading(ollama_model(QWEN_32B_Q8, ctx, size, vram, p)) for p in polls), hw)
+
+    # One root cause: no below_floor, and the full VRAM is part of the offload story.
+    assert run.kinds() == {"offload"}
+    assert len(run.snapshots[0].alerts) == 1  # a state: no confirmation window
+    alert = assert_one_episode(run, "offload")
+    assert alert.severity == "critical" and alert.server == OLLAMA_URL and alert.model == "qwen2.5:32b"
+
+    status = run.snapshots[-2].servers[0].models[0]
+    assert status.phase == "decoding" and status.decode_tok_s == pytest.approx(2.4, rel=0.1)
+    ev = alert.evidence
+    assert ev["cpu_share"] == pytest.approx(0.52, abs=0.005)
+    full, split = ev["expected_full_gpu_tok_s"], ev["expected_split_tok_s"]
+    assert isinstance(full, float) and isinstance(split, float)
+    assert full == pytest.approx(1008 / 34.8, rel=0.05)  # ~29 tok/s if it all fit
+    assert split == pytest.approx(1 / (0.48 * 34.8 / 1008 + 0.52 * 34.8 / RAM_GBPS), rel=0.05)  # ~3.1
+    assert status.decode_tok_s is not None
+    assert status.decode_tok_s < split < full  # what it does ≤ what the split allows ≪ full GPU
+    assert "52 % on the CPU" in alert.message
+    assert (
+        f"expect at most ~{split:.1f} tok/s instead of ~{full:.0f} tok/s fully in GPU memory" in alert.message
+    )
+    # A computed fix: a Q4+ build at a shorter context, or a lossy step down at this context.
+    assert alert.fix.startswith("Q4_K_M with a context of 17k tokens fits;")
+    assert "Q3_K_M fits at this context (clear loss; coding hallucinations rise)" in alert.fix
+
+    # Unloaded: the offload ends after the clear window, once.
+    gone = ollama_reading()
+    settle(run, gone, hardware(1_000_000_000), 25)
+    ended = [a for a in run.ended() if a.kind == "offload"]
+    assert [a.id for a in ended] == [alert.id]
+    assert ended[0].ended_wall_s is not None and ended[0].ended_wall_s < WALL0 + run.t - 15
+    assert run.snapshots[-1].alerts == ()
+
+
+def test_raised_context_spills_and_the_cause_names_the_kv_growth() -> None:
+    run = Run()
+    small, big = 4096, 32768
+    fits_size = ollama_size(QWEN_32B_Q4, small)
+    spilled_size = ollama_size(QWEN_32B_Q4, big)
+    spilled_vram = VRAM_TOTAL - 3_000_000_000
+    hw_fits = hardware(fits_size + 400_000_000, (GpuProcess(RUNNER_PID, "llama-server", fits_size),))
+    hw_spilled = hardware(VRAM_TOTAL - 500_000_000, (GpuProcess(RUNNER_PID, "llama-server", spilled_vram),))
+
+    run.feed([ollama_reading(ollama_model(QWEN_32B_Q4, small, fits_size, fits_size))] * 10, hw_fits)
+    assert run.alerts == []
+    run.tick(ollama_reading(), hardware(400_000_000))  # the user reloads it with num_ctx 32768
+    run.feed([ollama_reading(ollama_model(QWEN_32B_Q4, big, spilled_size, spilled_vram))] * 10, hw_spilled)
+
+    assert run.kinds() == {"offload"}
+    first = next(a for a in run.alerts if a.kind == "offload")
+    alert = assert_one_episode(run, "offload")
+    kv_growth = physics.kv_cache_bytes(KV_32B, big) - physics.kv_cache_bytes(KV_32B, small)
+    assert kv_growth / GB == pytest.approx(7.5, abs=0.05)
+    cause = f"The context was raised from 4k to 32k tokens and the KV cache grew by {kv_growth / GB:.1f} GB."
+    assert first.cause == cause and cause in first.message  # named from the very first tick
+    assert alert.cause == cause
+    cpu_share = 1 - spilled_vram / spilled_size
+    assert alert.evidence["cpu_share"] == pytest.approx(cpu_share, abs=0.001)
+    assert f"{cpu_share * 100:.0f} % on the CPU" in alert.message
+    assert alert.severity == "critical"  # a quarter on the CPU: several times slower
+    full, split = alert.evidence["expected_full_gpu_tok_s"], alert.evidence["expected_split_tok_s"]
+    assert full / split >= 3  # type: ignore[operator]
+    # The fix offers the old context back (or close to it), a q8_0 KV cache and a smaller quant.
+    max_ctx = physics.max_context_that_fits(QWEN_32B_Q4.weights_bytes, KV_32B, VRAM_TOTAL)
+    assert max_ctx is not None and small < max_ctx < big
+    assert alert.fix.startswith(f"Lower the context to {max_ctx // 1024}k tokens;")
+    assert "a q8_0 KV cache" in alert.fix
+
+
+def test_slow_kv_growth_raises_kv_slowdown_with_the_explained_share() -> None:
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    short_rate = 140.0
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=short_rate, decode_s=10)
+    polls += idle_slots(polls[-1], 3)
+    # A 16k-token follow-up: the KV cache now adds 2.1 GB to every token's reads.
+    deep_ctx = 16_000
+    deep_ceiling = physics.ceiling_at_context_tok_s(LLAMA_8B, deep_ctx + 300, 1008.0)
+    short_ceiling = physics.ceiling_at_context_tok_s(LLAMA_8B, 600, 1008.0)
+    assert deep_ceiling is not None and short_ceiling is not None
+    deep_rate = short_rate * deep_ceiling / short_ceiling * 0.97
+    polls += request_slots(task=2, prompt_tokens=deep_ctx, rate_tok_s=deep_rate, decode_s=12, prefill_s=4)
+    run.feed((llama_reading(p) for p in polls), hw)
+
+    assert run.kinds() == {"kv_slowdown"}
+    alert = assert_one_episode(run, "kv_slowdown")
+    ev = alert.evidence
+    drop = 1 - deep_rate / short_rate
+    assert ev["short_decode_tok_s"] == pytest.approx(short_rate, rel=0.02)
+    assert ev["decode_tok_s"] == pytest.approx(deep_rate, rel=0.02)
+    assert ev["drop_pct"] == pytest.approx(drop * 100, abs=1.5)
+    assert ev["drop_pct"] >= 15  # type: ignore[operator]
+    assert ev["context_tokens"] > deep_ctx  # type: ignore[operator]
+    assert ev["explained_share"] == pytest.approx(0.9, abs=0.1)  # the KV model explains most of it
+    assert f"decodes {drop * 100:.0f} % slower at 16." in alert.message
+    assert "KV-cache reads explain about" in alert.message
+    assert "q8_0" in alert.fix
+
+
+def test_drop_without_context_growth_is_not_kv_slowdown() -> None:
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=140.0, decode_s=6)
+    # 30 % slower a few hundred tokens deeper: the KV cache cannot explain that (it is not kv_slowdown).
+    polls += request_slots(task=2, prompt_tokens=1000, rate_tok_s=100.0, decode_s=6)
+    run.feed((llama_reading(p) for p in polls), hw)
+    assert run.kinds() == set()
+
+
+def test_throttling_gpu_raises_low_efficiency_naming_the_throttle() -> None:
+    run = Run()
+    throttle = ("HW thermal slowdown", "SW power cap")
+    hw = llama_hardware(LLAMA_8B, 32768, throttle=throttle)
+    ceiling = physics.ceiling_at_context_tok_s(LLAMA_8B, 500, 1008.0)
+    assert ceiling is not None
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=0.30 * ceiling, decode_s=20)
+    snaps = run.feed((llama_reading(p) for p in polls), hw)
+
+    assert run.kinds() == {"low_efficiency"}
+    alert = assert_one_episode(run, "low_efficiency")
+    # A rate needs a confirmation window: not on the first slow ticks.
+    first_tick = next(i for i, s in enumerate(snaps) if s.alerts)
+    first_slow = next(i for i, s in enumerate(snaps) if s.servers[0].models[0].decode_tok_s)
+    assert first_tick - first_slow >= 5
+    assert alert.evidence["efficiency"] == pytest.approx(0.30, abs=0.02)
+    assert alert.evidence["throttle_reasons"] == list(throttle)
+    assert "HW thermal slowdown" in alert.message and "throttling" in alert.message
+    assert "other processes" not in alert.message  # a desktop's 300 MB is no GPU workload
+    rate, ceiling_now = alert.evidence["decode_tok_s"], alert.evidence["ceiling_tok_s"]
+    assert isinstance(rate, float) and isinstance(ceiling_now, float)
+    share = f"{rate / ceiling_now * 100:.0f} %"
+    assert f"decodes at {rate:.0f} tok/s, {share} of its {ceiling_now:.0f} tok/s ceiling" in alert.message
+    assert "nvidia-smi" in alert.fix
+
+
+def test_low_draft_acceptance_raises_draft_acceptance() -> None:
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=135.0, decode_s=12)
+    readings = []
+    for i, poll in enumerate(polls):
+        counters = None
+        if i % 5 == 0:  # /metrics is read sparingly
+            drafted = 1000.0 + 400 * i
+            counters = CounterReading(
+                tokens_predicted_total=5000.0 + 100 * i,
+                tokens_predicted_seconds_total=40.0 + i,
+                spec_draft_tokens_total=drafted,
+                spec_accepted_tokens_total=drafted * 0.28,
+                spec_drafts_total=drafted / 8,
+            )
+        readings.append(llama_reading(poll, counters=counters))
+    run.feed(readings, hw)
+
+    assert run.kinds() == {"draft_acceptance"}
+    alert = assert_one_episode(run, "draft_acceptance")
+    assert alert.evidence["draft_acceptance"] == pytest.approx(0.28, abs=0.01)
+    assert "accepts only 28 % of drafted tokens" in alert.message
+    assert "--draft-max" in alert.fix
+
+
+def test_regression_after_a_server_update_names_both_versions() -> None:
+    calls: list[str | None] = []
+
+    def baseline_lookup(server: ServerStatus, model: ModelStatus, machine: Machine) -> Baseline | None:
+        calls.append(model.quantization)
+        return Baseline(
+            decode_tok_s=150.0,
+            context_tokens=600,
+            server_version="b5000",
+            session_id="20250601-101500-abc123",
+            when_wall_s=WALL0 - 7 * 86400,
+        )
+
+    run = Run(baseline_lookup=baseline_lookup)
+    hw = llama_hardware(LLAMA_8B, 32768)
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=105.0, decode_s=15)
+    run.feed((llama_reading(p, version="b6500") for p in polls), hw)
+
+    assert calls and set(calls) == {"Q4_K_M"}
+    assert run.kinds() == {"regression"}
+    alert = assert_one_episode(run, "regression")
+    ev = alert.evidence
+    assert ev["baseline_version"] == "b5000" and ev["version"] == "b6500"
+    assert ev["baseline_tok_s"] == 150.0
+    assert ev["decode_tok_s"] == pytest.approx(105.0, rel=0.02)
+    assert ev["drop_pct"] == pytest.approx(30.0, abs=1.5)
+    assert "from b5000 to b6500" in alert.message
+    assert "30 % below its 150 tok/s baseline" in alert.message
+    assert "b5000" in alert.fix
+
+
+def test_a_deep_conversation_is_not_a_regression_against_a_short_baseline() -> None:
+    baseline = Baseline(decode_tok_s=150.0, context_tokens=600, server_version="b5000", session_id="s0")
+    run = Run(baseline_lookup=lambda *_: baseline)
+    hw = llama_hardware(LLAMA_8B, 32768)
+    polls = request_slots(task=1, prompt_tokens=16_000, rate_tok_s=100.0, decode_s=12, prefill_s=4)
+    run.feed((llama_reading(p, version="b6500") for p in polls), hw)
+    assert run.kinds() == set()
+
+
+def test_offload_also_explains_a_regression() -> None:
+    """One root cause per model: an offloaded model slower than its baseline gets the offload alert only."""
+    baseline = Baseline(decode_tok_s=30.0, context_tokens=500, server_version="0.11.0", session_id="s1")
+    run = Run(baseline_lookup=lambda *_: baseline)
+    ctx = 32768
+    size = ollama_size(QWEN_32B_Q8, ctx)
+    vram = round(size * 0.48)
+    hw = hardware(VRAM_TOTAL - 700_000_000, (GpuProcess(RUNNER_PID, "llama-server", vram),))
+    polls = request_slots(task=1, prompt_tokens=400, rate_tok_s=2.4, decode_s=15)
+    run.feed((ollama_reading(ollama_model(QWEN_32B_Q8, ctx, size, vram, p)) for p in polls), hw)
+    assert run.kinds() == {"offload"}
+
+
+def test_offload_caused_by_another_loaded_model_names_it() -> None:
+    """Two Ollama models share the GPU; NVML shows no process list (a container): the sibling is named."""
+    run = Run()
+    other = replace(
+        ollama_model(LLAMA_8B, 8192, 6_300_000_000, 6_300_000_000), name="llama3.1:8b", server_pid=6000
+    )
+    size = ollama_size(QWEN_32B_Q4, 8192)
+    spilled = ollama_model(QWEN_32B_Q4, 8192, size, VRAM_TOTAL - 6_300_000_000 - 1_500_000_000)
+    hw = hardware(VRAM_TOTAL - 600_000_000)
+    run.feed([ollama_reading(other, spilled)] * 3, hw)
+    assert run.kinds() == {"offload"}
+    alert = assert_one_episode(run, "offload")
+    assert alert.model == "qwen2.5:32b"
+    assert alert.cause == "llama3.1:8b, also loaded, holds 6.3 GB of VRAM."
+    assert alert.fix.startswith("Unload llama3.1:8b, which holds 6.3 GB of VRAM")
+
+
+# --------------------------------------------------------------------------- smaller rules
+
+
+def test_several_streams_are_not_low_efficiency() -> None:
+    """Batching lowers the per-stream rate by design (DOMAIN.md §6)."""
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    for i in range(15):
+        slots = (
+            SlotReading(0, True, 1, 45 * i, 300 + 45 * i, n_ctx=32768),
+            SlotReading(1, True, 2, 45 * i, 500 + 45 * i, n_ctx=32768),
+            SlotReading(2, True, 3, 45 * i, 700 + 45 * i, n_ctx=32768),
+        )
+        reading = llama_reading(None)
+        model = replace(reading.models[0], slots=slots, busy=True)
+        run.tick(replace(reading, models=(model,)), hw)
+    status = run.snapshots[-1].servers[0].models[0]
+    assert status.active_streams == 3 and status.decode_total_tok_s == pytest.approx(135.0)
+    assert run.kinds() == set()
+
+
+def test_vram_pressure_alone_and_context_full() -> None:
+    run = Run()
+    base = llama_hardware(LLAMA_8B, 32768)
+    other = GpuProcess(pid=777, name="blender", used_bytes=14 * GB)
+    gpu = replace(
+        base.gpus[0], vram_used_bytes=VRAM_TOTAL - 600_000_000, processes=(*base.gpus[0].processes, other)
+    )
+    hw = replace(base, gpus=(gpu,))
+    # A conversation at 29k of a 32k context, decoding normally.
+    polls = request_slots(task=1, prompt_tokens=29_000, rate_tok_s=100.0, decode_s=6)
+    run.feed((llama_reading(p) for p in polls), hw)
+    assert run.kinds() == {"vram_pressure", "context_full"}
+    pressure = assert_one_episode(run, "vram_pressure")
+    assert pressure.server == "gpu:0" and pressure.model is None
+    assert "blender 14.0 GB" in pressure.message
+    full = assert_one_episode(run, "context_full")
+    assert full.evidence["context_length"] == 32768
+    assert "% full (29." in full.message and "of 32k tokens" in full.message
+
+
+def test_server_down_after_confirmation_and_cold_load() -> None:
+    run = Run()
+    hw = llama_hardware(LLAMA_8B, 32768)
+    run.tick(llama_reading(SlotReading(0, False, 1, 10, 300, n_ctx=32768)), hw)
+    down = llama_reading(None, status="unreachable")
+    settle(run, down, hw, 3)
+    assert run.kinds() == set()  # a blip is not an outage
+    settle(run, down, hw, 5)
+    assert run.kinds() == {"server_down"}
+    alert = assert_one_episode(run, "server_down")
+    assert alert.message == f"llama-server at {LLAMA_URL} stopped answering: connection refused."
+
+    cold = Run()
+    fin = FinishedRequest(model="Llama-3.1-8B-Instruct-Q4_K_M.gguf", finished_wall_s=WALL0, load_s=7.5)
+    reading = replace(llama_reading(SlotReading(0, False, 1, 10, 300, n_ctx=32768)), finished=(fin,))
+    cold.tick(reading, hw)
+    assert cold.kinds() == {"cold_load"}
+    (alert,) = cold.snapshots[0].alerts
+    assert alert.severity == "info" and "7.5 s" in alert.message
+
+
+def test_unknown_gpu_share_is_not_an_offload() -> None:
+    """NVML that cannot see the server's process (a container) says nothing about where the model is."""
+    run = Run()
+    hw = hardware(8 * GB, ())  # no process list
+    polls = request_slots(task=1, prompt_tokens=300, rate_tok_s=140.0, decode_s=8)
+    run.feed((llama_reading(p) for p in polls), hw)
+    assert run.kinds() == set()
+    assert run.snapshots[-2].servers[0].models[0].gpu_fraction is None
+
+
+# --------------------------------------------------------------------------- alert JSON
+
+
+def test_alert_json_shape() -> None:
+    run = Run()
+    ctx = 32768
+    size = ollama_size(QWEN_32B_Q8, ctx)
+    hw = hardware(VRAM_TOTAL - 700_000_000)
+    run.tick(ollama_reading(ollama_model(QWEN_32B_Q8, ctx, size, round(size * 0.48))), hw)
+    (alert,) = run.snapshots[0].alerts
+    data = alert_json(alert)
+    assert {"id", "kind", "severity", "server", "model", "message", "fix", "since", "evidence"} <= set(data)
+    assert data["id"] == alert.id and data["kind"] == "offload" and data["severity"] == "critical"
+    assert data["server"] == OLLAMA_URL and data["model"] == "qwen2.5:32b"
+    assert data["since"].endswith("Z")
+    since = datetime.fromisoformat(data["since"].replace("Z", "+00:00"))
+    assert since.utcoffset() is not None and since.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+    assert since.timestamp() == pytest.approx(WALL0 + 1.0)
+    assert data["evidence"]["cpu_share"] == pytest.approx(0.52, abs=0.005)
+    assert isinstance(data["evidence"]["expected_full_gpu_tok_s"], float)
+    assert isinstance(data["evidence"]["expected_split_tok_s"], float)
+    assert data["ended"] is None
+    # Numbers in the message are the evidence, rounded as a user reads them.
+    share = re.search(r"is (\d+) % on the CPU", data["message"])
+    assert share is not None and int(share.group(1)) == round(data["evidence"]["cpu_share"] * 100) == 52
+
+
+def test_one_shot_reports_state_findings_without_a_window() -> None:
+    pipeline = Pipeline(one_shot=True)
+    ctx = 32768
+    size = ollama_size(QWEN_32B_Q8, ctx)
+    hw = hardware(VRAM_TOTAL - 700_000_000)
+    fits = replace(ollama_model(QWEN_32B_Q4, 4096, 21 * GB, 21 * GB), name="qwen2.5:32b-q4")
+    reading = ollama_reading(ollama_model(QWEN_32B_Q8, ctx, size, round(size * 0.48)), fits)
+    out = pipeline.process([reading], hw, {}, resolve_machine(hw), 5.0, WALL0)
+    assert [(a.kind, a.model) for a in out.snapshot.alerts] == [("offload", "qwen2.5:32b")]

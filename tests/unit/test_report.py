@@ -1,0 +1,224 @@
+"""The HTML report, from a real SQLite store: session, hardware, SVG plots, alerts, escaping."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from trayapp import paths
+from trayapp.adapters.report import ReportError, render_report, write_report
+from trayapp.adapters.store import Store
+from trayapp.commands import logs
+from trayapp.core.model import (
+    Alert,
+    GpuReading,
+    HardwareSnapshot,
+    HostReading,
+    ModelStatus,
+    RequestRecord,
+    ServerStatus,
+    SessionRecord,
+    Snapshot,
+)
+
+T0 = 1_750_000_000.0
+URL = "http://127.0.0.1:11434"
+HOSTILE = '<script>alert("x")</script>'
+HARDWARE = HardwareSnapshot(
+    gpus=(
+        GpuReading(0, "NVIDIA GeForce RTX 4090", "nvidia", 25_757_220_864, 20_000_000_000, 1008.0, "nvml"),
+    ),
+    host=HostReading(64_000_000_000, 40_000_000_000, 54.0, "measured"),
+)
+
+
+def tick(
+    t: float,
+    name: str,
+    sid: str,
+    i: int,
+    *,
+    alerts: tuple[Alert, ...] = (),
+    ended: tuple[Alert, ...] = (),
+    requests: tuple[RequestRecord, ...] = (),
+) -> Snapshot:
+    model = ModelStatus(
+        name=name,
+        phase="decoding",
+        decode_tok_s=90.0 - i * 0.1,
+        decode_total_tok_s=90.0 - i * 0.1,
+        active_streams=1,
+        context_tokens=200 + 40 * i,
+        context_length=32768,
+        ceiling_tok_s=130.0 - i * 0.05,
+        gpu_fraction=1.0,
+        session_id=sid,
+    )
+    server = ServerStatus(kind="ollama", url=URL, status="ok", version="0.30.1", models=(model,))
+    return Snapshot(t, t - T0, (server,), HARDWARE, alerts=alerts, ended_alerts=ended, requests=requests)
+
+
+def session(sid: str, name: str, start: float, end: float | None) -> SessionRecord:
+    return SessionRecord(
+        id=sid,
+        server=URL,
+        server_kind="ollama",
+        model=name,
+        started_wall_s=start,
+        ended_wall_s=end,
+        server_version="0.30.1",
+        quantization="Q4_K_M",
+        hardware="RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+        requests=2,
+        decode_tokens=700,
+        mean_decode_tok_s=85.0,
+        peak_decode_tok_s=90.0,
+        mean_prompt_tok_s=1500.0,
+        mean_ttft_s=0.21,
+        max_context_tokens=4200,
+        ceiling_tok_s=130.0,
+        gpu_fraction=1.0,
+        alerts=("kv_slowdown",),
+    )
+
+
+def kv_alert(**kw: object) -> Alert:
+    values: dict[str, object] = {
+        "id": "kv-1",
+        "kind": "kv_slowdown",
+        "severity": "warning",
+        "server": URL,
+        "model": HOSTILE,
+        "message": "decode fell 24 % as the context grew to 4200 tokens <b>",
+        "fix": "quantize the KV cache (OLLAMA_KV_CACHE_TYPE=q8_0) & keep chats short",
+        "since_wall_s": T0 + 60,
+        "evidence": {"drop_pct": 24.0, "explained_pct": 70.0},
+        "cause": "KV-cache reads grow with context",
+        "peak": 24.0,
+    }
+    values.update(kw)
+    return Alert(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "store.sqlite3"
+    with Store(path) as store:
+        # An older session of another model, then the hostile one with an alert and requests.
+        store.record(tick(T0 - 1000, "llama3", "old", 0), [session("old", "llama3", T0 - 1000, T0 - 900)])
+        for i in range(100):
+            alerts = (kv_alert(),) if 60 <= i < 90 else ()
+            ended = (kv_alert(ended_wall_s=T0 + 90),) if i == 90 else ()
+            requests: tuple[RequestRecord, ...] = ()
+            if i in (40, 80):
+                requests = (
+                    RequestRecord(URL, "ollama", HOSTILE, T0 + i, "evil", True, context_tokens=200 + 40 * i,
+                                  decode_tok_s=88.0 - i * 0.1, decode_tokens=350),
+                )  # fmt: skip
+            store.record(tick(T0 + i, HOSTILE, "evil", i, alerts=alerts, ended=ended, requests=requests))
+        store.record(tick(T0 + 100, HOSTILE, "evil", 100), [session("evil", HOSTILE, T0, T0 + 100)])
+    return path
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += attrs
+
+
+def test_the_report_shows_the_latest_session_with_plots_alerts_and_hardware(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    with Store(db, writer=False) as store:
+        assert write_report(store, out) == out
+    page = out.read_text(encoding="utf-8")
+    parsed = _Collect()
+    parsed.feed(page)
+
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<code>evil</code>" in page and "0.30.1" in page and "Q4_K_M" in page
+    assert "85.0 tok/s" in page and "65 %" in page  # mean rate and its share of the 130 tok/s ceiling
+    # Two inline SVG plots with a rate line, a ceiling line, the realistic band and request dots.
+    assert parsed.tags.count("svg") == 2
+    assert page.count('<polyline class="rate"') >= 1 and page.count('<polyline class="ceiling"') == 2
+    assert page.count('<polygon class="band"') == 2
+    assert page.count('<circle class="request"') == 4  # two requests, in both plots
+    assert page.count('<circle class="rate-dot"') == 101  # every decoding sample against its context
+    # The alert with cause and fix; the hardware.
+    assert "kv_slowdown" in page and "KV-cache reads grow with context" in page
+    assert "OLLAMA_KV_CACHE_TYPE=q8_0) &amp; keep chats short" in page
+    assert "drop_pct = 24.0" in page
+    assert (
+        "NVIDIA GeForce RTX 4090" in page and "1,008 GB/s (nvml)" in page and "54.0 GB/s (measured)" in page
+    )
+    # Self-contained: no scripts, no external resources.
+    assert "script" not in parsed.tags and "link" not in parsed.tags and "img" not in parsed.tags
+    urls = [v for k, v in parsed.attrs if k in ("src", "href") and v]
+    assert urls == []
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg|127\.0\.0\.1)", page)
+
+
+def test_hostile_names_are_escaped_everywhere(db: Path) -> None:
+    with Store(db, writer=False) as store:
+        page = render_report(store)
+    assert HOSTILE not in page and "<script" not in page.lower()
+    assert html_escaped(HOSTILE) in page
+    assert "tokens &lt;b&gt;" in page  # an alert message cannot inject markup either
+
+
+def html_escaped(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def test_a_chosen_session_and_unknown_or_missing_sessions(db: Path, tmp_path: Path) -> None:
+    with Store(db, writer=False) as store:
+        page = render_report(store, session_id="old")
+        assert "<code>old</code>" in page and "llama3" in page and "No alerts during this session." in page
+        with pytest.raises(ReportError, match="unknown session 'nope'"):
+            write_report(store, tmp_path / "x.html", session_id="nope")
+    assert not (tmp_path / "x.html").exists()
+    with (
+        Store(tmp_path / "empty.sqlite3", writer=False) as empty,
+        pytest.raises(ReportError, match="no sessions"),
+    ):
+        render_report(empty)
+
+
+def test_a_long_session_is_averaged_into_a_bounded_plot(tmp_path: Path) -> None:
+    path = tmp_path / "long.sqlite3"
+    with Store(path) as store:
+        for i in range(3000):
+            store.record(tick(T0 + i, "m", "long", i % 100))
+        store.record(tick(T0 + 3000, "m", "long", 0), [session("long", "m", T0, T0 + 3000)])
+    with Store(path, writer=False) as store:
+        page = render_report(store)
+    (time_plot, _) = page.split("</svg>", 1)
+    (rate_line,) = re.findall(r'<polyline class="rate" points="([^"]*)"', time_plot)
+    assert 100 < len(rate_line.split()) <= 600
+    assert "time since start (min)" in page
+
+
+def test_cli_report_writes_the_file_or_fails_in_one_line(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copyfile(db, paths.store_file())  # where the CLI looks (LLM_TRAY_HOME is per test)
+    parser = argparse.ArgumentParser()
+    logs.add_report_arguments(parser)
+    out = tmp_path / "r.html"
+    assert logs.run_report(parser.parse_args(["--session", "ev", "-o", str(out)])) == 0  # a unique prefix
+    assert "<code>evil</code>" in out.read_text(encoding="utf-8")
+    assert f"wrote {out}" in capsys.readouterr().err
+
+    assert logs.run_report(parser.parse_args(["--session", "nope", "-o", str(tmp_path / "n.html")])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown session 'nope'" in err
+    assert not (tmp_path / "n.html").exists()

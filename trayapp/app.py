@@ -1,0 +1,483 @@
+"""The tray app's composition root: QApplication, sampler thread, tray, dashboard, notifier.
+
+`run_tray()` is what `llm-tray` (no subcommand) runs. Threads: the GUI thread
+owns every widget and never does blocking I/O; one sampler QThread runs the
+Monitor (HTTP, NVML, SQLite); one-off work (export, keyring, start-at-login,
+the exporter's socket) runs on short-lived daemon threads.
+
+`LLM_TRAY_TEST_EVENTS=<path>` makes the app append JSON lines describing what
+it shows (tray shown, icon changes with their number, dashboard shown, curve
+point counts) for end-to-end tests. No prompt text ever reaches the log or
+those events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, qVersion
+from PySide6.QtWidgets import QApplication, QSystemTrayIcon
+
+from trayapp import paths
+from trayapp.config import EndpointConfig, ExporterConfig, Settings
+from trayapp.core.diagnostics import diagnostics_text
+from trayapp.core.glance import IconState
+from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.ui.dashboard import Dashboard
+from trayapp.ui.icons import app_icon
+from trayapp.ui.notifier import Notifier
+from trayapp.ui.qtcompat import apply_workarounds
+from trayapp.ui.settings_dialog import SettingsDialog
+from trayapp.ui.single_instance import SingleInstance, notify_running
+from trayapp.ui.tray import TrayController, settings_summary
+from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
+
+log = logging.getLogger("trayapp.app")
+
+TRAY_WAIT_S = 60.0  # at login, how long to wait for the panel's system tray
+TRAY_POLL_MS = 1000
+HEARTBEAT_MS = 200  # lets Python run signal handlers while Qt's loop sleeps
+EVENTS_ENV = "LLM_TRAY_TEST_EVENTS"
+TRAY_WAIT_ENV = "LLM_TRAY_TRAY_WAIT_S"  # tests shorten the wait
+
+MonitorFactory = Callable[[], MonitorLike]
+
+
+# --------------------------------------------------------------------------- logging
+
+
+def setup_logging(log_path: Path | None = None) -> Path:
+    """A rotating log file in the data dir for the `trayapp` loggers (transitions and errors, INFO+).
+
+    The console (stderr) still gets warnings and errors only.
+    """
+    path = log_path or paths.log_file()
+    logger = logging.getLogger("trayapp")
+    for handler in logger.handlers:
+        if isinstance(handler, logging.handlers.RotatingFileHandler) and Path(handler.baseFilename) == path:
+            return path
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=1_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    console.setFormatter(logging.Formatter("llm-tray: %(message)s"))
+    logger.addHandler(console)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # the root logger's console handler would print INFO lines too
+    return path
+
+
+def _install_excepthook() -> None:
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        log.error("uncaught exception", exc_info=(kind, value, tb))
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+# --------------------------------------------------------------------------- test events
+
+
+class TestEvents:
+    """Appends JSON lines to `path` (LLM_TRAY_TEST_EVENTS) so e2e tests can see what the app shows."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.path is None:
+            return
+        line = json.dumps({"t": round(time.time(), 3), "event": event, **fields}, default=str)
+        with self._lock:
+            try:
+                with self.path.open("a", encoding="utf-8") as handle:
+                    handle.write(line + "\n")
+            except OSError as exc:
+                log.warning("test events: cannot write %s: %s", self.path, exc)
+
+
+# --------------------------------------------------------------------------- actions run off the GUI thread
+
+
+def export_session_log(path: Path) -> str:
+    """Export the session log to `path`; the format follows the suffix (.csv, .jsonl, .parquet)."""
+    from trayapp.adapters.export import export
+    from trayapp.adapters.store import Store
+
+    fmt = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(path.suffix.lower(), "csv")
+    store = Store(paths.store_file(), writer=False)
+    try:
+        result = export(store, fmt=fmt, out=path)
+    finally:
+        store.close()
+    return f"{result.rows} {result.table} rows → {path}"
+
+
+def set_autostart(enabled: bool) -> str:
+    from trayapp.adapters import autostart
+
+    if enabled:
+        return autostart.enable()
+    autostart.disable()
+    return "disabled"
+
+
+def _autostart_enabled() -> bool:
+    from trayapp.adapters import autostart
+
+    try:
+        return autostart.is_enabled()
+    except Exception:  # a broken registry/permissions: show "off", never crash
+        log.exception("cannot read the start-at-login state")
+        return False
+
+
+def collect_versions() -> dict[str, str]:
+    import pyqtgraph
+    import PySide6
+
+    return {
+        "PySide6": str(getattr(PySide6, "__version__", "?")),
+        "Qt": qVersion(),
+        "pyqtgraph": str(getattr(pyqtgraph, "__version__", "?")),
+        "OS": platform.platform(terse=True),
+    }
+
+
+# --------------------------------------------------------------------------- the app
+
+
+class TrayApp(QObject):
+    """Everything the tray app is made of, wired together. Lives on the GUI thread."""
+
+    def __init__(
+        self,
+        app: QApplication,
+        settings: Settings,
+        monitor_factory: MonitorFactory,
+        *,
+        at_login: bool = False,
+        events: TestEvents | None = None,
+        instance: SingleInstance | None = None,
+    ) -> None:
+        super().__init__()
+        self.app = app
+        self.settings = settings
+        self.at_login = at_login
+        self.events = events or TestEvents(None)
+        self.instance = instance
+        self.versions = collect_versions()
+        self.last_snapshot: Snapshot | None = None
+        self.last_error: str | None = None
+        self.tray_visible = False
+        self._settings_dialog: SettingsDialog | None = None
+        self._exporter: Any = None
+        self._metrics_state: Any = None
+        self._tray_deadline = 0.0
+        self._stopped = False
+
+        self.runner = WorkerThread(monitor_factory)
+        self.dashboard = Dashboard(kv_type=settings.hardware.kv_type)
+        self.tray = TrayController(
+            self.runner,
+            export_callback=export_session_log,
+            diagnostics=self.diagnostics,
+            autostart_enabled=_autostart_enabled(),
+            set_autostart=set_autostart,
+            low_efficiency_ratio=settings.thresholds.low_efficiency_ratio,
+        )
+        self.notifier = Notifier(self.tray.tray, settings.notifications)
+
+        self.runner.snapshot_ready.connect(self.on_snapshot)
+        self.runner.error.connect(self.on_error)
+        self.tray.open_dashboard.connect(self.show_dashboard)
+        self.tray.open_settings.connect(self.open_settings)
+        self.tray.quit_requested.connect(app.quit)
+        self.tray.icon_changed.connect(self._on_icon_changed)
+        self.tray.pause_changed.connect(lambda paused: self.events.emit("paused", paused=paused))
+        self.notifier.alert_clicked.connect(self.focus_alert)
+        self.notifier.notified.connect(lambda a: self.events.emit("notified", id=a.id, kind=a.kind))
+        self.dashboard.redrawn.connect(lambda info: self.events.emit("curve", **info))
+        if instance is not None:
+            instance.show_requested.connect(self.show_dashboard)
+        app.aboutToQuit.connect(self.shutdown)
+
+        self._tray_timer = QTimer(self)
+        self._tray_timer.setObjectName("wait-for-system-tray")
+        self._tray_timer.setInterval(TRAY_POLL_MS)
+        self._tray_timer.timeout.connect(self._poll_tray)
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> None:
+        self.events.emit("started", pid=os.getpid(), at_login=self.at_login)
+        if self.tray.shown_state is not None:
+            self._on_icon_changed(self.tray.shown_state)  # drawn before anyone listened
+        self.runner.start()
+        self._apply_exporter(self.settings.exporter)
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self._show_tray()
+        elif self.at_login:
+            wait_s = float(os.environ.get(TRAY_WAIT_ENV, TRAY_WAIT_S))
+            log.info("no system tray yet: waiting up to %.0f s for the panel", wait_s)
+            self._tray_deadline = time.monotonic() + wait_s
+            self._tray_timer.start()
+        else:
+            self._run_without_tray("No system tray is available on this desktop")
+
+    def _poll_tray(self) -> None:
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self._tray_timer.stop()
+            self._show_tray()
+        elif time.monotonic() >= self._tray_deadline:
+            self._tray_timer.stop()
+            self._run_without_tray("No system tray appeared after login")
+
+    def _show_tray(self) -> None:
+        self.tray.show()
+        self.tray_visible = True
+        log.info("tray icon shown")
+        self.events.emit("tray_shown")
+
+    def _run_without_tray(self, why: str) -> None:
+        log.warning("%s: running as a window", why)
+        self.app.setQuitOnLastWindowClosed(True)  # the window is the app now: closing it quits
+        self.dashboard.set_banner(
+            f"{why}, so llm-tray runs as this window (closing it quits). "
+            "Desktops without a tray (e.g. GNOME) need an extension such as AppIndicator for the icon."
+        )
+        self.events.emit("no_tray", reason=why)
+        self.show_dashboard()
+
+    def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("stopping")
+        self._tray_timer.stop()
+        if not self.runner.stop(5000):
+            log.error("the sampler thread did not stop in time")
+        exporter, self._exporter = self._exporter, None
+        if exporter is not None:
+            exporter.stop(1.0)
+        if self.instance is not None:
+            self.instance.close()
+        self.tray.hide()
+        self.events.emit("quit")
+
+    # ------------------------------------------------------------------ snapshots
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        first = self.last_snapshot is None
+        self.last_snapshot = snapshot
+        if self.last_error is not None:
+            self.last_error = None
+        self.tray.update_snapshot(snapshot)
+        self.dashboard.update_snapshot(snapshot)
+        self.notifier.on_snapshot(snapshot)
+        if self._metrics_state is not None:
+            self._metrics_state.observe(snapshot)
+        if first:
+            log.info("first snapshot: %d server(s)", len(snapshot.servers))
+        if self.events.enabled:
+            models = [
+                {"server": s.url, "model": m.name, "phase": m.phase, "decode_tok_s": m.decode_tok_s}
+                for s, m in snapshot.models()
+            ]
+            self.events.emit("snapshot", servers=len(snapshot.servers), models=models)
+
+    def on_error(self, message: str) -> None:
+        if message != self.last_error:
+            self.events.emit("error", message=message)
+        self.last_error = message
+        if self.last_snapshot is None:
+            self.tray.tray.setToolTip(f"llm-tray\n{message}")
+
+    def _on_icon_changed(self, state: IconState) -> None:
+        self.events.emit(
+            "icon", health=state.health, text=state.text, ring=state.ring, offload=state.offload,
+            paused=state.paused, tooltip=state.tooltip,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ windows
+
+    def show_dashboard(self) -> None:
+        self.dashboard.show_and_raise()
+        self.events.emit("dashboard_shown")
+
+    def focus_alert(self, alert_id: str) -> None:
+        self.dashboard.focus_alert(alert_id)
+        self.events.emit("dashboard_shown", alert=alert_id)
+
+    def open_settings(self) -> None:
+        dialog = self._settings_dialog
+        if dialog is not None and dialog.isVisible():
+            dialog.raise_()
+            dialog.activateWindow()
+            return
+        dialog = SettingsDialog(self.settings)
+        dialog.settings_changed.connect(self.apply_settings)
+        self._settings_dialog = dialog
+        dialog.show()
+
+    def apply_settings(self, settings: Settings) -> None:
+        """New settings from the dialog, applied without a restart."""
+        old = self.settings
+        self.settings = settings
+        self.runner.apply_settings(settings)
+        self.notifier.set_config(settings.notifications)
+        self.tray.set_low_efficiency_ratio(settings.thresholds.low_efficiency_ratio)
+        self.dashboard.set_kv_type(settings.hardware.kv_type)
+        if settings.exporter != old.exporter:
+            self._apply_exporter(settings.exporter)
+        log.info("settings applied")
+        self.events.emit("settings_applied")
+
+    def diagnostics(self, snapshot: Snapshot | None) -> str:
+        text = diagnostics_text(snapshot, settings_summary(self.settings), self.versions)
+        if self.last_error:
+            text += f"last monitoring error: {self.last_error}\n"
+        return text
+
+    # ------------------------------------------------------------------ Prometheus exporter
+
+    def _apply_exporter(self, config: ExporterConfig) -> None:
+        """Start or stop the /metrics listener in the background (binding a port is I/O)."""
+        old, self._exporter = self._exporter, None
+        if not config.enabled:
+            self._metrics_state = None
+            if old is not None:
+                run_in_background(lambda: old.stop(2.0), name="llm-tray-exporter-stop")
+            return
+        from trayapp.adapters.metrics import MetricsState, start_exporter
+
+        state = self._metrics_state or MetricsState()
+        self._metrics_state = state
+        if self.last_snapshot is not None:
+            state.observe(self.last_snapshot)
+
+        def restart() -> Any:
+            if old is not None:
+                old.stop(2.0)
+            return start_exporter(state, config.address, config.port)
+
+        def started(exporter: Any) -> None:
+            if self._stopped or self._metrics_state is not state:
+                exporter.stop(1.0)  # turned off (or quit) meanwhile
+                return
+            self._exporter = exporter
+            log.info("Prometheus exporter on %s", exporter.url)
+            self.events.emit("exporter", url=exporter.url)
+
+        def failed(exc: BaseException) -> None:
+            log.warning("Prometheus exporter: cannot listen on %s:%d: %s", config.address, config.port, exc)
+            self.tray.show_message(
+                "Prometheus exporter not started",
+                f"{config.address}:{config.port}: {exc}. Choose another port in Settings.",
+                critical=True,
+            )
+
+        run_in_background(restart, started, failed, name="llm-tray-exporter")
+
+
+def _handle_signals(app: QApplication) -> QTimer:
+    """Ctrl+C / SIGTERM quit cleanly; a heartbeat timer lets Python run the handler promptly."""
+
+    def quit_app(signum: int, _frame: object) -> None:
+        log.info("signal %d: quitting", signum)
+        QTimer.singleShot(0, app.quit)
+
+    signal.signal(signal.SIGINT, quit_app)
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, quit_app)
+    heartbeat = QTimer(app)
+    heartbeat.setObjectName("python-signal-heartbeat")
+    heartbeat.timeout.connect(lambda: None)
+    heartbeat.start(HEARTBEAT_MS)
+    return heartbeat
+
+
+def default_monitor_factory(
+    settings: Settings,
+    extra_endpoints: Sequence[EndpointConfig],
+    discover: bool | None,
+    profile: HardwareProfile | None,
+) -> MonitorFactory:
+    def factory() -> MonitorLike:
+        from trayapp.monitor import Monitor  # built on the sampler thread, with its handles
+
+        return Monitor(
+            settings, extra_endpoints=extra_endpoints, discover=discover, profile=profile, record=True
+        )
+
+    return factory
+
+
+def run_tray(
+    settings: Settings,
+    *,
+    extra_endpoints: Sequence[EndpointConfig] = (),
+    discover: bool | None = None,
+    profile: HardwareProfile | None = None,
+    at_login: bool = False,
+    monitor_factory: MonitorFactory | None = None,
+) -> int:
+    """Run the tray app until it quits; returns the exit code (0 also when another instance was asked)."""
+    log_path = setup_logging()
+    _install_excepthook()
+    app = QApplication.instance()
+    if not isinstance(app, QApplication):
+        app = QApplication(sys.argv[:1])
+    apply_workarounds()
+    app.setApplicationName("llm-tray")
+    app.setQuitOnLastWindowClosed(False)
+    app.setWindowIcon(app_icon())
+
+    if notify_running():
+        log.info("llm-tray is already running: asked it to show its dashboard")
+        print("llm-tray is already running: showing its dashboard", file=sys.stderr)
+        return 0
+    instance = SingleInstance()
+    instance.listen()
+    log.info("starting (log: %s, at_login=%s)", log_path, at_login)
+
+    factory = monitor_factory or default_monitor_factory(settings, extra_endpoints, discover, profile)
+    tray_app = TrayApp(
+        app,
+        settings,
+        factory,
+        at_login=at_login,
+        events=TestEvents(os.environ.get(EVENTS_ENV)),
+        instance=instance,
+    )
+    heartbeat = _handle_signals(app)
+    tray_app.start()
+    try:
+        code = app.exec()
+    finally:
+        heartbeat.stop()
+        tray_app.shutdown()
+    log.info("stopped (exit code %d)", code)
+    return int(code)

@@ -1,0 +1,479 @@
+"""The settings dialog: endpoints (with connection test and API keys in the OS keyring),
+polling, thresholds, notifications, the Prometheus exporter and retention.
+
+Nothing here blocks the GUI thread: the connection test, the keyring write and
+the atomic save run in background threads and report back. OK validates the
+values the same way the config loader does, saves, then emits
+`settings_changed(Settings)` so the app applies them without a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+from shiboken6 import Shiboken
+
+from trayapp.config import _RANGES as CONFIG_RANGES
+from trayapp.config import (
+    EndpointConfig,
+    MonitorConfig,
+    Settings,
+    StoreConfig,
+    Thresholds,
+    parse_settings,
+    save_settings,
+    settings_to_toml,
+)
+from trayapp.core.glance import kind_label
+from trayapp.core.model import SERVER_KINDS
+from trayapp.ui.worker import run_in_background
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+log = logging.getLogger("trayapp.settings")
+
+ALERT_KINDS: dict[str, str] = {
+    "offload": "part of a model spilled to system RAM",
+    "kv_slowdown": "decode slows as the context grows",
+    "context_full": "the context is nearly full",
+    "below_floor": "decode under the usable floor",
+    "low_efficiency": "fully on GPU yet well under the realistic band",
+    "draft_acceptance": "speculative decoding accepts few drafts",
+    "vram_pressure": "VRAM nearly full",
+    "regression": "slower than this model's baseline",
+    "server_down": "a server stopped answering",
+    "cold_load": "a request paid for loading the model",
+}
+THRESHOLD_LABELS: dict[str, str] = {
+    "confirm_s": "Confirm an alert after (s)",
+    "clear_s": "Clear an alert after (s)",
+    "kv_slowdown_pct": "KV slowdown (%)",
+    "context_full_pct": "Context full at (%)",
+    "below_floor_tok_s": "Floor (tok/s)",
+    "low_efficiency_ratio": "Low efficiency (share of ceiling)",
+    "draft_acceptance_min": "Minimum draft acceptance",
+    "vram_free_min_pct": "Minimum free VRAM (%)",
+    "regression_pct": "Regression (%)",
+    "offload_min_cpu_pct": "Offload: minimum CPU share (%)",
+}
+IdentifyFn = Callable[[str, str | None], tuple[str | None, str]]
+StoreKeyFn = Callable[[str, str], None]
+
+
+def default_identify(url: str, api_key: str | None) -> tuple[str | None, str]:
+    """Identify the server at `url` (blocking HTTP: run it off the GUI thread)."""
+    from trayapp.adapters.discovery import IDENTIFY_TIMEOUT, identify
+    from trayapp.adapters.http import make_client
+
+    with make_client(url, timeout=IDENTIFY_TIMEOUT) as client:
+        return identify(url, client, api_key)
+
+
+def default_store_key(url: str, key: str) -> None:
+    from trayapp.adapters.secrets import store_api_key
+
+    store_api_key(url, key)
+
+
+def validate(settings: Settings) -> list[str]:
+    """The errors the config loader would report for these settings (empty: all good)."""
+    _parsed, errors = parse_settings(tomllib.loads(settings_to_toml(settings)))
+    return errors
+
+
+def _spin(path: str, value: float, decimals: int = 2, integer: bool = False) -> QDoubleSpinBox | QSpinBox:
+    # The loader's own limits, so the dialog cannot save what the loader would reject.
+    low, high = CONFIG_RANGES.get(path, (0.0, 1e6))
+    if integer:
+        box = QSpinBox()
+        box.setRange(int(low), int(high))
+        box.setValue(int(value))
+        return box
+    spin = QDoubleSpinBox()
+    spin.setDecimals(decimals)
+    spin.setRange(low, high)
+    spin.setValue(value)
+    return spin
+
+
+class SettingsDialog(QDialog):
+    settings_changed = Signal(object)  # Settings, after a successful save
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        config_path: Path | None = None,
+        identify: IdentifyFn | None = None,
+        store_key: StoreKeyFn | None = None,
+        test_timeout_s: float = 10.0,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("llm-tray settings")
+        self.original = settings
+        self.config_path = config_path
+        self._identify = identify or default_identify
+        self._store_key = store_key or default_store_key
+        self.test_timeout_s = test_timeout_s
+        self._endpoints: list[EndpointConfig] = list(settings.endpoints)
+        self._test_token = 0
+        self._loading = False
+        self.saving = False
+
+        layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        layout.addWidget(self.tabs)
+        self.tabs.addTab(self._endpoints_tab(), "Servers")
+        self.tabs.addTab(self._monitor_tab(settings.monitor), "Monitoring")
+        self.tabs.addTab(self._thresholds_tab(settings.thresholds), "Thresholds")
+        self.tabs.addTab(self._notifications_tab(settings), "Notifications")
+        self.tabs.addTab(self._data_tab(settings), "Data")
+        self.error_label = QLabel()
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #b00020;")
+        self.error_label.hide()
+        layout.addWidget(self.error_label)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)
+        self._select_endpoint(0 if self._endpoints else -1)
+
+    # ------------------------------------------------------------------ tabs
+
+    def _endpoints_tab(self) -> QWidget:
+        tab = QWidget()
+        layout = QHBoxLayout(tab)
+        left = QVBoxLayout()
+        self.endpoint_list = QListWidget()
+        self.endpoint_list.addItems([e.url for e in self._endpoints])
+        self.endpoint_list.currentRowChanged.connect(self._select_endpoint)
+        left.addWidget(QLabel("Servers to watch besides the default ports:"))
+        left.addWidget(self.endpoint_list)
+        row = QHBoxLayout()
+        self.add_button = QPushButton("Add")
+        self.add_button.clicked.connect(self.add_endpoint)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.clicked.connect(self.remove_endpoint)
+        row.addWidget(self.add_button)
+        row.addWidget(self.remove_button)
+        left.addLayout(row)
+        layout.addLayout(left, 1)
+
+        self.endpoint_box = QGroupBox("Server")
+        form = QFormLayout(self.endpoint_box)
+        self.url_edit = QLineEdit()
+        self.url_edit.setPlaceholderText("http://127.0.0.1:8080")
+        self.kind_combo = QComboBox()
+        self.kind_combo.addItem("detect automatically", None)
+        for kind in SERVER_KINDS:
+            if kind != "unknown":
+                self.kind_combo.addItem(kind_label(kind), kind)
+        self.name_edit = QLineEdit()
+        self.env_edit = QLineEdit()
+        self.env_edit.setPlaceholderText("e.g. LLAMA_API_KEY")
+        self.key_edit = QLineEdit()
+        self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key_edit.setPlaceholderText("stored in the OS keyring, never in the config file")
+        self.key_button = QPushButton("Save key in keyring")
+        self.key_button.clicked.connect(self.save_api_key)
+        self.key_status = QLabel()
+        self.key_status.setWordWrap(True)
+        self.test_button = QPushButton("Test connection")
+        self.test_button.clicked.connect(self.test_connection)
+        self.test_result = QLabel()
+        self.test_result.setWordWrap(True)
+        form.addRow("URL", self.url_edit)
+        form.addRow("Kind", self.kind_combo)
+        form.addRow("Name", self.name_edit)
+        form.addRow("API key env var", self.env_edit)
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key_edit, 1)
+        key_row.addWidget(self.key_button)
+        form.addRow("API key", key_row)
+        form.addRow("", self.key_status)
+        form.addRow(self.test_button, self.test_result)
+        for edit in (self.url_edit, self.name_edit, self.env_edit):
+            edit.textEdited.connect(self._store_fields)
+        self.kind_combo.currentIndexChanged.connect(self._store_fields)
+        layout.addWidget(self.endpoint_box, 2)
+        return tab
+
+    def _monitor_tab(self, monitor: MonitorConfig) -> QWidget:
+        tab = QWidget()
+        form = QFormLayout(tab)
+        self.discover_check = QCheckBox("Scan the default local ports (Ollama, llama-server, LM Studio, …)")
+        self.discover_check.setChecked(monitor.discover)
+        self.poll_active_spin = _spin("monitor.poll_active_s", monitor.poll_active_s, 1)
+        self.poll_idle_spin = _spin("monitor.poll_idle_s", monitor.poll_idle_s, 1)
+        self.rediscover_spin = _spin("monitor.rediscover_s", monitor.rediscover_s, 0)
+        form.addRow(self.discover_check)
+        form.addRow("Poll while generating (s)", self.poll_active_spin)
+        form.addRow("Poll while idle (s)", self.poll_idle_spin)
+        form.addRow("Look for new servers every (s)", self.rediscover_spin)
+        return tab
+
+    def _thresholds_tab(self, thresholds: Thresholds) -> QWidget:
+        tab = QWidget()
+        form = QFormLayout(tab)
+        self.threshold_spins: dict[str, QDoubleSpinBox | QSpinBox] = {}
+        for f in dataclasses.fields(Thresholds):
+            value = getattr(thresholds, f.name)
+            decimals = 2 if value < 10 else 1
+            spin = _spin(f"thresholds.{f.name}", value, decimals)
+            self.threshold_spins[f.name] = spin
+            form.addRow(THRESHOLD_LABELS.get(f.name, f.name), spin)
+        return tab
+
+    def _notifications_tab(self, settings: Settings) -> QWidget:
+        tab = QWidget()
+        layout = QVBoxLayout(tab)
+        notifications = settings.notifications
+        self.notify_check = QCheckBox("Show a notification when a new alert starts")
+        self.notify_check.setChecked(notifications.enabled)
+        self.dnd_check = QCheckBox("Do not disturb (alerts still show in the icon and the dashboard)")
+        self.dnd_check.setChecked(notifications.do_not_disturb)
+        layout.addWidget(self.notify_check)
+        layout.addWidget(self.dnd_check)
+        box = QGroupBox("Mute these kinds")
+        box_layout = QVBoxLayout(box)
+        self.mute_checks: dict[str, QCheckBox] = {}
+        kinds = dict(ALERT_KINDS)
+        for kind in notifications.muted_kinds:
+            kinds.setdefault(kind, "")
+        for kind, description in kinds.items():
+            check = QCheckBox(f"{kind}: {description}" if description else kind)
+            check.setChecked(kind in notifications.muted_kinds)
+            self.mute_checks[kind] = check
+            box_layout.addWidget(check)
+        layout.addWidget(box)
+        layout.addStretch(1)
+        return tab
+
+    def _data_tab(self, settings: Settings) -> QWidget:
+        tab = QWidget()
+        form = QFormLayout(tab)
+        exporter = settings.exporter
+        self.exporter_check = QCheckBox(f"Serve Prometheus metrics on {exporter.address}")
+        self.exporter_check.setChecked(exporter.enabled)
+        self.port_spin = _spin("exporter.port", exporter.port, integer=True)
+        store: StoreConfig = settings.store
+        self.retention_spin = _spin("store.retention_days", store.retention_days, 1)
+        self.max_size_spin = _spin("store.max_size_mb", store.max_size_mb, 0)
+        form.addRow(self.exporter_check)
+        form.addRow("Exporter port", self.port_spin)
+        form.addRow("Keep the session log (days)", self.retention_spin)
+        form.addRow("Session log size limit (MB)", self.max_size_spin)
+        return tab
+
+    # ------------------------------------------------------------------ endpoints
+
+    def current_row(self) -> int:
+        return self.endpoint_list.currentRow()
+
+    def _select_endpoint(self, row: int) -> None:
+        valid = 0 <= row < len(self._endpoints)
+        self.endpoint_box.setEnabled(valid)
+        self.remove_button.setEnabled(valid)
+        self._loading = True
+        endpoint = self._endpoints[row] if valid else EndpointConfig(url="")
+        self.url_edit.setText(endpoint.url)
+        self.kind_combo.setCurrentIndex(max(self.kind_combo.findData(endpoint.kind), 0))
+        self.name_edit.setText(endpoint.name or "")
+        self.env_edit.setText(endpoint.api_key_env or "")
+        self.key_edit.clear()
+        self.key_status.setText("A key is stored in the OS keyring." if endpoint.use_keyring else "")
+        self.test_result.clear()
+        self._loading = False
+        if valid and self.endpoint_list.currentRow() != row:
+            self.endpoint_list.setCurrentRow(row)
+
+    def _store_fields(self, *_args: object) -> None:
+        row = self.current_row()
+        if self._loading or not 0 <= row < len(self._endpoints):
+            return
+        url = self.url_edit.text().strip()
+        self._endpoints[row] = replace(
+            self._endpoints[row],
+            url=url,
+            kind=self.kind_combo.currentData(),
+            name=self.name_edit.text().strip() or None,
+            api_key_env=self.env_edit.text().strip() or None,
+        )
+        self.endpoint_list.item(row).setText(url or "(no URL)")
+
+    def add_endpoint(self, url: str = "http://127.0.0.1:8080") -> None:
+        self._endpoints.append(EndpointConfig(url=url))
+        self.endpoint_list.addItem(url)
+        self._select_endpoint(len(self._endpoints) - 1)
+        self.url_edit.setFocus()
+        self.url_edit.selectAll()
+
+    def remove_endpoint(self) -> None:
+        row = self.current_row()
+        if not 0 <= row < len(self._endpoints):
+            return
+        del self._endpoints[row]
+        self.endpoint_list.takeItem(row)
+        self._select_endpoint(min(row, len(self._endpoints) - 1))
+
+    def test_connection(self) -> None:
+        """Identify the server at the URL in the background; the answer (or a timeout) shows below."""
+        url = self.url_edit.text().strip()
+        if not url.startswith(("http://", "https://")):
+            self.test_result.setText("Enter a URL starting with http:// or https://")
+            return
+        self._test_token += 1
+        token = self._test_token
+        key = self.key_edit.text() or None
+        self.test_result.setText(f"Testing {url}…")
+        self.test_button.setEnabled(False)
+
+        def finish(text: str) -> None:
+            if not Shiboken.isValid(self) or token != self._test_token:
+                return  # a newer test, or the timeout, already answered
+            self._test_token += 1
+            self.test_button.setEnabled(True)
+            self.test_result.setText(text)
+
+        def done(result: object) -> None:
+            kind, why = result  # type: ignore[misc]
+            if kind:
+                finish(f"✓ {kind_label(kind)} ({why})")
+            else:
+                finish(f"✗ no LLM server recognised: {why}")
+
+        def failed(exc: BaseException) -> None:
+            finish(f"✗ {type(exc).__name__}: {exc}")
+
+        run_in_background(lambda: self._identify(url, key), done, failed, name="llm-tray-test-connection")
+        seconds = self.test_timeout_s
+        QTimer.singleShot(round(seconds * 1000), self, lambda: finish(f"✗ no answer within {seconds:g} s"))
+
+    def save_api_key(self) -> None:
+        """Store the typed key in the OS keyring (in the background); on failure say why and what to do."""
+        row = self.current_row()
+        key = self.key_edit.text()
+        url = self.url_edit.text().strip()
+        if not 0 <= row < len(self._endpoints) or not key or not url:
+            self.key_status.setText("Type the server URL and its key first.")
+            return
+        self.key_button.setEnabled(False)
+        self.key_status.setText("Saving the key in the OS keyring…")
+
+        def done(_result: object) -> None:
+            if not Shiboken.isValid(self):
+                return
+            self.key_button.setEnabled(True)
+            index = next((i for i, e in enumerate(self._endpoints) if e.url == url), row)
+            self._endpoints[index] = replace(self._endpoints[index], use_keyring=True)
+            self.key_edit.clear()
+            self.key_status.setText("✓ Key saved in the OS keyring.")
+            log.info("API key stored in the keyring for an endpoint")
+
+        def failed(exc: BaseException) -> None:
+            if not Shiboken.isValid(self):
+                return
+            self.key_button.setEnabled(True)
+            self.key_status.setText(f"✗ Could not store the key: {exc}")
+            log.warning("keyring: %s", exc)
+
+        run_in_background(lambda: self._store_key(url, key), done, failed, name="llm-tray-keyring")
+
+    # ------------------------------------------------------------------ result
+
+    def settings(self) -> Settings:
+        """Settings as the widgets show them (fields the dialog does not edit are kept)."""
+        s = self.original
+        thresholds = replace(
+            s.thresholds,
+            **{name: float(spin.value()) for name, spin in self.threshold_spins.items()},
+        )
+        return replace(
+            s,
+            endpoints=tuple(self._endpoints),
+            monitor=replace(
+                s.monitor,
+                discover=self.discover_check.isChecked(),
+                poll_active_s=self.poll_active_spin.value(),
+                poll_idle_s=self.poll_idle_spin.value(),
+                rediscover_s=self.rediscover_spin.value(),
+            ),
+            thresholds=thresholds,
+            notifications=replace(
+                s.notifications,
+                enabled=self.notify_check.isChecked(),
+                do_not_disturb=self.dnd_check.isChecked(),
+                muted_kinds=tuple(k for k, check in self.mute_checks.items() if check.isChecked()),
+            ),
+            exporter=replace(
+                s.exporter, enabled=self.exporter_check.isChecked(), port=int(self.port_spin.value())
+            ),
+            store=replace(
+                s.store, retention_days=self.retention_spin.value(), max_size_mb=self.max_size_spin.value()
+            ),
+        )
+
+    def show_error(self, text: str | None) -> None:
+        self.error_label.setText(text or "")
+        self.error_label.setVisible(bool(text))
+
+    def accept(self) -> None:
+        """Validate, save atomically in the background, then emit settings_changed and close."""
+        if self.saving:
+            return
+        new = self.settings()
+        errors = validate(new)
+        if errors:
+            self.show_error("Please fix: " + "; ".join(errors))
+            return
+        self.show_error(None)
+        self.saving = True
+        self.buttons.setEnabled(False)
+        path = self.config_path
+
+        def done(saved_to: object) -> None:
+            self.saving = False
+            self.buttons.setEnabled(True)
+            log.info("settings saved to %s", saved_to)
+            self.original = new
+            self.settings_changed.emit(new)
+            super(SettingsDialog, self).accept()
+
+        def failed(exc: BaseException) -> None:
+            self.saving = False
+            self.buttons.setEnabled(True)
+            self.show_error(f"Could not save the settings: {exc}")
+            log.error("saving settings failed: %s", exc)
+
+        run_in_background(lambda: save_settings(new, path), done, failed, name="llm-tray-save-settings")

@@ -1,0 +1,368 @@
+"""The tray icon, its tooltip and its menu, driven by Snapshots.
+
+The icon is redrawn only when what it shows changes (IconState equality, with
+rounding and hysteresis in trayapp.core.glance), at most twice a second. The
+menu is rebuilt each time it opens, from the latest snapshot. Slow actions
+(export, start-at-login files) run off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
+
+from trayapp.config import Settings
+from trayapp.core.diagnostics import diagnostics_text, redact_url
+from trayapp.core.glance import (
+    OFFLOAD_GPU_FRACTION,
+    GlanceTracker,
+    IconState,
+    format_rate,
+    format_tokens,
+    host_port,
+    icon_state,
+    kind_label,
+    paused_state,
+)
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+from trayapp.ui.icons import make_icon
+from trayapp.ui.worker import run_in_background
+
+log = logging.getLogger("trayapp.tray")
+
+MIN_REDRAW_INTERVAL_S = 0.5
+_BUSY = ("decoding", "prefill", "loading", "stalled")
+
+
+def server_line(server: ServerStatus) -> str:
+    """'● llama-server 127.0.0.1:8080 — decoding 42 tok/s'."""
+    name = f"{kind_label(server.kind)} {host_port(server.url)}"
+    if server.status == "unauthorized":
+        return f"⚠ {name} — needs an API key (Settings…)"
+    if server.status == "error":
+        return f"⚠ {name} — error: {server.reason or 'unknown'}"
+    if server.status == "unreachable":
+        return f"○ {name} — not answering"
+    decoding = [m for m in server.models if m.phase == "decoding"]
+    if decoding:
+        rates = [m.decode_tok_s for m in decoding if m.decode_tok_s is not None]
+        state = f"decoding {format_rate(max(rates))} tok/s" if rates else "decoding"
+    elif any(m.phase == "prefill" for m in server.models):
+        state = "reading a prompt"
+    elif server.status == "loading" or any(m.phase == "loading" for m in server.models):
+        state = "loading a model"
+    elif any(m.phase == "stalled" for m in server.models):
+        state = "stalled"
+    elif not server.models:
+        state = "no model loaded"
+    else:
+        state = "idle"
+    active = any(m.phase in _BUSY for m in server.models)
+    return f"{'●' if active else '○'} {name} — {state}"
+
+
+def model_line(model: ModelStatus) -> str:
+    """'   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx  ·  52 % CPU ⚠'."""
+    name = model.name
+    if model.quantization and model.quantization.lower() not in name.lower():
+        name = f"{name} {model.quantization}"
+    parts = [name]
+    if model.context_length:
+        depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
+        parts.append(f"{depth}/{format_tokens(model.context_length)} ctx")
+    if model.gpu_fraction is not None and model.gpu_fraction < OFFLOAD_GPU_FRACTION:
+        parts.append(f"{(1 - model.gpu_fraction) * 100:.0f} % CPU ⚠")
+    return "   " + "  ·  ".join(parts)
+
+
+def settings_summary(settings: Settings) -> str:
+    """Settings for the diagnostics text: no secrets (only whether a key is configured, and how)."""
+    lines = []
+    for endpoint in settings.endpoints:
+        if endpoint.use_keyring:
+            key = "api key from the keyring"
+        elif endpoint.api_key_env:
+            key = f"api key from env {endpoint.api_key_env}"
+        else:
+            key = "no api key"
+        lines.append(f"endpoint {redact_url(endpoint.url)} kind={endpoint.kind or 'auto'}, {key}")
+    monitor = settings.monitor
+    lines.append(
+        f"discover={monitor.discover} poll {monitor.poll_active_s:g}s active / {monitor.poll_idle_s:g}s idle"
+    )
+    hardware = settings.hardware
+    if hardware.gpu or hardware.bandwidth_gbps:
+        lines.append(f"hardware gpu={hardware.gpu} bandwidth={hardware.bandwidth_gbps} GB/s")
+    lines.append(f"kv_type={hardware.kv_type}")
+    notifications = settings.notifications
+    lines.append(
+        f"notifications enabled={notifications.enabled} dnd={notifications.do_not_disturb} "
+        f"muted={','.join(notifications.muted_kinds) or 'none'}"
+    )
+    exporter = settings.exporter
+    lines.append(f"exporter {'on' if exporter.enabled else 'off'} {exporter.address}:{exporter.port}")
+    lines.append(f"retention {settings.store.retention_days:g} days")
+    return "\n".join(lines)
+
+
+class TrayController(QObject):
+    """Owns the QSystemTrayIcon: icon and tooltip from snapshots, the menu, the menu's actions."""
+
+    open_dashboard = Signal()
+    open_settings = Signal()
+    quit_requested = Signal()
+    pause_changed = Signal(bool)
+    icon_changed = Signal(object)  # IconState, each time the drawn icon changes
+    export_finished = Signal(str)
+    export_failed = Signal(str)
+
+    def __init__(
+        self,
+        worker: object | None = None,
+        *,
+        export_callback: Callable[[Path], object] | None = None,
+        diagnostics: Callable[[Snapshot | None], str] | None = None,
+        autostart_enabled: bool = False,
+        set_autostart: Callable[[bool], object] | None = None,
+        low_efficiency_ratio: float = 0.45,
+        template: bool | None = None,
+        min_redraw_interval_s: float = MIN_REDRAW_INTERVAL_S,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._worker = worker  # anything with set_paused(bool) (WorkerThread)
+        self._export_callback = export_callback
+        self._diagnostics = diagnostics or (lambda snapshot: diagnostics_text(snapshot, "(not given)"))
+        self._set_autostart = set_autostart
+        self.autostart_enabled = autostart_enabled
+        self.template = sys.platform == "darwin" if template is None else template
+        self.min_redraw_interval_s = min_redraw_interval_s
+        self.tracker = GlanceTracker(low_efficiency_ratio)
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.shown_state: IconState | None = None  # what the icon shows now
+        self._pending: IconState | None = None
+        self._last_draw_s = -1e9
+        self.icon_draws = 0
+        self._redraw_timer = QTimer(self)
+        self._redraw_timer.setObjectName("tray-icon-throttle")
+        self._redraw_timer.setSingleShot(True)
+        self._redraw_timer.timeout.connect(self._apply_pending)
+
+        self.tray = QSystemTrayIcon(self)
+        self.menu = QMenu()
+        self.menu.setToolTipsVisible(True)
+        self.menu.aboutToShow.connect(self.rebuild_menu)
+        self.tray.setContextMenu(self.menu)
+        self.tray.activated.connect(self._on_activated)
+        self._show(icon_state(None))
+        self.rebuild_menu()
+
+    # ------------------------------------------------------------------ state
+
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        if self.paused:
+            return
+        self._show(self.tracker.update(snapshot))
+
+    def set_low_efficiency_ratio(self, ratio: float) -> None:
+        self.tracker.low_efficiency_ratio = ratio
+
+    def _show(self, state: IconState) -> None:
+        if state.tooltip != self.tray.toolTip():
+            self.tray.setToolTip(state.tooltip)
+        if state == self.shown_state and self._pending is None:
+            return
+        self._pending = state
+        wait_s = self._last_draw_s + self.min_redraw_interval_s - time.monotonic()
+        if wait_s > 0:
+            if not self._redraw_timer.isActive():
+                self._redraw_timer.start(max(round(wait_s * 1000), 1))
+            return
+        self._apply_pending()
+
+    def _apply_pending(self) -> None:
+        state = self._pending
+        self._pending = None
+        if state is None or state == self.shown_state:
+            return
+        previous = self.shown_state
+        self.tray.setIcon(make_icon(state, self.template))
+        self.shown_state = state
+        self._last_draw_s = time.monotonic()
+        self.icon_draws += 1
+        if previous is None or previous.health != state.health:
+            log.info("icon: %s → %s", previous.health if previous else "start", state.health)
+        self.icon_changed.emit(state)
+
+    def flush(self) -> None:
+        """Draw a throttled state now (tests, shutdown)."""
+        self._redraw_timer.stop()
+        self._apply_pending()
+
+    def show(self) -> None:
+        self.tray.show()
+
+    def hide(self) -> None:
+        self.tray.hide()
+
+    def show_message(self, title: str, body: str, critical: bool = False) -> None:
+        icon = QSystemTrayIcon.MessageIcon.Warning if critical else QSystemTrayIcon.MessageIcon.Information
+        if self.tray.isVisible():
+            self.tray.showMessage(title, body, icon, 10_000)
+        else:
+            log.info("%s: %s", title, body)
+
+    # ------------------------------------------------------------------ menu
+
+    def rebuild_menu(self) -> None:
+        """Rebuild the whole menu from the latest snapshot (called as it opens)."""
+        menu = self.menu
+        menu.clear()
+        self._add_server_lines(menu)
+        menu.addSeparator()
+        self.dashboard_action = menu.addAction("Open dashboard")
+        self.dashboard_action.triggered.connect(self.open_dashboard)
+        self.pause_action = menu.addAction("Pause monitoring")
+        self.pause_action.setCheckable(True)
+        self.pause_action.setChecked(self.paused)
+        self.pause_action.toggled.connect(self.set_paused)
+        self.bench_action = menu.addAction("Benchmark this model…")
+        self.bench_action.setEnabled(False)
+        self.bench_action.setToolTip("coming soon")
+        self.export_action = menu.addAction("Export session log…")
+        self.export_action.setEnabled(self._export_callback is not None)
+        self.export_action.triggered.connect(self.export_session_log)
+        self.diagnostics_action = menu.addAction("Copy diagnostics")
+        self.diagnostics_action.setToolTip("A redacted summary for bug reports: no API keys, no prompts")
+        self.diagnostics_action.triggered.connect(self.copy_diagnostics)
+        menu.addSeparator()
+        self.settings_action = menu.addAction("Settings…")
+        self.settings_action.triggered.connect(self.open_settings)
+        self.autostart_action = menu.addAction("Start at login")
+        self.autostart_action.setCheckable(True)
+        self.autostart_action.setChecked(self.autostart_enabled)
+        self.autostart_action.setEnabled(self._set_autostart is not None)
+        self.autostart_action.toggled.connect(self.set_start_at_login)
+        menu.addSeparator()
+        self.quit_action = menu.addAction("Quit")
+        self.quit_action.triggered.connect(self.quit_requested)
+
+    def _info(self, menu: QMenu, text: str) -> QAction:
+        action = menu.addAction(text)
+        action.setEnabled(False)
+        return action
+
+    def _add_server_lines(self, menu: QMenu) -> None:
+        snapshot = self.snapshot
+        if self.paused:
+            self._info(menu, "Monitoring paused")
+        if snapshot is None:
+            self._info(menu, "Looking for LLM servers…")
+            return
+        shown = [s for s in snapshot.servers if s.status != "unreachable"]
+        if not shown:
+            self._info(menu, "No LLM server found")
+            probed = [host_port(s.url) for s in snapshot.servers]
+            if probed:
+                self._info(menu, "   probed " + ", ".join(probed[:6]))
+            return
+        for server in shown:
+            self._info(menu, server_line(server))
+            for model in server.models:
+                self._info(menu, model_line(model))
+
+    def server_lines(self) -> list[str]:
+        """The menu's server/model lines as they read now (for tests and the e2e check)."""
+        texts = []
+        for action in self.menu.actions():
+            if action.isSeparator():
+                break
+            texts.append(action.text())
+        return texts
+
+    # ------------------------------------------------------------------ actions
+
+    def _on_activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
+            self.open_dashboard.emit()
+
+    def set_paused(self, paused: bool) -> None:
+        if paused == self.paused:
+            return
+        self.paused = paused
+        setter = getattr(self._worker, "set_paused", None)
+        if setter is not None:
+            setter(paused)
+        self.pause_changed.emit(paused)
+        if paused:
+            self._show(paused_state(self.shown_state))
+        else:
+            self._show(self.tracker.update(self.snapshot) if self.snapshot else icon_state(None))
+
+    def copy_diagnostics(self) -> str:
+        text = self._diagnostics(self.snapshot)
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None:
+            clipboard.setText(text)
+        self.show_message(
+            "Diagnostics copied", "A redacted summary is on the clipboard, ready for a bug report."
+        )
+        return text
+
+    def ask_export_path(self) -> Path | None:
+        """Ask where to export (a modal file dialog; tests replace this method)."""
+        default = Path.home() / f"llm-tray-sessions-{time.strftime('%Y%m%d')}.csv"
+        name, _filter = QFileDialog.getSaveFileName(
+            None,
+            "Export session log",
+            str(default),
+            "CSV (*.csv);;JSON Lines (*.jsonl);;Parquet (*.parquet)",
+        )
+        return Path(name) if name else None
+
+    def export_session_log(self) -> None:
+        callback = self._export_callback
+        if callback is None:
+            return
+        path = self.ask_export_path()
+        if path is None:
+            return
+        log.info("export requested")
+
+        def done(result: object) -> None:
+            message = str(result) if result is not None else f"Saved {path.name}"
+            self.show_message("Session log exported", message)
+            self.export_finished.emit(message)
+
+        def failed(exc: BaseException) -> None:
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("export failed: %s", message)
+            self.show_message("Export failed", message, critical=True)
+            self.export_failed.emit(message)
+
+        run_in_background(lambda: callback(path), done, failed, name="llm-tray-export")
+
+    def set_start_at_login(self, enabled: bool) -> None:
+        setter = self._set_autostart
+        if setter is None or enabled == self.autostart_enabled:
+            return
+        self.autostart_enabled = enabled
+
+        def failed(exc: BaseException) -> None:
+            self.autostart_enabled = not enabled
+            log.error("start at login: %s", exc)
+            self.show_message("Start at login", f"Could not change it: {exc}", critical=True)
+
+        def done(_result: object) -> None:
+            log.info("start at login %s", "on" if enabled else "off")
+
+        run_in_background(lambda: setter(enabled), done, failed, name="llm-tray-autostart")
