@@ -176,6 +176,13 @@ def test_degraded_has_hysteresis() -> None:
     assert tracker.update(snap(llama(model(decode_tok_s=32.0)), t=3)).health == "ok"  # 0.516
 
 
+def test_low_efficiency_is_judged_only_fully_on_gpu_and_the_floor_always() -> None:
+    cpu_only = model(gpu_fraction=None, decode_tok_s=20.0)  # 32 % of the ceiling, no GPU known
+    assert icon_state(snap(llama(cpu_only))).health == "ok"
+    assert icon_state(snap(llama(replace(cpu_only, decode_tok_s=2.5)))).health == "degraded"  # under 3 tok/s
+    assert icon_state(snap(llama(replace(cpu_only, gpu_fraction=1.0)))).health == "degraded"
+
+
 def test_icon_state_equality_ignores_tooltip() -> None:
     a = IconState("ok", "42", 0.7, tooltip_lines=("x",))
     b = IconState("ok", "42", 0.7, tooltip_lines=("y",))

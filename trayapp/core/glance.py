@@ -10,8 +10,8 @@ Health, in order of precedence:
 
 * "alert"    an active warning/critical alert anywhere (red even when the number looks fine)
 * "none"     no server answers
-* "degraded" the shown model decodes below the efficiency threshold, is stalled,
-             or is partly on the CPU
+* "degraded" the shown model is partly on the CPU, stalled, under 3 tok/s, or
+             fully on a GPU yet under the efficiency threshold of its ceiling
 * "ok"       a model is working (decoding, reading the prompt, loading)
 * "idle"     models are loaded, nothing is happening
 """
@@ -35,6 +35,7 @@ RING_HYSTERESIS = 0.04  # keep the previous ring until the share moves this much
 NUMBER_HYSTERESIS = 0.03  # keep the previous number until the rate moves 3 %
 HEALTH_HYSTERESIS = 0.05  # leave "degraded" only this far above the threshold
 DEFAULT_LOW_EFFICIENCY = 0.45
+FLOOR_TOK_S = 3.0  # below this interactive use feels broken
 
 KIND_LABELS: dict[str, str] = {
     "ollama": "Ollama",
@@ -186,13 +187,16 @@ def _model_health(model: ModelStatus, previous: IconState | None, low_efficiency
         return "degraded"
     if model.phase != "decoding":
         return "idle" if model.phase == "idle" else "ok"
+    if model.decode_tok_s is not None and model.decode_tok_s < FLOOR_TOK_S:
+        return "degraded"
+    fully_on_gpu = model.gpu_fraction is not None and model.gpu_fraction >= OFFLOAD_GPU_FRACTION
     efficiency = model.efficiency
+    if not fully_on_gpu or efficiency is None:
+        return "ok"  # like the low_efficiency detector: judged only for models fully on a GPU
     threshold = low_efficiency
     if previous is not None and previous.health == "degraded":
         threshold += HEALTH_HYSTERESIS
-    if efficiency is not None and efficiency < threshold:
-        return "degraded"
-    return "ok"
+    return "degraded" if efficiency < threshold else "ok"
 
 
 def _rate_line(model: ModelStatus) -> str:

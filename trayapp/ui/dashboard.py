@@ -90,18 +90,16 @@ class ModelCard(QFrame):
     def update_model(self, server: ServerStatus, model: ModelStatus) -> None:
         self.title.setText(f"{model.name} · {model.phase}")
         self.title.setToolTip(server.url)
-        details = [
-            f"{kind_label(server.kind)} {host_port(server.url)}",
-            model.quantization or "quantization —",
-        ]
+        details = [model.quantization or "quantization —"]
         if model.size_bytes is not None:
             details.append(f"{model.size_bytes / GB:.1f} GB")
         if model.parameter_count:
             details.append(f"{model.parameter_count / 1e9:.1f}B params")
         if model.bytes_per_token is not None:
             exact = "exact" if model.bytes_per_token_exact else "estimated"
-            details.append(f"{model.bytes_per_token / GB:.2f} GB read per token ({exact})")
-        self.details.setText(" · ".join(details))
+            details.append(f"{model.bytes_per_token / GB:.2f} GB/token ({exact})")
+        where = f"{kind_label(server.kind)} {host_port(server.url)}"
+        self.details.setText(where + "\n" + " · ".join(details))
         if model.gpu_fraction is None:
             self.gpu_bar.setValue(0)
             self.gpu_bar.setFormat("GPU share unknown")
