@@ -191,6 +191,7 @@ class TrayApp(QObject):
         self.versions = collect_versions()
         self.last_snapshot: Snapshot | None = None
         self.last_error: str | None = None
+        self.warnings: list[str] = []
         self.tray_visible = False
         self._settings_dialog: SettingsDialog | None = None
         self._exporter: Any = None
@@ -212,6 +213,7 @@ class TrayApp(QObject):
 
         self.runner.snapshot_ready.connect(self.on_snapshot)
         self.runner.error.connect(self.on_error)
+        self.runner.warning.connect(self.on_warning)
         self.tray.open_dashboard.connect(self.show_dashboard)
         self.tray.open_settings.connect(self.open_settings)
         self.tray.quit_requested.connect(app.quit)
@@ -315,6 +317,12 @@ class TrayApp(QObject):
         if self.last_snapshot is None:
             self.tray.tray.setToolTip(f"llm-tray\n{message}")
 
+    def on_warning(self, message: str) -> None:
+        """A lasting condition the monitor reported once (e.g. not recording): tell the user once."""
+        self.warnings.append(message)
+        self.events.emit("warning", message=message)
+        self.tray.show_message("llm-tray", message, critical=True)
+
     def _on_icon_changed(self, state: IconState) -> None:
         self.events.emit(
             "icon", health=state.health, text=state.text, ring=state.ring, offload=state.offload,
@@ -359,6 +367,8 @@ class TrayApp(QObject):
         text = diagnostics_text(snapshot, settings_summary(self.settings), self.versions)
         if self.last_error:
             text += f"last monitoring error: {self.last_error}\n"
+        for warning in self.warnings[-5:]:
+            text += f"monitor warning: {warning}\n"
         return text
 
     # ------------------------------------------------------------------ Prometheus exporter

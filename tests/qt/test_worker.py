@@ -151,6 +151,30 @@ def test_factory_failure_is_an_error_not_a_crash(qtbot: QtBot) -> None:
     assert "database is locked" in blocker.args[0]
 
 
+def test_monitor_warnings_are_reported_once(qtbot: QtBot) -> None:
+    class Warned(SlowMonitor):
+        def __init__(self) -> None:
+            super().__init__(interval_s=0.02)
+            self.warnings = ["not recording: another llm-tray holds the store"]
+
+        def tick(self) -> Snapshot:
+            if self.ticks == 2:
+                self.warnings.append("RAM bandwidth measurement failed")
+            return super().tick()
+
+    runner = WorkerThread(Warned)
+    got: list[str] = []
+    runner.warning.connect(got.append)
+    snapshots: list[Snapshot] = []
+    runner.snapshot_ready.connect(snapshots.append)
+    try:
+        runner.start()
+        qtbot.waitUntil(lambda: len(snapshots) >= 5, timeout=5000)
+    finally:
+        runner.stop()
+    assert got == ["not recording: another llm-tray holds the store", "RAM bandwidth measurement failed"]
+
+
 def test_stop_before_start_is_harmless() -> None:
     runner = WorkerThread(SlowMonitor)
     assert runner.stop(100)

@@ -2,7 +2,9 @@
 
 Routes map a path (query string ignored) to a `Reply` or to a callable that
 writes the response itself (to hang, truncate, or stream a huge body).
-Unknown paths answer 404 with a llama.cpp-style error body.
+Unknown paths answer 404 with a llama.cpp-style error body. A subclass may
+compute its answers instead by overriding `FakeServer.respond` (the fakes in
+`fake_servers.py` do).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 Handler = Callable[[BaseHTTPRequestHandler, "FakeServer"], None]
 
@@ -37,6 +39,33 @@ def text_reply(text: str, status: int = 200, content_type: str = "text/plain; ch
 def file_reply(path: Path, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
     content_type = "application/json" if path.suffix == ".json" else "text/plain; version=0.0.4"
     return Reply(status, path.read_bytes(), content_type, headers or {})
+
+
+NOT_FOUND = json_reply({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+
+
+def write_reply(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+    """Send `reply`; a client that already hung up (a timeout test) only closes the connection."""
+    try:
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", reply.content_type)
+        handler.send_header("Content-Length", str(len(reply.body)))
+        for key, value in reply.headers.items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(reply.body)
+    except (BrokenPipeError, ConnectionResetError):
+        handler.close_connection = True
+
+
+def delayed(reply: Reply, delay_s: float) -> Handler:
+    """Stall `delay_s` seconds (less if the fake server stops), then send `reply`."""
+
+    def write(handler: BaseHTTPRequestHandler, server: FakeServer) -> None:
+        server.release.wait(timeout=delay_s)
+        write_reply(handler, reply)
+
+    return write
 
 
 def hang(handler: BaseHTTPRequestHandler, server: FakeServer) -> None:
@@ -91,6 +120,10 @@ class _Server(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     server: _Server
 
+    def setup(self) -> None:
+        super().setup()
+        self.protocol_version = self.server.fake.protocol_version
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -98,32 +131,27 @@ class _RequestHandler(BaseHTTPRequestHandler):
         fake = self.server.fake
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        body = self.rfile.read(length) if length else b""
+        headers = dict(self.headers.items())
         with fake.lock:
-            fake.requests.append((self.command, path, dict(self.headers.items())))
-            route = fake.routes.get(path)
-        if route is None:
-            route = json_reply(
-                {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404
-            )
+            fake.requests.append((self.command, path, headers))
+            route = fake.respond(self.command, path, body, headers)
         if callable(route):
             route(self, fake)
-            return
-        self.send_response(route.status)
-        self.send_header("Content-Type", route.content_type)
-        self.send_header("Content-Length", str(len(route.body)))
-        for key, value in route.headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(route.body)
+        else:
+            write_reply(self, route)
 
     do_GET = _serve
     do_POST = _serve
 
 
 class FakeServer:
-    """A fake HTTP server on 127.0.0.1. Use as a context manager; `routes` may change while it runs."""
+    """A fake HTTP server on 127.0.0.1. Use as a context manager; `routes` may change while it runs.
+
+    `requests` lists `(method, path, headers)` in arrival order.
+    """
+
+    protocol_version = "HTTP/1.0"  # one request per connection
 
     def __init__(self, routes: Mapping[str, Reply | Handler] | None = None, port: int = 0) -> None:
         self.routes: dict[str, Reply | Handler] = dict(routes or {})
@@ -148,7 +176,19 @@ class FakeServer:
         with self.lock:
             return [path for _, path, _ in self.requests]
 
-    def start(self) -> FakeServer:
+    def count(self, method: str, path: str) -> int:
+        """How many `method` requests for `path` arrived."""
+        with self.lock:
+            return sum(1 for m, p, _ in self.requests if m == method and p == path)
+
+    def respond(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Reply | Handler:
+        """The answer to one request (called holding `lock`): its route, else `NOT_FOUND`."""
+        return self.routes.get(path, NOT_FOUND)
+
+    def start(self) -> Self:
+        """Start serving (nothing happens when it already does)."""
+        if self._server is not None:
+            return self
         self.release.clear()
         server = _Server(("127.0.0.1", self._port), _RequestHandler)
         server.fake = self
@@ -170,7 +210,7 @@ class FakeServer:
         self._server = None
         self._thread = None
 
-    def __enter__(self) -> FakeServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -15,12 +15,13 @@ import json
 import os
 import stat
 import sys
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from tests.support import fake_http
+from tests.support.fake_http import FakeServer
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 
@@ -45,90 +46,47 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s
         time.sleep(interval_s)
 
 
-_Server = TypeVar("_Server", bound="FakeHttpServer")
 Reply = tuple[int, Any]  # (HTTP status, JSON-able body, or a str sent as text/plain)
 
 
-class FakeHttpServer:
-    """A `ThreadingHTTPServer` on 127.0.0.1:0 in a daemon thread. Subclasses implement `route`."""
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+class FakeHttpServer(FakeServer):
+    """A `FakeServer` that starts at once and speaks HTTP/1.1. Subclasses implement `route`.
+
+    `overrides` (path -> canned reply, for errors and garbage) win over `route`;
+    `delays_s` (path -> seconds) stall an answer. Stop it with `close` or a `with` block.
+    """
+
+    protocol_version = "HTTP/1.1"
 
     def __init__(self) -> None:
-        self.requests: list[tuple[str, str]] = []  # (method, path), in arrival order
-        self.overrides: dict[str, Reply] = {}  # path -> canned reply (errors, garbage)
-        self.delays_s: dict[str, float] = {}  # path -> seconds to stall before answering
-        self.lock = threading.Lock()
-        fake = self
+        self.overrides: dict[str, Reply] = {}
+        self.delays_s: dict[str, float] = {}
+        super().__init__()
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw else None
-                except ValueError:
-                    body = None
-                path = self.path.split("?", 1)[0]
-                with fake.lock:
-                    fake.requests.append((method, path))
-                    delay = fake.delays_s.get(path, 0.0)
-                    reply = fake.overrides.get(path) or fake.route(method, path, body, dict(self.headers))
-                if delay:
-                    time.sleep(delay)
-                status, payload = reply
-                text = isinstance(payload, str)
-                data = (payload if text else json.dumps(payload)).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header(
-                        "Content-Type", "text/plain; charset=utf-8" if text else "application/json"
-                    )
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
-                    self.close_connection = True
-
-            def do_GET(self) -> None:
-                self._serve("GET")
-
-            def do_POST(self) -> None:
-                self._serve("POST")
-
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-http", daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def count(self, method: str, path: str) -> int:
-        with self.lock:
-            return sum(1 for m, p in self.requests if m == method and p == path)
+    def respond(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> fake_http.Reply | fake_http.Handler:
+        status, payload = self.overrides.get(path) or self.route(method, path, _json_body(body), headers)
+        if isinstance(payload, str):
+            reply = fake_http.text_reply(payload, status)
+        else:
+            reply = fake_http.json_reply(payload, status)
+        delay_s = self.delays_s.get(path, 0.0)
+        return fake_http.delayed(reply, delay_s) if delay_s else reply
 
     def route(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Reply:
         return 404, {"error": "not found"}
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-    def __enter__(self: _Server) -> _Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.stop()
 
 
 class FakeLlamaSlots(FakeHttpServer):

@@ -171,24 +171,24 @@ def test_counters_count_request_records_exactly() -> None:
     s = scrape(state)
     q = {"server": OLLAMA, "kind": "ollama", "model": "qwen3:8b"}
     assert value(s, "llm_tray_requests_total", **q) == 3
-    assert value(s, "llm_tray_decoded_tokens_total", source="requests", **q) == 200
+    assert value(s, "llm_tray_decoded_tokens_total", **q) == 200
 
 
-def test_decoded_tokens_are_estimated_from_rates_until_request_records_exist() -> None:
+def test_decoded_tokens_are_counted_once_from_rates_and_records() -> None:
     state = MetricsState()
     for i in range(4):  # 3 intervals of 1 s at 80 tok/s
         state.observe(snapshot(T0 + i, rate=80.0))
     state.observe(snapshot(T0 + 60, rate=80.0))  # a 56 s gap (suspend): adds nothing
     q = {"server": OLLAMA, "kind": "ollama", "model": "qwen3:8b"}
-    assert value(scrape(state), "llm_tray_decoded_tokens_total", source="estimated", **q) == pytest.approx(
-        240.0
-    )
+    assert value(scrape(state), "llm_tray_decoded_tokens_total", **q) == pytest.approx(240.0)
 
-    state.observe(snapshot(T0 + 61, rate=80.0, requests=(finished(T0 + 61, 10),)))
-    state.observe(snapshot(T0 + 62, rate=80.0))  # exact records exist now: no more estimating
-    s = scrape(state)
-    assert value(s, "llm_tray_decoded_tokens_total", source="estimated", **q) == pytest.approx(240.0)
-    assert value(s, "llm_tray_decoded_tokens_total", source="requests", **q) == 10
+    # The request that finishes now had 250 tokens: 240 were already counted live.
+    state.observe(snapshot(T0 + 61, rate=None, requests=(finished(T0 + 61, 250),)))
+    assert value(scrape(state), "llm_tray_decoded_tokens_total", **q) == pytest.approx(250.0)
+    # A server that reports only finished requests (no live rate) is counted from its records.
+    state.observe(snapshot(T0 + 62, rate=None, requests=(finished(T0 + 62, 10),)))
+    assert value(scrape(state), "llm_tray_decoded_tokens_total", **q) == pytest.approx(260.0)
+    assert value(scrape(state), "llm_tray_requests_total", **q) == 2
 
 
 def test_the_collector_lives_in_its_own_registry_only() -> None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 APP_ID = "llm-tray"
 LAUNCH_AGENT_LABEL = "io.github.llm-tray"
@@ -112,6 +113,13 @@ def _remove(path: Path) -> None:
         raise AutostartError(f"cannot remove {path}: {exc.strerror or exc}") from exc
 
 
+def _winreg() -> Any:
+    """The Windows registry module (imported only on Windows, typed loosely for other platforms)."""
+    import winreg
+
+    return winreg
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -130,8 +138,7 @@ def enable(
         _write(path, launch_agent_plist(command))
         return str(path)
     if platform == "win32":
-        import winreg  # only on Windows
-
+        winreg = _winreg()
         try:
             with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_SET_VALUE) as key:
                 winreg.SetValueEx(key, APP_ID, 0, winreg.REG_SZ, subprocess.list2cmdline(command))
@@ -148,8 +155,7 @@ def disable(*, platform: str | None = None, home: Path | None = None) -> None:
     elif platform == "darwin":
         _remove(launch_agent_file(home))
     elif platform == "win32":
-        import winreg
-
+        winreg = _winreg()
         try:
             with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_SET_VALUE) as key:
                 winreg.DeleteValue(key, APP_ID)
@@ -168,8 +174,7 @@ def is_enabled(*, platform: str | None = None, home: Path | None = None) -> bool
     if platform == "darwin":
         return launch_agent_file(home).is_file()
     if platform == "win32":
-        import winreg
-
+        winreg = _winreg()
         try:
             with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY) as key:
                 winreg.QueryValueEx(key, APP_ID)

@@ -3,20 +3,22 @@
 `MetricsState.observe(snapshot)` is called by the monitor once per tick; the HTTP
 server thread only reads what it left (an immutable Snapshot and a copy of the
 counters). Nothing is registered in prometheus_client's global registry, and the
-listener binds 127.0.0.1 unless told otherwise.
+listener binds 127.0.0.1 unless told otherwise. The `server` label is the URL with any
+password or query-string value masked, as in the store.
 
 Counters:
 
 * `llm_tray_requests_total{server,kind,model}`: finished requests from `snapshot.requests`.
-* `llm_tray_decoded_tokens_total{server,kind,model,source}`: decoded tokens.
-  `source="requests"` sums `decode_tokens` of finished request records (exact);
-  `source="estimated"` integrates the polled total decode rate over the tick interval,
-  used for a server+model only until its first request record arrives (servers that
-  report no per-request statistics stay estimated). Sum over `source` for the total.
+* `llm_tray_decoded_tokens_total{server,kind,model}`: decoded tokens. Live: the polled
+  total decode rate integrated over each tick interval (estimated). When a finished-request
+  record arrives, only the tokens the live estimate has not already counted are added, so a
+  request is never counted twice, and servers that report only finished requests (LM Studio)
+  are counted from their records.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trayapp.adapters.store import redact_url
 from trayapp.core.model import ModelStatus, Snapshot
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -64,7 +67,7 @@ _MODEL_GAUGES: list[tuple[str, str, str]] = [
 @dataclass(frozen=True)
 class _Observed:
     snapshot: Snapshot | None
-    decoded: dict[tuple[str, str, str, str], float]
+    decoded: dict[_Key, float]
     requests: dict[_Key, float]
 
 
@@ -74,9 +77,9 @@ class MetricsState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
-        self._decoded: dict[tuple[str, str, str, str], float] = {}
+        self._decoded: dict[_Key, float] = {}
+        self._pending: dict[tuple[str, str], float] = {}  # estimated tokens no record has confirmed yet
         self._requests: dict[_Key, float] = {}
-        self._has_requests: set[tuple[str, str]] = set()
         self._last_mono_s: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self))
@@ -88,18 +91,21 @@ class MetricsState:
             for record in snapshot.requests:
                 key = (record.server, kinds.get(record.server, record.server_kind), record.model)
                 self._requests[key] = self._requests.get(key, 0.0) + 1.0
-                self._has_requests.add((record.server, record.model))
                 if record.decode_tokens:
-                    dkey = (*key, "requests")
-                    self._decoded[dkey] = self._decoded.get(dkey, 0.0) + float(record.decode_tokens)
+                    pending = self._pending.get((record.server, record.model), 0.0)
+                    unseen = max(0.0, record.decode_tokens - pending)
+                    self._pending[(record.server, record.model)] = max(0.0, pending - record.decode_tokens)
+                    self._decoded[key] = self._decoded.get(key, 0.0) + unseen
             dt = None if self._last_mono_s is None else snapshot.t_mono_s - self._last_mono_s
             if dt is not None and 0.0 < dt <= MAX_ESTIMATE_INTERVAL_S:
                 for server, model in snapshot.models():
                     rate = model.decode_total_tok_s
-                    if rate is None or rate <= 0 or (server.url, model.name) in self._has_requests:
+                    if rate is None or rate <= 0:
                         continue
-                    dkey = (server.url, server.kind, model.name, "estimated")
-                    self._decoded[dkey] = self._decoded.get(dkey, 0.0) + rate * dt
+                    key = (server.url, server.kind, model.name)
+                    self._decoded[key] = self._decoded.get(key, 0.0) + rate * dt
+                    pkey = (server.url, model.name)
+                    self._pending[pkey] = self._pending.get(pkey, 0.0) + rate * dt
             self._last_mono_s = snapshot.t_mono_s
             self._snapshot = snapshot
 
@@ -108,8 +114,14 @@ class MetricsState:
             return _Observed(self._snapshot, dict(self._decoded), dict(self._requests))
 
 
+@functools.lru_cache(maxsize=256)
+def _server_label(url: str) -> str:
+    """The server URL as a label, with any password or query-string value masked (as in the store)."""
+    return redact_url(url)
+
+
 def _model_labels(server_url: str, kind: str, model: ModelStatus) -> list[str]:
-    return [server_url, kind, model.name]
+    return [_server_label(server_url), kind, model.name]
 
 
 class SnapshotCollector(Collector):
@@ -126,15 +138,14 @@ class SnapshotCollector(Collector):
         snapshot = observed.snapshot
         requests = CounterMetricFamily("llm_tray_requests", "Finished requests seen.", labels=MODEL_LABELS)
         for key, value in sorted(observed.requests.items()):
-            requests.add_metric(list(key), value)
+            requests.add_metric([_server_label(key[0]), *key[1:]], value)
         decoded = CounterMetricFamily(
             "llm_tray_decoded_tokens",
-            "Decoded tokens: exact from request records (source=requests), else polled rate x interval "
-            "(source=estimated).",
-            labels=[*MODEL_LABELS, "source"],
+            "Decoded tokens: polled decode rate x interval, topped up from finished-request records.",
+            labels=MODEL_LABELS,
         )
         for dkey, value in sorted(observed.decoded.items()):
-            decoded.add_metric(list(dkey), value)
+            decoded.add_metric([_server_label(dkey[0]), *dkey[1:]], value)
         yield requests
         yield decoded
         if snapshot is None:
@@ -151,7 +162,9 @@ class SnapshotCollector(Collector):
         up = GaugeMetricFamily("llm_tray_server_up", "1 when the server answers (ok or loading).",
                                labels=["server", "kind"])  # fmt: skip
         for server in snapshot.servers:
-            up.add_metric([server.url, server.kind], 1.0 if server.status in ("ok", "loading") else 0.0)
+            up.add_metric(
+                [_server_label(server.url), server.kind], 1.0 if server.status in ("ok", "loading") else 0.0
+            )
         yield up
 
         for name, attribute, help_text in _MODEL_GAUGES:
@@ -166,7 +179,7 @@ class SnapshotCollector(Collector):
                                    labels=["kind", "severity", "server", "model"])  # fmt: skip
         counts: dict[tuple[str, str, str, str], int] = {}
         for alert in snapshot.alerts:
-            key = (alert.kind, str(alert.severity), alert.server, alert.model or "")
+            key = (alert.kind, str(alert.severity), _server_label(alert.server), alert.model or "")
             counts[key] = counts.get(key, 0) + 1
         for key, count in sorted(counts.items()):
             alerts.add_metric(list(key), float(count))

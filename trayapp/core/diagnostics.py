@@ -48,6 +48,12 @@ def _gb(value: int | None) -> str:
     return "—" if value is None else f"{value / GB:.1f} GB"
 
 
+def _add(parts: list[str], value: float | None, template: str) -> None:
+    """Append `template.format(value)`, unless the value is missing."""
+    if value is not None:
+        parts.append(template.format(value))
+
+
 def _when(t_wall_s: float) -> str:
     return datetime.fromtimestamp(t_wall_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -61,12 +67,9 @@ def _gpu_line(gpu: GpuReading) -> str:
         parts.append(f"{gpu.bandwidth_gbps:.0f} GB/s ({gpu.bandwidth_source})")
     if gpu.pcie_max_gen is not None:
         parts.append(f"PCIe {gpu.pcie_max_gen}.0 x{gpu.pcie_max_width or '?'}")
-    if gpu.util_gpu_pct is not None:
-        parts.append(f"busy {gpu.util_gpu_pct:.0f} %")
-    if gpu.temperature_c is not None:
-        parts.append(f"{gpu.temperature_c:.0f} °C")
-    if gpu.power_w is not None:
-        parts.append(f"{gpu.power_w:.0f} W")
+    _add(parts, gpu.util_gpu_pct, "busy {:.0f} %")
+    _add(parts, gpu.temperature_c, "{:.0f} °C")
+    _add(parts, gpu.power_w, "{:.0f} W")
     if gpu.throttle_reasons:
         parts.append("throttle: " + ", ".join(gpu.throttle_reasons))
     return " · ".join(parts)
@@ -98,15 +101,13 @@ def _model_line(model: ModelStatus) -> str:
         parts.append(f"decode {model.decode_tok_s:.1f} tok/s ({exact})")
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
             parts.append(f"{model.active_streams} streams, {model.decode_total_tok_s:.1f} tok/s total")
-    if model.last_decode_tok_s is not None:
-        parts.append(f"last {model.last_decode_tok_s:.1f} tok/s")
+    _add(parts, model.last_decode_tok_s, "last {:.1f} tok/s")
     if model.ceiling_tok_s is not None:
         ceiling = f"ceiling {model.ceiling_tok_s:.1f} tok/s"
         if model.efficiency is not None:
             ceiling += f" ({format_pct(model.efficiency)})"
         parts.append(ceiling)
-    if model.full_gpu_ceiling_tok_s is not None:
-        parts.append(f"full-GPU ceiling {model.full_gpu_ceiling_tok_s:.1f} tok/s")
+    _add(parts, model.full_gpu_ceiling_tok_s, "full-GPU ceiling {:.1f} tok/s")
     if model.context_tokens is not None or model.context_length is not None:
         depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
         size = format_tokens(model.context_length) if model.context_length else "—"
@@ -118,10 +119,8 @@ def _model_line(model: ModelStatus) -> str:
     if model.bytes_per_token is not None:
         exact = "exact" if model.bytes_per_token_exact else "estimated"
         parts.append(f"bytes/token {_gb(model.bytes_per_token)} ({exact})")
-    if model.ttft_s is not None:
-        parts.append(f"TTFT {model.ttft_s:.2f} s")
-    if model.prompt_tok_s is not None:
-        parts.append(f"prompt {model.prompt_tok_s:.0f} tok/s")
+    _add(parts, model.ttft_s, "TTFT {:.2f} s")
+    _add(parts, model.prompt_tok_s, "prompt {:.0f} tok/s")
     if model.draft_acceptance is not None:
         parts.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
     if model.live_rate_reason:

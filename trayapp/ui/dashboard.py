@@ -491,8 +491,8 @@ class Dashboard(QWidget):
     def _redraw_context_plot(self, key: ModelKey | None, model: ModelStatus | None) -> None:
         self.context_plot.setLabel("left", "ms/token" if self.ms_per_token else "tok/s")
         if key is None:
-            for curve in (self.expected_curve, self.context_points, self.context_exact_points):
-                curve.setData([], [])
+            for item in (self.expected_curve, self.context_points, self.context_exact_points):
+                item.setData([], [])
             return
         arrays = self.history.arrays(key)
         polled = np.isfinite(arrays.decode_tok_s) & np.isfinite(arrays.context_tokens)
@@ -506,7 +506,7 @@ class Dashboard(QWidget):
             seen = arrays.context_tokens[np.isfinite(arrays.context_tokens)]
             deepest = float(seen.max()) if seen.size else 0.0
             limit = model.context_length or int(deepest * 1.25) or 8192
-            curve = expected_ceiling_curve(model, int(limit), self.kv_type)
+            curve = [(float(c), r) for c, r in expected_ceiling_curve(model, int(limit), self.kv_type)]
         if not curve:
             curve = self.history.ceiling_points(key)  # no model facts: the ceilings seen at each depth
         xs = np.array([c for c, _ in curve], dtype=float)
@@ -543,9 +543,9 @@ class Dashboard(QWidget):
         keys = [(s.url, m.name) for s, m in pairs]
         for key in list(self.cards):
             if key not in keys:
-                card = self.cards.pop(key)
-                self.cards_layout.removeWidget(card)
-                card.deleteLater()
+                gone = self.cards.pop(key)
+                self.cards_layout.removeWidget(gone)
+                gone.deleteLater()
         for server, model in pairs:
             key = (server.url, model.name)
             card = self.cards.get(key)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
@@ -367,7 +368,7 @@ class SettingsDialog(QDialog):
             self.test_result.setText(text)
 
         def done(result: object) -> None:
-            kind, why = result  # type: ignore[misc]
+            kind, why = cast(tuple[str | None, str], result)
             if kind:
                 finish(f"✓ {kind_label(kind)} ({why})")
             else:

@@ -14,7 +14,7 @@ import logging
 import os
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
-from PySide6.QtNetwork import QLocalServer, QLocalSocket
+from PySide6.QtNetwork import QAbstractSocket, QLocalServer, QLocalSocket
 
 log = logging.getLogger("trayapp.instance")
 
@@ -64,7 +64,7 @@ class SingleInstance(QObject):
         """Start listening; a stale socket left by a crashed instance is removed first."""
         if self.server.listen(self.name):
             return True
-        if self.server.serverError() == QLocalSocket.LocalSocketError.AddressInUseError:
+        if self.server.serverError() == QAbstractSocket.SocketError.AddressInUseError:
             QLocalServer.removeServer(self.name)  # nobody answered notify_running: it is stale
             if self.server.listen(self.name):
                 return True

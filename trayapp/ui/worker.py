@@ -39,6 +39,7 @@ class MonitorWorker(QObject):
 
     snapshot_ready = Signal(object)  # Snapshot
     error = Signal(str)
+    warning = Signal(str)  # a new entry in monitor.warnings (e.g. "not recording: …")
     stopped = Signal()
 
     def __init__(self, factory: Callable[[], MonitorLike]) -> None:
@@ -49,6 +50,7 @@ class MonitorWorker(QObject):
         self._paused = False
         self._stopping = False
         self._last_error: str | None = None
+        self._warnings_seen = 0
         self.ticks = 0
 
     @Slot()
@@ -64,8 +66,18 @@ class MonitorWorker(QObject):
             log.exception("cannot start monitoring")
             self.error.emit(f"cannot start monitoring: {type(exc).__name__}: {exc}")
             return
+        self._report_warnings()
         if not self._paused:
             self._timer.start(0)
+
+    def _report_warnings(self) -> None:
+        warnings = getattr(self._monitor, "warnings", None)
+        if not isinstance(warnings, list):
+            return
+        for message in warnings[self._warnings_seen :]:
+            log.warning("monitor: %s", message)
+            self.warning.emit(str(message))
+        self._warnings_seen = len(warnings)
 
     @Slot()
     def _on_timeout(self) -> None:
@@ -86,6 +98,7 @@ class MonitorWorker(QObject):
                 log.info("monitoring recovered")
             self._last_error = None
         self.ticks += 1
+        self._report_warnings()
         if snapshot is not None:
             self.snapshot_ready.emit(snapshot)
         self._arm(self._interval_s(monitor))
@@ -152,6 +165,7 @@ class WorkerThread(QObject):
 
     snapshot_ready = Signal(object)
     error = Signal(str)
+    warning = Signal(str)
     _pause_requested = Signal(bool)
     _settings_requested = Signal(object)
     _stop_requested = Signal()
@@ -165,6 +179,7 @@ class WorkerThread(QObject):
         self.qthread.started.connect(self.worker.start)
         self.worker.snapshot_ready.connect(self.snapshot_ready)
         self.worker.error.connect(self.error)
+        self.worker.warning.connect(self.warning)
         self._pause_requested.connect(self.worker.set_paused)
         self._settings_requested.connect(self.worker.apply_settings)
         self._stop_requested.connect(self.worker.stop)

@@ -33,6 +33,7 @@ import httpx
 
 from trayapp.adapters import promtext
 from trayapp.adapters.http import FetchError, Response, auth_headers, fetch, make_client
+from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_float, as_int, as_str
 from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
@@ -52,37 +53,6 @@ HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a l
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
 API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
 _STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _bool(value: Any, default: bool = False) -> bool:
-    return value if isinstance(value, bool) else default
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
 
 # --------------------------------------------------------------------------- pure parsers
 
@@ -141,21 +111,21 @@ def _speculative_types(params: Mapping[str, Any]) -> tuple[str, ...]:
 
 def parse_props(data: Any) -> PropsInfo:
     """`GET /props` → PropsInfo. Unknown or missing fields become None / defaults."""
-    props = _dict(data)
-    settings = _dict(props.get("default_generation_settings"))
-    ftype = _str(props.get("model_ftype"))
+    props = as_dict(data)
+    settings = as_dict(props.get("default_generation_settings"))
+    ftype = as_str(props.get("model_ftype"))
     return PropsInfo(
-        model_path=_str(props.get("model_path")),
-        model_alias=_str(props.get("model_alias")),
+        model_path=as_str(props.get("model_path")),
+        model_alias=as_str(props.get("model_alias")),
         model_ftype=ftype,
         quantization=normalize_quant_name(ftype),
-        n_ctx=_int(settings.get("n_ctx")),
-        total_slots=_int(props.get("total_slots")),
-        build_info=_str(props.get("build_info")),
-        endpoint_slots=_bool(props.get("endpoint_slots"), default=True),
-        endpoint_metrics=_bool(props.get("endpoint_metrics"), default=False),
-        is_sleeping=_bool(props.get("is_sleeping")),
-        speculative_types=_speculative_types(_dict(settings.get("params"))),
+        n_ctx=as_int(settings.get("n_ctx")),
+        total_slots=as_int(props.get("total_slots")),
+        build_info=as_str(props.get("build_info")),
+        endpoint_slots=as_bool(props.get("endpoint_slots"), default=True),
+        endpoint_metrics=as_bool(props.get("endpoint_metrics"), default=False),
+        is_sleeping=as_bool(props.get("is_sleeping")),
+        speculative_types=_speculative_types(as_dict(settings.get("params"))),
     )
 
 
@@ -168,19 +138,19 @@ def parse_slots(data: Any) -> tuple[SlotReading, ...]:
         if not isinstance(entry, dict):
             continue
         next_tokens = entry.get("next_token")
-        first = _dict(next_tokens[0]) if isinstance(next_tokens, list) and next_tokens else {}
-        slot_id = _int(entry.get("id"))
+        first = as_dict(next_tokens[0]) if isinstance(next_tokens, list) and next_tokens else {}
+        slot_id = as_int(entry.get("id"))
         slots.append(
             SlotReading(
                 slot_id=slot_id if slot_id is not None else index,
-                is_processing=_bool(entry.get("is_processing")),
-                task_id=_int(entry.get("id_task")),
-                n_decoded=_int(first.get("n_decoded")),
-                context_tokens=_int(entry.get("n_prompt_tokens")),
-                prompt_tokens_processed=_int(entry.get("n_prompt_tokens_processed")),
-                prompt_tokens_cached=_int(entry.get("n_prompt_tokens_cache")),
-                n_ctx=_int(entry.get("n_ctx")),
-                speculative=_bool(entry.get("speculative")),
+                is_processing=as_bool(entry.get("is_processing")),
+                task_id=as_int(entry.get("id_task")),
+                n_decoded=as_int(first.get("n_decoded")),
+                context_tokens=as_int(entry.get("n_prompt_tokens")),
+                prompt_tokens_processed=as_int(entry.get("n_prompt_tokens_processed")),
+                prompt_tokens_cached=as_int(entry.get("n_prompt_tokens_cache")),
+                n_ctx=as_int(entry.get("n_ctx")),
+                speculative=as_bool(entry.get("speculative")),
             )
         )
     return tuple(slots)
@@ -226,24 +196,24 @@ def parse_metrics(text: str, headers: Mapping[str, str] | None = None) -> Counte
 
 def parse_v1_models(data: Any) -> tuple[ModelMeta, ...]:
     """`GET /v1/models` (or `/models`) → the OpenAI `data` list with llama.cpp's `meta`."""
-    entries = _dict(data).get("data")
+    entries = as_dict(data).get("data")
     if not isinstance(entries, list):
         return ()
     models: list[ModelMeta] = []
     for entry in entries:
-        if not isinstance(entry, dict) or not _str(entry.get("id")):
+        if not isinstance(entry, dict) or not as_str(entry.get("id")):
             continue
-        meta = _dict(entry.get("meta"))
+        meta = as_dict(entry.get("meta"))
         models.append(
             ModelMeta(
                 id=entry["id"],
-                size_bytes=_int(meta.get("size")),
-                parameter_count=_int(meta.get("n_params")),
-                n_ctx_train=_int(meta.get("n_ctx_train")),
-                n_ctx=_int(meta.get("n_ctx")),
-                n_vocab=_int(meta.get("n_vocab")),
-                n_embd=_int(meta.get("n_embd")),
-                ftype=_str(meta.get("ftype")),
+                size_bytes=as_int(meta.get("size")),
+                parameter_count=as_int(meta.get("n_params")),
+                n_ctx_train=as_int(meta.get("n_ctx_train")),
+                n_ctx=as_int(meta.get("n_ctx")),
+                n_vocab=as_int(meta.get("n_vocab")),
+                n_embd=as_int(meta.get("n_embd")),
+                ftype=as_str(meta.get("ftype")),
             )
         )
     return tuple(models)
@@ -262,27 +232,27 @@ def parse_timings(
     the evaluated part only, as the server measures it. `prompt_ms` is the
     server-side time to first token (queue time excluded). None when there are no timings.
     """
-    body = _dict(data)
-    timings = _dict(body.get("timings")) if "timings" in body else body
+    body = as_dict(data)
+    timings = as_dict(body.get("timings")) if "timings" in body else body
     if "predicted_n" not in timings and "prompt_n" not in timings:
         return None
-    prompt_n = _int(timings.get("prompt_n"))
-    cache_n = _int(timings.get("cache_n"))
-    predicted_n = _int(timings.get("predicted_n"))
-    prompt_ms = _float(timings.get("prompt_ms"))
+    prompt_n = as_int(timings.get("prompt_n"))
+    cache_n = as_int(timings.get("cache_n"))
+    predicted_n = as_int(timings.get("predicted_n"))
+    prompt_ms = as_float(timings.get("prompt_ms"))
     prompt_tokens = None if prompt_n is None else prompt_n + (cache_n or 0)
     context_tokens = None if prompt_tokens is None else prompt_tokens + (predicted_n or 0)
     return FinishedRequest(
-        model=model or _str(body.get("model")) or "unknown",
+        model=model or as_str(body.get("model")) or "unknown",
         finished_wall_s=time.time() if finished_wall_s is None else finished_wall_s,
         prompt_tokens=prompt_tokens,
         cached_tokens=cache_n,
         decode_tokens=predicted_n,
-        prompt_tok_s=_float(timings.get("prompt_per_second")),
-        decode_tok_s=_float(timings.get("predicted_per_second")),
+        prompt_tok_s=as_float(timings.get("prompt_per_second")),
+        decode_tok_s=as_float(timings.get("predicted_per_second")),
         ttft_s=None if prompt_ms is None else prompt_ms / 1000.0,
-        draft_tokens=_int(timings.get("draft_n")),
-        draft_accepted=_int(timings.get("draft_n_accepted")),
+        draft_tokens=as_int(timings.get("draft_n")),
+        draft_accepted=as_int(timings.get("draft_n_accepted")),
         context_tokens=context_tokens,
         source=source,
     )

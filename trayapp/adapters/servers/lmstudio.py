@@ -29,7 +29,9 @@ from typing import Any
 
 import httpx
 
-from trayapp.adapters.http import FetchError, auth_headers, fetch, is_loopback_url, make_client
+from trayapp.adapters.http import FetchError
+from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.adapters.servers.ollama import parse_parameter_size
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
@@ -51,30 +53,6 @@ MAX_QUEUED = 1000  # finished requests kept between two polls
 
 
 # --------------------------------------------------------------------------- pure parsing
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def parse_params_string(text: object) -> tuple[int | None, int | None]:
@@ -103,16 +81,16 @@ def parse_models_v0(data: Any) -> list[ModelReading]:
     """
     readings: list[ModelReading] = []
     for item in _model_list(data, "data"):
-        name = _str(item.get("id"))
+        name = as_str(item.get("id"))
         if name is None or item.get("state") != "loaded" or item.get("type") in EMBEDDING_TYPES:
             continue
         readings.append(
             ModelReading(
                 name=name,
                 loaded=True,
-                context_length=_int(item.get("loaded_context_length")),
-                quantization=_str(item.get("quantization")),
-                architecture=_str(item.get("arch")),
+                context_length=as_int(item.get("loaded_context_length")),
+                quantization=as_str(item.get("quantization")),
+                architecture=as_str(item.get("arch")),
             )
         )
     return readings
@@ -124,13 +102,13 @@ def _v1_entries(data: Any) -> list[tuple[ModelReading, int | None]]:
         if item.get("type") in EMBEDDING_TYPES:
             continue
         instances = item.get("loaded_instances")
-        key = _str(item.get("key"))
+        key = as_str(item.get("key"))
         total, active = parse_params_string(item.get("params_string"))
-        size = _int(item.get("size_bytes"))
+        size = as_int(item.get("size_bytes"))
         for instance in instances if isinstance(instances, list) else []:
             if not isinstance(instance, dict):
                 continue
-            name = _str(instance.get("id")) or key
+            name = as_str(instance.get("id")) or key
             if name is None:
                 continue
             reading = ModelReading(
@@ -138,10 +116,10 @@ def _v1_entries(data: Any) -> list[tuple[ModelReading, int | None]]:
                 loaded=True,
                 size_bytes=size,
                 weights_bytes=size,
-                context_length=_int(_dict(instance.get("config")).get("context_length")),
-                quantization=_str(_dict(item.get("quantization")).get("name")),
+                context_length=as_int(as_dict(instance.get("config")).get("context_length")),
+                quantization=as_str(as_dict(item.get("quantization")).get("name")),
                 parameter_count=total,
-                architecture=_str(item.get("architecture")),
+                architecture=as_str(item.get("architecture")),
             )
             entries.append((reading, active))
     return entries
@@ -166,22 +144,22 @@ def parse_lms_ps(data: Any) -> list[ModelReading]:
     for item in data:
         if not isinstance(item, dict) or item.get("type") in EMBEDDING_TYPES:
             continue
-        name = _str(item.get("identifier")) or _str(item.get("modelKey"))
+        name = as_str(item.get("identifier")) or as_str(item.get("modelKey"))
         if name is None:
             continue
-        status = _str(item.get("status"))
+        status = as_str(item.get("status"))
         total, _active = parse_params_string(item.get("paramsString"))
         readings.append(
             ModelReading(
                 name=name,
                 loaded=True,
-                size_bytes=_int(item.get("sizeBytes")),
-                weights_bytes=_int(item.get("sizeBytes")),
-                context_length=_int(item.get("contextLength")),
-                quantization=_str(_dict(item.get("quantization")).get("name")),
+                size_bytes=as_int(item.get("sizeBytes")),
+                weights_bytes=as_int(item.get("sizeBytes")),
+                context_length=as_int(item.get("contextLength")),
+                quantization=as_str(as_dict(item.get("quantization")).get("name")),
                 parameter_count=total,
-                architecture=_str(item.get("architecture")),
-                model_path=_str(item.get("path")),
+                architecture=as_str(item.get("architecture")),
+                model_path=as_str(item.get("path")),
                 busy=None if status is None else status in BUSY_STATUSES,
             )
         )
@@ -190,9 +168,9 @@ def parse_lms_ps(data: Any) -> list[ModelReading]:
 
 def _draft_counts(*sources: dict[str, Any]) -> tuple[int | None, int | None]:
     for source in sources:
-        total = _int(source.get("total_draft_tokens_count"))
+        total = as_int(source.get("total_draft_tokens_count"))
         if total is not None:
-            return total, _int(source.get("accepted_draft_tokens_count"))
+            return total, as_int(source.get("accepted_draft_tokens_count"))
     return None, None
 
 
@@ -206,30 +184,30 @@ def parse_chat_stats(data: Any, finished_wall_s: float | None = None) -> Finishe
     if not isinstance(data, dict) or not isinstance(data.get("stats"), dict):
         raise ValueError("no 'stats' object (not an LM Studio native API response)")
     stats = data["stats"]
-    usage = _dict(data.get("usage"))
-    ttft = _float(stats.get("time_to_first_token"))
+    usage = as_dict(data.get("usage"))
+    ttft = as_float(stats.get("time_to_first_token"))
     if ttft is None:
-        ttft = _float(stats.get("time_to_first_token_seconds"))
+        ttft = as_float(stats.get("time_to_first_token_seconds"))
     if finished_wall_s is None:
-        created = _float(data.get("created"))
+        created = as_float(data.get("created"))
         if created is None:
             raise ValueError("no 'created' time; pass finished_wall_s")
-        finished_wall_s = created + (ttft or 0.0) + (_float(stats.get("generation_time")) or 0.0)
-    prompt = _int(usage.get("prompt_tokens"))
+        finished_wall_s = created + (ttft or 0.0) + (as_float(stats.get("generation_time")) or 0.0)
+    prompt = as_int(usage.get("prompt_tokens"))
     if prompt is None:
-        prompt = _int(stats.get("input_tokens"))
-    decoded = _int(usage.get("completion_tokens"))
+        prompt = as_int(stats.get("input_tokens"))
+    decoded = as_int(usage.get("completion_tokens"))
     if decoded is None:
-        decoded = _int(stats.get("total_output_tokens"))
+        decoded = as_int(stats.get("total_output_tokens"))
     draft_total, draft_accepted = _draft_counts(stats, usage)
     return FinishedRequest(
-        model=_str(data.get("model")) or _str(data.get("model_instance_id")) or "",
+        model=as_str(data.get("model")) or as_str(data.get("model_instance_id")) or "",
         finished_wall_s=finished_wall_s,
         prompt_tokens=prompt,
         decode_tokens=decoded,
-        decode_tok_s=_float(stats.get("tokens_per_second")),
+        decode_tok_s=as_float(stats.get("tokens_per_second")),
         ttft_s=ttft,
-        load_s=_float(stats.get("model_load_time_seconds")),
+        load_s=as_float(stats.get("model_load_time_seconds")),
         draft_tokens=draft_total,
         draft_accepted=draft_accepted,
         context_tokens=prompt + decoded if prompt is not None and decoded is not None else None,
@@ -247,25 +225,25 @@ def parse_lms_log_line(line: str | bytes) -> FinishedRequest | None:
         event = json.loads(line)
     except ValueError:
         return None
-    data = _dict(event.get("data")) if isinstance(event, dict) else {}
+    data = as_dict(event.get("data")) if isinstance(event, dict) else {}
     if data.get("type") != "llm.prediction.output" or not isinstance(data.get("stats"), dict):
         return None
     stats = data["stats"]
-    timestamp_ms = _float(event.get("timestamp"))
-    prompt = _int(stats.get("promptTokensCount"))
-    decoded = _int(stats.get("predictedTokensCount"))
-    total = _int(stats.get("totalTokensCount"))
+    timestamp_ms = as_float(event.get("timestamp"))
+    prompt = as_int(stats.get("promptTokensCount"))
+    decoded = as_int(stats.get("predictedTokensCount"))
+    total = as_int(stats.get("totalTokensCount"))
     if total is None and prompt is not None and decoded is not None:
         total = prompt + decoded
     return FinishedRequest(
-        model=_str(data.get("modelIdentifier")) or "",
+        model=as_str(data.get("modelIdentifier")) or "",
         finished_wall_s=timestamp_ms / 1000.0 if timestamp_ms is not None else time.time(),
         prompt_tokens=prompt,
         decode_tokens=decoded,
-        decode_tok_s=_float(stats.get("tokensPerSecond")),
-        ttft_s=_float(stats.get("timeToFirstTokenSec")),
-        draft_tokens=_int(stats.get("totalDraftTokensCount")),
-        draft_accepted=_int(stats.get("acceptedDraftTokensCount")),
+        decode_tok_s=as_float(stats.get("tokensPerSecond")),
+        ttft_s=as_float(stats.get("timeToFirstTokenSec")),
+        draft_tokens=as_int(stats.get("totalDraftTokensCount")),
+        draft_accepted=as_int(stats.get("acceptedDraftTokensCount")),
         context_tokens=total,
         source="lms-log",
     )
@@ -451,7 +429,7 @@ def _end_process(proc: subprocess.Popen[bytes]) -> None:
 # --------------------------------------------------------------------------- probe
 
 
-class LmStudioProbe:
+class LmStudioProbe(HttpProbe):
     """Polls one LM Studio server. `poll` never raises."""
 
     kind = "lmstudio"
@@ -468,12 +446,8 @@ class LmStudioProbe:
         ps_interval_s: float = 3.0,
         lms_backoff_s: float = 1.0,
     ) -> None:
-        self.url = url.rstrip("/")
-        self._own_client = client is None
-        self._client = client if client is not None else make_client(self.url)
-        self._headers = auth_headers(api_key)  # LM Studio ≥ 0.4 API tokens
+        super().__init__(url, client=client, api_key=api_key)  # LM Studio ≥ 0.4 API tokens
         self._facts_loader = facts_loader
-        self._local = is_loopback_url(self.url)
         self._api: str | None = None  # "v1" or "v0", once known
         self._facts: dict[tuple[str, str | None], ModelFacts | None] = {}
         self._active: dict[str, int] = {}  # active parameters of MoE models ('30B-A3B')
@@ -486,16 +460,7 @@ class LmStudioProbe:
 
     def poll(self, now_mono_s: float) -> ServerReading:
         started = time.perf_counter()
-        try:
-            reading = self._poll(now_mono_s)
-        except FetchError as exc:
-            reading = ServerReading(self.kind, self.url, exc.status, exc.reason)  # type: ignore[arg-type]
-        except ValueError as exc:
-            reading = ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
-        except Exception as exc:  # a bug: report it instead of killing the sampler
-            reading = ServerReading(
-                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
-            )
+        reading = self._read(now_mono_s)
         finished: tuple[FinishedRequest, ...] = ()
         if self._lms is not None:
             self._lms.set_enabled(reading.status == "ok")
@@ -508,20 +473,19 @@ class LmStudioProbe:
     def close(self) -> None:
         if self._lms is not None:
             self._lms.stop()
-        if self._own_client:
-            self._client.close()
+        super().close()
 
     def _models(self) -> list[ModelReading]:
         if self._api != "v0":
             try:
-                entries = _v1_entries(fetch(self._client, "/api/v1/models", headers=self._headers).json())
+                entries = _v1_entries(self._fetch_json("/api/v1/models"))
                 self._api = "v1"
                 self._active = {reading.name: active for reading, active in entries if active}
                 return [reading for reading, _active in entries]
             except FetchError as exc:
                 if self._api == "v1" or exc.http_status not in (404, 405):
                     raise
-        models = parse_models_v0(fetch(self._client, "/api/v0/models", headers=self._headers).json())
+        models = parse_models_v0(self._fetch_json("/api/v0/models"))
         self._api = "v0"
         return models
 

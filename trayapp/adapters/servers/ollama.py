@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from trayapp.adapters.http import FetchError, auth_headers, fetch, is_loopback_url, make_client
-from trayapp.adapters.processes import ChildServer, find_listening_pid, find_ollama_children
+from trayapp.adapters.http import FetchError, fetch, make_client
+from trayapp.adapters.processes import ChildServer, find_ollama_children
+from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.jsonvals import as_dict, as_int, as_str
 from trayapp.adapters.servers.llamacpp import parse_slots
 from trayapp.core.model import ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
@@ -43,7 +43,6 @@ REMOTE_REASON = (
 )
 SHOW_RETRY_S = 30.0  # after a failed /api/show
 CHILD_RESCAN_S = 10.0  # look for children again at most this often while some model has none
-PID_RETRY_S = 30.0
 
 _SIZE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
@@ -71,24 +70,6 @@ def parse_version(data: Any) -> str | None:
     return None
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _ps_entries(data: Any) -> list[tuple[ModelReading, str | None]]:
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
         raise ValueError("unexpected /api/ps shape (no 'models' list)")
@@ -96,22 +77,22 @@ def _ps_entries(data: Any) -> list[tuple[ModelReading, str | None]]:
     for item in data["models"]:
         if not isinstance(item, dict):
             continue
-        name = _str(item.get("name")) or _str(item.get("model"))
+        name = as_str(item.get("name")) or as_str(item.get("model"))
         if name is None:
             continue
-        details = _dict(item.get("details"))
+        details = as_dict(item.get("details"))
         reading = ModelReading(
             name=name,
             loaded=True,
-            size_bytes=_int(item.get("size")),
-            vram_bytes=_int(item.get("size_vram")),
-            context_length=_int(item.get("context_length")),
-            quantization=_str(details.get("quantization_level")),
+            size_bytes=as_int(item.get("size")),
+            vram_bytes=as_int(item.get("size_vram")),
+            context_length=as_int(item.get("context_length")),
+            quantization=as_str(details.get("quantization_level")),
             parameter_count=parse_parameter_size(details.get("parameter_size")),
-            architecture=_str(details.get("family")),
-            expires_at=_str(item.get("expires_at")),
+            architecture=as_str(details.get("family")),
+            expires_at=as_str(item.get("expires_at")),
         )
-        entries.append((reading, _str(item.get("digest"))))
+        entries.append((reading, as_str(item.get("digest"))))
     return entries
 
 
@@ -130,7 +111,7 @@ def parse_tags_sizes(data: Any) -> dict[str, int]:
     sizes: dict[str, int] = {}
     models = data.get("models") if isinstance(data, dict) else None
     for item in models if isinstance(models, list) else []:
-        if isinstance(item, dict) and _str(item.get("name")) and _int(item.get("size")):
+        if isinstance(item, dict) and as_str(item.get("name")) and as_int(item.get("size")):
             sizes[item["name"]] = item["size"]
     return sizes
 
@@ -157,12 +138,12 @@ def parse_show(data: Any, size_bytes: int | None = None) -> ModelFacts | None:
     """
     if not isinstance(data, dict):
         raise ValueError("unexpected /api/show shape (not an object)")
-    info = _dict(data.get("model_info"))
-    details = _dict(data.get("details"))
-    parameter_count = _int(info.get("general.parameter_count")) or parse_parameter_size(
+    info = as_dict(data.get("model_info"))
+    details = as_dict(data.get("details"))
+    parameter_count = as_int(info.get("general.parameter_count")) or parse_parameter_size(
         details.get("parameter_size")
     )
-    quantization = _str(details.get("quantization_level"))
+    quantization = as_str(details.get("quantization_level"))
     return facts_from_metadata_estimate(
         info, parameter_count, quantization, size_bytes=size_bytes, source="ollama-show"
     )
@@ -195,10 +176,11 @@ def match_children(
 # --------------------------------------------------------------------------- probe
 
 
-class OllamaProbe:
+class OllamaProbe(HttpProbe):
     """Polls one Ollama server. `poll` never raises."""
 
     kind = "ollama"
+    default_port = 11434
 
     def __init__(
         self,
@@ -209,12 +191,8 @@ class OllamaProbe:
         facts_loader: FactsLoader | None = None,
         find_children: Callable[[], list[ChildServer]] | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self._own_client = client is None
-        self._client = client if client is not None else make_client(self.url)
-        self._headers = auth_headers(api_key)  # for a reverse proxy in front; Ollama checks none
+        super().__init__(url, client=client, api_key=api_key)  # a key is for a reverse proxy in front
         self._facts_loader = facts_loader
-        self._local = is_loopback_url(self.url)
         self._find_children = find_children or find_ollama_children
         self._facts: dict[tuple[str, str | None], ModelFacts | None] = {}
         self._blob_paths: dict[tuple[str, str | None], str | None] = {}
@@ -225,38 +203,18 @@ class OllamaProbe:
         self._children_scanned_at: float | None = None
         self._rescan = True
         self._child_clients: dict[int, httpx.Client] = {}
-        self._pid: int | None = None
-        self._pid_checked_at: float | None = None
-
-    # -- public
-
-    def poll(self, now_mono_s: float) -> ServerReading:
-        started = time.perf_counter()
-        try:
-            reading = self._poll(now_mono_s)
-        except FetchError as exc:
-            self._pid = None  # a restarted server gets a new pid
-            reading = ServerReading(self.kind, self.url, exc.status, exc.reason)  # type: ignore[arg-type]
-        except ValueError as exc:
-            reading = ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
-        except Exception as exc:  # a bug: report it instead of killing the sampler
-            reading = ServerReading(
-                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
-            )
-        return replace(reading, elapsed_s=time.perf_counter() - started)
 
     def close(self) -> None:
         for client in self._child_clients.values():
             client.close()
         self._child_clients.clear()
-        if self._own_client:
-            self._client.close()
+        super().close()
 
     # -- internals
 
     def _poll(self, now: float) -> ServerReading:
-        version = parse_version(fetch(self._client, "/api/version", headers=self._headers).json())
-        entries = _ps_entries(fetch(self._client, "/api/ps", headers=self._headers).json())
+        version = parse_version(self._fetch_json("/api/version"))
+        entries = _ps_entries(self._fetch_json("/api/ps"))
         keys = [(reading.name, digest) for reading, digest in entries]
         self._load_facts(keys, now)
 
@@ -287,15 +245,13 @@ class OllamaProbe:
         if not missing:
             return
         try:
-            sizes = parse_tags_sizes(fetch(self._client, "/api/tags", headers=self._headers).json())
+            sizes = parse_tags_sizes(self._fetch_json("/api/tags"))
         except FetchError:
             sizes = {}
         for key in missing:
             name = key[0]
             try:
-                show = fetch(
-                    self._client, "/api/show", method="POST", headers=self._headers, json_body={"model": name}
-                ).json()
+                show = self._fetch_json("/api/show", method="POST", json_body={"model": name})
                 self._facts[key] = parse_show(show, size_bytes=sizes.get(name))
                 self._blob_paths[key] = parse_show_model_path(show)
             except (FetchError, ValueError):
@@ -357,12 +313,3 @@ class OllamaProbe:
         if not future.done() or future.exception() is not None:
             return None
         return future.result()
-
-    def _server_pid(self, now: float) -> int | None:
-        if not self._local:
-            return None
-        if self._pid is None and (self._pid_checked_at is None or now - self._pid_checked_at >= PID_RETRY_S):
-            self._pid_checked_at = now
-            port = urlsplit(self.url).port or 11434
-            self._pid = find_listening_pid(port)
-        return self._pid

@@ -14,18 +14,17 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from trayapp.adapters import promtext
-from trayapp.adapters.http import FetchError, auth_headers, fetch, is_loopback_url, make_client
-from trayapp.adapters.processes import find_listening_pid
+from trayapp.adapters.http import FetchError, fetch
 from trayapp.adapters.promtext import Sample
+from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.jsonvals import as_dict, as_int
 from trayapp.core.model import CounterReading, ModelReading, ServerReading
 
 MODELS_REFRESH_S = 30.0
-PID_RETRY_S = 30.0
 
 MLX_REASON = "MLX-LM reports no timings; a recording proxy is needed"
 OPENAI_REASON = (
@@ -123,16 +122,6 @@ def parse_sglang_gauges(text: str, model_name: str | None = None) -> SglangGauge
     )
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def parse_openai_models(data: Any) -> list[ModelReading]:
     """`GET /v1/models` -> one reading per listed model, with the context length where the server gives it.
 
@@ -144,10 +133,9 @@ def parse_openai_models(data: Any) -> list[ModelReading]:
     for item in data["data"]:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
             continue
-        meta: dict[str, Any] = item["meta"] if isinstance(item.get("meta"), dict) else {}
-        context = (
-            _int(item.get("max_model_len")) or _int(item.get("context_length")) or _int(meta.get("n_ctx"))
-        )
+        meta = as_dict(item.get("meta"))
+        context = as_int(item.get("max_model_len")) or as_int(item.get("context_length"))
+        context = context or as_int(meta.get("n_ctx"))
         readings.append(ModelReading(name=item["id"], loaded=True, context_length=context))
     return readings
 
@@ -162,8 +150,8 @@ def parse_version_body(data: Any) -> str | None:
 # --------------------------------------------------------------------------- probes
 
 
-class _BaseProbe:
-    """Shared plumbing: client, auth, error mapping, pid lookup. `poll` never raises."""
+class _BaseProbe(HttpProbe):
+    """An OpenAI-compatible server; an answering one's reading carries the pid listening on its port."""
 
     kind = "openai"
 
@@ -175,50 +163,14 @@ class _BaseProbe:
         api_key: str | None = None,
         facts_loader: object = None,  # accepted for a uniform constructor; no local model file here
     ) -> None:
-        self.url = url.rstrip("/")
-        self._own_client = client is None
-        self._client = client if client is not None else make_client(self.url)
-        self._headers = auth_headers(api_key)
-        self._local = is_loopback_url(self.url)
-        self._pid: int | None = None
-        self._pid_checked_at: float | None = None
+        super().__init__(url, client=client, api_key=api_key)
 
     def poll(self, now_mono_s: float) -> ServerReading:
         started = time.perf_counter()
-        try:
-            reading = self._poll(now_mono_s)
-        except FetchError as exc:
-            self._pid = None
-            reading = ServerReading(self.kind, self.url, exc.status, exc.reason)  # type: ignore[arg-type]
-        except ValueError as exc:
-            reading = ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
-        except Exception as exc:  # a bug: report it instead of killing the sampler
-            reading = ServerReading(
-                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
-            )
+        reading = self._read(now_mono_s)
         if reading.status == "ok":
             reading = replace(reading, pid=self._server_pid(now_mono_s))
         return replace(reading, elapsed_s=time.perf_counter() - started)
-
-    def close(self) -> None:
-        if self._own_client:
-            self._client.close()
-
-    def _poll(self, now: float) -> ServerReading:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def _get(self, path: str) -> Any:
-        return fetch(self._client, path, headers=self._headers).json()
-
-    def _server_pid(self, now: float) -> int | None:
-        if not self._local:
-            return None
-        if self._pid is None and (self._pid_checked_at is None or now - self._pid_checked_at >= PID_RETRY_S):
-            self._pid_checked_at = now
-            parts = urlsplit(self.url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            self._pid = find_listening_pid(port)
-        return self._pid
 
 
 class _MetricsProbe(_BaseProbe):
@@ -250,13 +202,13 @@ class _MetricsProbe(_BaseProbe):
             return
         self._listed_at = now
         try:
-            self._listed = parse_openai_models(self._get("/v1/models"))
+            self._listed = parse_openai_models(self._fetch_json("/v1/models"))
         except (FetchError, ValueError):
             if force:
                 raise
             return
         try:
-            self._version = parse_version_body(self._get("/version"))
+            self._version = parse_version_body(self._fetch_json("/version"))
         except (FetchError, ValueError):
             self._version = None
 
@@ -323,7 +275,7 @@ class OpenAiProbe(_BaseProbe):
     reason = OPENAI_REASON
 
     def _poll(self, now: float) -> ServerReading:
-        models = parse_openai_models(self._get("/v1/models"))
+        models = parse_openai_models(self._fetch_json("/v1/models"))
         return ServerReading(
             self.kind,
             self.url,
@@ -355,13 +307,13 @@ class MlxProbe(_BaseProbe):
         self._listed_at: float | None = None
 
     def _poll(self, now: float) -> ServerReading:
-        health = self._get("/health")
+        health = self._fetch_json("/health")
         if not isinstance(health, dict) or health.get("status") != "ok":
             raise ValueError("/health did not say ok")
         if self._listed_at is None or now - self._listed_at >= MODELS_REFRESH_S:
             self._listed_at = now
             try:
-                self._listed = parse_openai_models(self._get("/v1/models"))
+                self._listed = parse_openai_models(self._fetch_json("/v1/models"))
             except (FetchError, ValueError):
                 self._listed = []
         several = len(self._listed) > 1

@@ -1,0 +1,305 @@
+"""Session logs round trip (issue 6) with the real llama-server and real processes.
+
+(a) What `llm-tray watch --json` printed while a separate client made three requests comes
+    back from `llm-tray export` with the same numbers, in CSV and in JSON Lines alike.
+(b) A `kill -9` of the recording `watch` mid-generation leaves a database that opens and
+    passes `integrity_check`, holding samples up to the last tick `watch` printed.
+(c) `llm-tray report` on that store writes a page about the interrupted session.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.llama import LlamaServer, generate, generate_in_background
+from trayapp import paths
+from trayapp.adapters.store import Store
+
+pytestmark = pytest.mark.llamacpp
+
+MODEL = "gemma-3-270m-q4_k_m.gguf"
+LINE_TIMEOUT_S = 30.0  # `watch` prints one line a second; this long without one is a failure
+REQUESTS = 3
+N_PREDICT = 200
+T_TOLERANCE_S = 0.0006  # watch prints `t` rounded to the millisecond
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Watch:
+    """`python -m trayapp watch --json ...` with its stdout read line by line on a thread."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trayapp", "watch", "--json", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[dict[str, Any]] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def next_line(self, timeout_s: float = LINE_TIMEOUT_S) -> dict[str, Any] | None:
+        """The next JSON line (None at the end of output); fails when none comes in time."""
+        try:
+            text = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            pytest.fail(f"watch printed nothing for {timeout_s:g} s")
+        if text is None:
+            return None
+        line: dict[str, Any] = json.loads(text)
+        self.lines.append(line)
+        return line
+
+    def drain(self) -> None:
+        while self.next_line() is not None:
+            pass
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self._reader.join(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stderr(self) -> str:
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+
+@pytest.fixture
+def watch_processes() -> Iterator[list[Watch]]:
+    started: list[Watch] = []
+    yield started
+    for watch in started:
+        watch.stop()
+
+
+def _model(line: dict[str, Any]) -> dict[str, Any] | None:
+    for server in line["servers"]:
+        for model in server["models"]:
+            if model["name"] == MODEL:
+                return model
+    return None
+
+
+def _cli(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "trayapp", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, f"llm-tray {' '.join(args)}: {result.returncode}\n{result.stderr}"
+    return result.stdout
+
+
+def _export(table: str, fmt: str) -> str:
+    return _cli("export", "--table", table, "--format", fmt)
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _jsonl_rows(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _assert_csv_equals_jsonl(
+    table: str, csv_rows: list[dict[str, str]], jsonl_rows: list[dict[str, Any]]
+) -> None:
+    """Every field of every row is the same number, string, boolean or null in both formats."""
+    assert len(csv_rows) == len(jsonl_rows), table
+    assert csv_rows and list(csv_rows[0]) == list(jsonl_rows[0]), f"{table}: columns differ"
+    for text_row, json_row in zip(csv_rows, jsonl_rows, strict=True):
+        for column, value in json_row.items():
+            cell = text_row[column]
+            if value is None:
+                assert cell == "", (table, column, cell)
+            elif isinstance(value, bool):
+                assert cell == ("true" if value else "false"), (table, column, cell)
+            elif isinstance(value, (int, float)):
+                assert float(cell) == value, (table, column, cell, value)  # exact: repr round-trips
+            else:
+                assert cell == value, (table, column, cell, value)
+
+
+def _line_at(lines: list[dict[str, Any]], t_wall_s: float) -> dict[str, Any] | None:
+    found = [line for line in lines if abs(line["t"] - t_wall_s) <= T_TOLERANCE_S]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def _rounded(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --------------------------------------------------------------------------- (a) round trip
+
+
+def test_watch_recording_comes_back_from_export_with_the_same_numbers(
+    llama_server: LlamaServer, watch_processes: list[Watch]
+) -> None:
+    generate(llama_server.url, "Warm up.", 8)  # the first request after start is slower
+    watch = Watch("--interval", "1", "--duration", "90", "--endpoint", llama_server.url, "--no-discover")
+    watch_processes.append(watch)
+    first = watch.next_line()
+    assert first is not None and _model(first) is not None, first
+
+    timings = []
+    for i in range(REQUESTS):  # a separate client, one request after the other
+        future = generate_in_background(
+            llama_server.url, f"Describe harbour number {i}.", N_PREDICT, ignore_eos=True
+        )
+        while not future.done():
+            assert watch.next_line() is not None, "watch ended before the requests did"
+        timings.append(future.result()["timings"])
+    finished_at = time.time()
+    while True:  # until watch has seen the last request finish (idle, bounded by LINE_TIMEOUT_S per line)
+        line = watch.next_line()
+        assert line is not None and line["t"] < finished_at + 20, "watch never saw the server go idle"
+        if line["t"] > finished_at and (_model(line) or {}).get("phase") == "idle":
+            break
+    watch.process.send_signal(signal.SIGINT)  # Ctrl-C: watch closes its store and exits 0
+    watch.drain()
+    assert watch.process.wait(timeout=30) == 0, watch.stderr()
+
+    lines = watch.lines
+    models = [(line, _model(line)) for line in lines]
+    decoding = [(line, m) for line, m in models if m and m["decode_tok_s"] is not None]
+    assert len(decoding) >= REQUESTS + 2, f"too few decoding ticks: {len(decoding)}"
+    watched_sessions = {m["session_id"] for _, m in models if m and m["session_id"]}
+    assert len(watched_sessions) == 1, watched_sessions  # back-to-back requests: one session
+
+    # --- samples: every recorded row is a tick watch printed, with the same numbers
+    samples_csv = _csv_rows(_export("samples", "csv"))
+    samples = _jsonl_rows(_export("samples", "jsonl"))
+    _assert_csv_equals_jsonl("samples", samples_csv, samples)
+    assert all(row["model"] == MODEL and row["server"] == llama_server.url for row in samples)
+    for row in samples:
+        line = _line_at(lines, row["t_wall_s"])
+        assert line is not None, f"sample at {row['t_wall_s']} matches no tick watch printed"
+        model = _model(line)
+        assert model is not None
+        assert row["phase"] == model["phase"]
+        assert row["session_id"] == model["session_id"]
+        assert _rounded(row["decode_tok_s"]) == model["decode_tok_s"]
+        assert _rounded(row["decode_total_tok_s"]) == model["decode_total_tok_s"]
+        assert _rounded(row["ceiling_tok_s"]) == model["ceiling_tok_s"]
+        assert row["context_tokens"] == model["context_tokens"]
+        assert row["context_length"] == model["context_length"]
+    recorded = {round(row["t_wall_s"], 3) for row in samples if row["decode_tok_s"] is not None}
+    printed = [round(line["t"], 3) for line, _ in decoding]
+    missing = [t for t in printed if t not in recorded]
+    # The store keeps at most one sample a second; a tick that came early may share one with its neighbour.
+    assert len(missing) <= 1, f"decoding ticks not recorded: {missing} of {printed}"
+
+    # --- requests: one row each; its rate (over the polls that saw it decode) within what watch printed
+    requests_csv = _csv_rows(_export("requests", "csv"))
+    requests = _jsonl_rows(_export("requests", "jsonl"))
+    _assert_csv_equals_jsonl("requests", requests_csv, requests)
+    assert len(requests) == REQUESTS, requests
+    previous_finish = 0.0
+    for row, server_timings in zip(requests, timings, strict=True):
+        assert row["session_id"] in watched_sessions
+        assert _line_at(lines, row["finished_wall_s"]) is not None, (
+            f"request at {row['finished_wall_s']}: no tick"
+        )
+        printed_rates = [
+            m["decode_tok_s"] for line, m in decoding if previous_finish < line["t"] < row["finished_wall_s"]
+        ]
+        assert printed_rates, f"watch printed no rate for the request finished at {row['finished_wall_s']}"
+        assert 0.95 * min(printed_rates) <= row["decode_tok_s"] <= 1.05 * max(printed_rates), (
+            row,
+            printed_rates,
+        )
+        assert row["decode_tok_s"] == pytest.approx(server_timings["predicted_per_second"], rel=0.2)
+        assert 0 < row["decode_tokens"] <= N_PREDICT
+        previous_finish = row["finished_wall_s"]
+
+    # --- sessions: the one session watch showed, with its request count
+    sessions_csv = _csv_rows(_export("sessions", "csv"))
+    sessions = _jsonl_rows(_export("sessions", "jsonl"))
+    _assert_csv_equals_jsonl("sessions", sessions_csv, sessions)
+    assert {row["session_id"] for row in sessions} == watched_sessions
+    assert {row["session_id"] for row in samples if row["session_id"]} == watched_sessions
+    (session,) = sessions
+    assert session["requests"] == REQUESTS
+    assert session["decode_tokens"] == sum(row["decode_tokens"] for row in requests)
+    assert _rounded(session["peak_decode_tok_s"]) == max(m["decode_tok_s"] for _, m in decoding)
+    listed = json.loads(_cli("sessions", "--json"))
+    assert [s["session_id"] for s in listed] == [session["session_id"]]
+
+
+# --------------------------------------------------------------------------- (b) kill -9, (c) report
+
+
+def test_kill_9_mid_session_loses_at_most_the_last_second(
+    llama_server: LlamaServer, watch_processes: list[Watch], tmp_path: Path
+) -> None:
+    future = generate_in_background(
+        llama_server.url, "Write a long story about a lighthouse.", 800, ignore_eos=True
+    )
+    watch = Watch("--interval", "1", "--endpoint", llama_server.url, "--no-discover")
+    watch_processes.append(watch)
+    decoding = 0
+    while decoding < 4:
+        line = watch.next_line()
+        assert line is not None, f"watch exited: {watch.stderr()}"
+        assert not future.done(), "the generation ended before watch saw it decode"
+        model = _model(line)
+        decoding += bool(model and model["decode_tok_s"])
+    os.kill(watch.process.pid, signal.SIGKILL)  # mid-session, while the server generates
+    assert watch.process.wait(timeout=30) == -signal.SIGKILL
+    watch.drain()  # lines already in the pipe were printed before the kill
+    assert not future.done(), "the generation ended before the kill"
+    last_printed = watch.lines[-1]
+    last_model = _model(last_printed)
+    assert last_model is not None
+    session_id = last_model["session_id"]
+    assert session_id
+
+    store = paths.store_file()
+    with sqlite3.connect(store) as conn:  # opens, replays the WAL, and is consistent
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        newest = conn.execute(
+            "SELECT max(t_wall_s) FROM samples WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+    assert newest is not None
+    # Each tick is committed before watch prints it; the store keeps a sample at least every second.
+    assert newest >= last_printed["t"] - 1.0, f"samples end at {newest}, watch printed {last_printed['t']}"
+    with Store(store, writer=True) as reopened:  # the writer lock died with the process
+        assert reopened.sessions(session_id=session_id)[0].ended_wall_s is None  # cut off, never ended
+
+    sessions = json.loads(_cli("sessions", "--json"))
+    assert [s["session_id"] for s in sessions] == [session_id]
+    report = tmp_path / "session.html"
+    _cli("report", "-o", str(report))
+    page = report.read_text(encoding="utf-8")
+    assert session_id in page
+    assert MODEL in page
+    assert "<svg" in page  # the plots of the samples recorded before the kill
+    future.result(timeout=120)  # let the server finish before the next test uses it

@@ -1,0 +1,228 @@
+"""The composition root: no-tray fallback, waiting for the tray at login, settings, test events."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+from qt_snapshots import alert, model, server, snap
+
+from trayapp import app as app_module
+from trayapp.config import NotificationConfig, Settings
+from trayapp.core.model import Snapshot
+from trayapp.ui.single_instance import SingleInstance
+
+
+class FakeMonitor:
+    """Same methods as trayapp.monitor.Monitor; a model decoding at a rising rate."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.applied: list[Settings] = []
+        self.closed = False
+        self.thread = threading.get_ident()
+
+    def tick(self) -> Snapshot:
+        self.ticks += 1
+        alerts = (alert("offload-1"),) if self.ticks >= 3 else ()
+        return snap(float(self.ticks), server(model(rate=40.0 + self.ticks)), alerts=alerts)
+
+    def next_interval_s(self) -> float:
+        return 0.05
+
+    def apply_settings(self, settings: Settings) -> None:
+        self.applied.append(settings)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def restore_globals(qapp: QApplication) -> Iterator[None]:
+    """run_tray touches process-wide state: put it back for the next tests."""
+    logger = logging.getLogger("trayapp")
+    saved = (
+        list(logger.handlers),
+        logger.level,
+        logger.propagate,
+        sys.excepthook,
+        qapp.quitOnLastWindowClosed(),
+    )
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for handler in logger.handlers:
+        if handler not in saved[0]:
+            handler.close()
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+    sys.excepthook = saved[3]
+    qapp.setQuitOnLastWindowClosed(saved[4])
+    for sig, handler in saved_signals.items():
+        signal.signal(sig, handler)
+
+
+def _events(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _make(
+    qapp: QApplication, tmp_path: Path, monitors: list[FakeMonitor], at_login: bool = False
+) -> app_module.TrayApp:
+    def factory() -> FakeMonitor:
+        monitors.append(FakeMonitor())
+        return monitors[-1]
+
+    events = app_module.TestEvents(str(tmp_path / "events.jsonl"))
+    return app_module.TrayApp(qapp, Settings(), factory, at_login=at_login, events=events)
+
+
+def test_without_a_tray_the_dashboard_opens_and_plots(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    monitors: list[FakeMonitor] = []
+    tray_app = _make(qapp, tmp_path, monitors)
+    try:
+        tray_app.start()  # offscreen: QSystemTrayIcon.isSystemTrayAvailable() is False
+        assert tray_app.dashboard.isVisible()
+        assert "No system tray is available" in tray_app.dashboard.banner.text()
+        assert qapp.quitOnLastWindowClosed()  # the window is the app: closing it quits
+        qtbot.waitUntil(lambda: tray_app.dashboard.redraw_count >= 4, timeout=5000)
+        _, y = tray_app.dashboard.decode_curve.getData()
+        assert list(y[:3]) == [41.0, 42.0, 43.0]
+        assert tray_app.tray.shown_state is not None
+        qtbot.waitUntil(lambda: tray_app.tray.shown_state.health == "alert", timeout=5000)
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+    assert monitors[0].closed and monitors[0].thread != threading.get_ident()
+    kinds = [e["event"] for e in _events(tmp_path / "events.jsonl")]
+    assert kinds[:2] == ["started", "icon"]
+    for expected in ("no_tray", "dashboard_shown", "snapshot", "curve", "notified", "quit"):
+        assert expected in kinds
+    icons = [e for e in _events(tmp_path / "events.jsonl") if e["event"] == "icon"]
+    assert icons[0]["health"] == "none"  # before the first reading
+    assert any(str(e["text"]).isdigit() and 41 <= int(str(e["text"])) < 100 for e in icons)  # a live number
+    curves = [e for e in _events(tmp_path / "events.jsonl") if e["event"] == "curve"]
+    assert curves[-1]["points"] >= 3 and curves[-1]["model"] == "llama3.1:8b"
+
+
+def test_at_login_waits_for_the_tray_then_falls_back(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_globals: None
+) -> None:
+    monkeypatch.setenv(app_module.TRAY_WAIT_ENV, "0.5")
+    tray_app = _make(qapp, tmp_path, [], at_login=True)
+    try:
+        tray_app.start()
+        assert not tray_app.dashboard.isVisible()  # waiting, not failing
+        assert tray_app._tray_timer.isActive()
+        qtbot.waitUntil(tray_app.dashboard.isVisible, timeout=5000)
+        assert "No system tray appeared after login" in tray_app.dashboard.banner.text()
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+
+
+def test_at_login_shows_the_tray_when_it_appears(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_globals: None
+) -> None:
+    answers = iter([False, False, True])
+    monkeypatch.setattr(
+        app_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: next(answers))
+    )
+    monkeypatch.setattr(app_module, "TRAY_POLL_MS", 50)
+    tray_app = _make(qapp, tmp_path, [], at_login=True)
+    try:
+        tray_app.start()
+        qtbot.waitUntil(lambda: tray_app.tray_visible, timeout=5000)
+        assert not tray_app.dashboard.isVisible()
+        assert "tray_shown" in [e["event"] for e in _events(tmp_path / "events.jsonl")]
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+
+
+def test_settings_are_applied_without_a_restart(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    monitors: list[FakeMonitor] = []
+    tray_app = _make(qapp, tmp_path, monitors)
+    try:
+        tray_app.start()
+        qtbot.waitUntil(lambda: bool(monitors) and monitors[0].ticks > 0, timeout=5000)
+        new = Settings(notifications=NotificationConfig(do_not_disturb=True))
+        tray_app.apply_settings(new)
+        qtbot.waitUntil(lambda: monitors[0].applied == [new], timeout=5000)
+        assert tray_app.notifier.gate.config.do_not_disturb
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+
+
+def test_diagnostics_include_versions_and_settings(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    tray_app = _make(qapp, tmp_path, [])
+    text = tray_app.diagnostics(snap(1.0, server(model())))
+    assert "PySide6 " in text and "pyqtgraph " in text and "discover=True" in text
+    tray_app.shutdown()
+    qapp.aboutToQuit.disconnect(tray_app.shutdown)
+
+
+def test_second_start_asks_the_first_and_exits_0(qtbot: QtBot, restore_globals: None) -> None:
+    first = SingleInstance()
+    assert first.listen()
+    try:
+        with qtbot.waitSignal(first.show_requested, timeout=5000):
+            code = app_module.run_tray(Settings(), monitor_factory=FakeMonitor)
+        assert code == 0
+    finally:
+        first.close()
+
+
+def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
+    """The whole app in its own process (app.exec() must not run in the test's QApplication)."""
+    events = tmp_path / "run.jsonl"
+    home = tmp_path / "home"
+    code = (
+        "import sys; from test_app import FakeMonitor; from trayapp.app import run_tray;"
+        "from trayapp.config import Settings; sys.exit(run_tray(Settings(), monitor_factory=FakeMonitor))"
+    )
+    here = Path(__file__).resolve().parent
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        LLM_TRAY_HOME=str(home),
+        PYTHONPATH=os.pathsep.join([str(here.parents[1]), str(here)]),
+    )
+    env[app_module.EVENTS_ENV] = str(events)
+    with subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            deadline = time.monotonic() + 30
+            while not any(e["event"] == "curve" for e in _events(events)):  # running and plotting
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                assert time.monotonic() < deadline, "the app never plotted"
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)  # Ctrl+C
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+    kinds = [e["event"] for e in _events(events)]
+    assert kinds[0] == "started" and kinds[-1] == "quit"
+    assert "no_tray" in kinds  # offscreen has no tray: it ran as a window
+    log_text = (home / "data" / "llm-tray.log").read_text()
+    assert "signal 2: quitting" in log_text and "stopped (exit code 0)" in log_text
