@@ -242,7 +242,10 @@ class TrayApp(QObject):
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._show_tray()
         elif self.at_login:
-            wait_s = float(os.environ.get(TRAY_WAIT_ENV, TRAY_WAIT_S))
+            try:
+                wait_s = float(os.environ.get(TRAY_WAIT_ENV, TRAY_WAIT_S))
+            except ValueError:
+                wait_s = TRAY_WAIT_S
             log.info("no system tray yet: waiting up to %.0f s for the panel", wait_s)
             self._tray_deadline = time.monotonic() + wait_s
             self._tray_timer.start()

@@ -38,6 +38,16 @@ def _positive(kind: type = float):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: any free port), got {text}")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -131,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent = sub.add_parser("agent", help="headless monitoring with a Prometheus /metrics endpoint")
     add_endpoint_options(agent)
     add_hardware_options(agent)
-    agent.add_argument("--metrics-port", type=_positive(int), default=9464, metavar="N", help="port (9464)")
+    agent.add_argument(
+        "--metrics-port", type=_port, default=9464, metavar="N", help="port (9464; 0: any free)"
+    )
     agent.add_argument(
         "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
     )

@@ -146,7 +146,7 @@ _SECTIONS: dict[str, type] = {
 }
 
 # Range checks (inclusive) for numeric values, by key path.
-_RANGES: dict[str, tuple[float, float]] = {
+RANGES: dict[str, tuple[float, float]] = {
     "monitor.poll_active_s": (0.2, 60),
     "monitor.poll_idle_s": (0.2, 600),
     "monitor.rediscover_s": (1, 3600),
@@ -181,8 +181,8 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
     if annotation.startswith(("float", "int")):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
-        if path in _RANGES:
-            low, high = _RANGES[path]
+        if path in RANGES:
+            low, high = RANGES[path]
             if not low <= value <= high:
                 raise ConfigError(f"{path}: {value!r} is out of range ({low:g} to {high:g})")
         if annotation.startswith("int"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -38,10 +39,12 @@ def _endpoints(servers: dict[str, FakeServer]) -> list[str]:
     args: list[str] = []
     for server in servers.values():
         args += ["--endpoint", f"llamacpp={server.url}"]
-    return args + ["--endpoint", "llamacpp=http://127.0.0.1:9", "--no-discover"]
+    return [*args, "--endpoint", "llamacpp=http://127.0.0.1:9", "--no-discover"]
 
 
-def test_status_returns_within_seconds_with_a_clear_reason_for_each(bad_servers: dict[str, FakeServer]) -> None:
+def test_status_returns_within_seconds_with_a_clear_reason_for_each(
+    bad_servers: dict[str, FakeServer],
+) -> None:
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "trayapp", "status", "--json", *_endpoints(bad_servers)],
@@ -71,7 +74,7 @@ def test_watch_keeps_its_cadence_while_a_server_hangs(bad_servers: dict[str, Fak
     assert result.returncode == 0, result.stderr
     stamps = [json.loads(line)["t"] for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(stamps) >= 7
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert max(gaps[1:]) < 1.8, f"watch lost its cadence: gaps {gaps}"  # the first tick includes discovery
     last = json.loads(result.stdout.splitlines()[-1])
     hung = next(s for s in last["servers"] if s["url"] == bad_servers["hung"].url)

@@ -59,17 +59,38 @@ class XDisplay:
         if self.tray:
             self._procs.append(
                 subprocess.Popen(
-                    ["trayer", "--edge", "top", "--align", "right", "--widthtype", "pixel", "--width", "200",
-                     "--height", "40", "--transparent", "false", "--tint", "0x303030"],
-                    env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )  # fmt: skip
+                    [
+                        "trayer",
+                        "--edge",
+                        "top",
+                        "--align",
+                        "right",
+                        "--widthtype",
+                        "pixel",
+                        "--width",
+                        "200",
+                        "--height",
+                        "40",
+                        "--transparent",
+                        "false",
+                        "--tint",
+                        "0x303030",
+                    ],
+                    env=self.env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             )
             _wait(lambda: bool(self.find_windows("trayer")), 20, "trayer's window")
         return self
 
     def find_windows(self, class_name: str) -> list[str]:
         result = subprocess.run(
-            ["xdotool", "search", "--class", class_name], env=self.env, capture_output=True, text=True, check=False
+            ["xdotool", "search", "--class", class_name],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         return result.stdout.split()
 

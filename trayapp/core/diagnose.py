@@ -29,6 +29,20 @@ from trayapp.core.thresholds import Thresholds
 GB = 1_000_000_000
 FULL_GPU = 0.98  # at or above this share in GPU memory counts as "fully on the GPU"
 
+# Every alert kind, with what it means (settings: per-kind mute).
+ALERT_KINDS: dict[str, str] = {
+    "offload": "part of a model spilled to system RAM",
+    "kv_slowdown": "decode slows as the context grows",
+    "context_full": "the context is nearly full",
+    "below_floor": "decode under the usable floor",
+    "low_efficiency": "fully on GPU yet well under the realistic band",
+    "draft_acceptance": "speculative decoding accepts few drafts",
+    "vram_pressure": "VRAM nearly full",
+    "regression": "slower than this model's baseline",
+    "server_down": "a server stopped answering",
+    "cold_load": "a request paid for loading the model",
+}
+
 # Which findings an offload on the same model explains (one root cause per model): the
 # offload message already gives the speed to expect, so "slow", "inefficient" and "slower
 # than last week" would only repeat it.

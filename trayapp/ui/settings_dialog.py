@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import Shiboken
 
-from trayapp.config import _RANGES as CONFIG_RANGES
 from trayapp.config import (
+    RANGES,
     EndpointConfig,
     MonitorConfig,
     Settings,
@@ -49,6 +49,7 @@ from trayapp.config import (
     save_settings,
     settings_to_toml,
 )
+from trayapp.core.diagnose import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
 from trayapp.ui.worker import run_in_background
@@ -60,18 +61,6 @@ else:  # pragma: no cover
 
 log = logging.getLogger("trayapp.settings")
 
-ALERT_KINDS: dict[str, str] = {
-    "offload": "part of a model spilled to system RAM",
-    "kv_slowdown": "decode slows as the context grows",
-    "context_full": "the context is nearly full",
-    "below_floor": "decode under the usable floor",
-    "low_efficiency": "fully on GPU yet well under the realistic band",
-    "draft_acceptance": "speculative decoding accepts few drafts",
-    "vram_pressure": "VRAM nearly full",
-    "regression": "slower than this model's baseline",
-    "server_down": "a server stopped answering",
-    "cold_load": "a request paid for loading the model",
-}
 THRESHOLD_LABELS: dict[str, str] = {
     "confirm_s": "Confirm an alert after (s)",
     "clear_s": "Clear an alert after (s)",
@@ -111,7 +100,7 @@ def validate(settings: Settings) -> list[str]:
 
 def _spin(path: str, value: float, decimals: int = 2, integer: bool = False) -> QDoubleSpinBox | QSpinBox:
     # The loader's own limits, so the dialog cannot save what the loader would reject.
-    low, high = CONFIG_RANGES.get(path, (0.0, 1e6))
+    low, high = RANGES.get(path, (0.0, 1e6))
     if integer:
         box = QSpinBox()
         box.setRange(int(low), int(high))

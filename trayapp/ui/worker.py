@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from shiboken6 import Shiboken
 
 from trayapp.config import Settings
 from trayapp.core.model import Snapshot
@@ -226,7 +227,12 @@ class WorkerThread(QObject):
 
 
 class _Relay(QObject):
-    """Lives on the GUI thread; signals emitted from a task thread arrive there queued."""
+    """Lives on the GUI thread; signals emitted from a task thread arrive there queued.
+
+    It is deleted with deleteLater() on the GUI thread once delivered, and `_pending`
+    holds it until then, so the task thread (which may hold the last Python reference
+    when it ends) never destroys it, and it never dies inside its own slot.
+    """
 
     done = Signal(object)
     failed = Signal(object)
@@ -242,18 +248,18 @@ class _Relay(QObject):
 
     @Slot(object)
     def _deliver_done(self, result: object) -> None:
-        _pending.discard(self)
+        self.deleteLater()
         if self._on_done is not None:
             self._on_done(result)
 
     @Slot(object)
     def _deliver_error(self, exc: object) -> None:
-        _pending.discard(self)
+        self.deleteLater()
         if self._on_error is not None and isinstance(exc, BaseException):
             self._on_error(exc)
 
 
-_pending: set[_Relay] = set()  # keeps relays alive until their result is delivered
+_pending: set[_Relay] = set()  # keeps relays' Python wrappers alive until Qt has deleted them
 
 
 def run_in_background(
@@ -267,16 +273,19 @@ def run_in_background(
     Daemon threads: a hung task (a server that never answers) never blocks quitting the app.
     Call from the GUI thread (the relay object must live there).
     """
+    for stale in [r for r in _pending if not Shiboken.isValid(r)]:
+        _pending.discard(stale)
     relay = _Relay(on_done, on_error)
     _pending.add(relay)
+    done, failed = relay.done, relay.failed
 
     def run() -> None:
         try:
             result = fn()
         except Exception as exc:
-            relay.failed.emit(exc)
+            failed.emit(exc)
         else:
-            relay.done.emit(result)
+            done.emit(result)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()

@@ -1,8 +1,11 @@
-"""Plumbing shared by the Ollama, LM Studio and OpenAI-compatible probes."""
+"""Plumbing shared by the server probes: the HTTP probe base and background model-file reads."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,9 +14,25 @@ import httpx
 
 from trayapp.adapters.http import FetchError, auth_headers, fetch, is_loopback_url, make_client
 from trayapp.adapters.processes import find_listening_pid
-from trayapp.core.model import ServerReading
+from trayapp.core.model import ModelFacts, ServerReading
+
+FactsLoader = Callable[[str], "ModelFacts | None"]  # local GGUF path -> exact facts (may be slow once)
 
 PID_RETRY_S = 30.0  # look for the listening process again at most this often while none is found
+
+
+def load_in_background(loader: FactsLoader, path: str, thread_name: str) -> Future[ModelFacts | None]:
+    """Run `loader(path)` in a daemon thread; the Future gets its result, or the exception it raised."""
+    future: Future[ModelFacts | None] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(loader(path))
+        except BaseException as exc:  # stored: the caller decides what a failure means
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=thread_name, daemon=True).start()
+    return future
 
 
 class HttpProbe:

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ import httpx
 
 from trayapp.adapters import promtext
 from trayapp.adapters.http import FetchError, Response, auth_headers, fetch, make_client
+from trayapp.adapters.servers.common import FactsLoader, load_in_background
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_float, as_int, as_str
 from trayapp.core.model import (
     CounterReading,
@@ -46,8 +46,6 @@ from trayapp.core.model import (
 from trayapp.core.quants import normalize_quant_name
 
 log = logging.getLogger(__name__)
-
-FactsLoader = Callable[[str], "ModelFacts | None"]
 
 HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a llama-server
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
@@ -474,7 +472,7 @@ class LlamaCppProbe:
             if not (os.path.isfile(path) and os.access(path, os.R_OK)):
                 self.facts_reason = f"model file not readable here: {path}"
                 return None
-            future = self._start_facts(path)
+            future = self._facts[path] = load_in_background(self._facts_loader, path, "llamacpp-facts")
         try:
             facts = future.result(timeout=self.facts_wait_s)
         except FutureTimeout:
@@ -485,21 +483,6 @@ class LlamaCppProbe:
             return None
         self.facts_reason = None if facts is not None else "model facts unavailable"
         return facts
-
-    def _start_facts(self, path: str) -> Future[ModelFacts | None]:
-        future: Future[ModelFacts | None] = Future()
-        loader = self._facts_loader
-        assert loader is not None
-
-        def run() -> None:
-            try:
-                future.set_result(loader(path))
-            except BaseException as exc:  # stored, reported as facts_reason
-                future.set_exception(exc)
-
-        self._facts[path] = future
-        threading.Thread(target=run, name="llamacpp-facts", daemon=True).start()
-        return future
 
     def close(self) -> None:
         if self._owns_client:

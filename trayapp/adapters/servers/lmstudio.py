@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,11 @@ from typing import Any
 import httpx
 
 from trayapp.adapters.http import FetchError
-from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.common import FactsLoader, HttpProbe
 from trayapp.adapters.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.adapters.servers.ollama import parse_parameter_size
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
-
-FactsLoader = Callable[[str], "ModelFacts | None"]
 
 NO_LMS_REASON = (
     "per-request stats need the `lms` CLI (LM Studio ≥ 0.3.26) on this machine; "

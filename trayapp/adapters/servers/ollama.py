@@ -16,7 +16,6 @@ matched to models (with a one-model/one-child fallback).
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -26,13 +25,11 @@ import httpx
 
 from trayapp.adapters.http import FetchError, fetch, make_client
 from trayapp.adapters.processes import ChildServer, find_ollama_children
-from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.common import FactsLoader, HttpProbe, load_in_background
 from trayapp.adapters.servers.jsonvals import as_dict, as_int, as_str
 from trayapp.adapters.servers.llamacpp import parse_slots
 from trayapp.core.model import ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
-
-FactsLoader = Callable[[str], "ModelFacts | None"]  # local GGUF path -> exact facts (may be slow once)
 
 NO_CHILD_REASON = (
     "Ollama exposes no live token counters; no llama-server child found (Ollama < 0.30 or different engine)"
@@ -301,15 +298,7 @@ class OllamaProbe(HttpProbe):
             return None
         future = self._exact.get(path)
         if future is None:
-            future = self._exact[path] = Future()
-
-            def run() -> None:
-                try:
-                    future.set_result(loader(path))
-                except BaseException as exc:  # an unreadable file or a loader bug: keep the estimate
-                    future.set_exception(exc)
-
-            threading.Thread(target=run, name="ollama-facts", daemon=True).start()
+            future = self._exact[path] = load_in_background(loader, path, "ollama-facts")
         if not future.done() or future.exception() is not None:
             return None
         return future.result()
