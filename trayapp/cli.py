@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -58,31 +59,54 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_hardware_options(parser: argparse.ArgumentParser) -> None:
+def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
+    """Hardware flags; on a subcommand they default to SUPPRESS so flags given before it survive."""
+    default = argparse.SUPPRESS if sub else None
     group = parser.add_argument_group("hardware (describe the machine that runs the model)")
     gpu = group.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", metavar="NAME", help='GPU or chip by name, e.g. "RTX 4090", "M4 Max 40-core"')
-    gpu.add_argument("--bandwidth-gbps", type=_positive(), metavar="N", help="memory bandwidth in GB/s")
-    group.add_argument(
-        "--vram-gb", type=_positive(), metavar="N", help="GPU (or unified) memory in GB (10^9 bytes)"
+    gpu.add_argument(
+        "--gpu",
+        default=default,
+        metavar="NAME",
+        help='GPU or chip by name, e.g. "RTX 4090", "M4 Max 40-core"',
+    )
+    gpu.add_argument(
+        "--bandwidth-gbps", type=_positive(), default=default, metavar="N", help="memory bandwidth in GB/s"
     )
     group.add_argument(
-        "--ram-bandwidth-gbps", type=_positive(), metavar="N", help="system RAM bandwidth in GB/s"
+        "--vram-gb",
+        type=_positive(),
+        default=default,
+        metavar="N",
+        help="GPU (or unified) memory in GB (10^9 B)",
     )
     group.add_argument(
-        "--kv-type", choices=KV_TYPES, default=None, help="KV-cache element type (default f16)"
+        "--ram-bandwidth-gbps",
+        type=_positive(),
+        default=default,
+        metavar="N",
+        help="system RAM bandwidth in GB/s",
+    )
+    group.add_argument(
+        "--kv-type", choices=KV_TYPES, default=default, help="KV-cache element type (default f16)"
     )
 
 
-def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
+def add_endpoint_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
+    """Server selection; on a subcommand the defaults are SUPPRESS so flags given before it survive."""
     parser.add_argument(
         "--endpoint",
         action="append",
-        default=[],
+        default=argparse.SUPPRESS if sub else [],
         metavar="[KIND=]URL",
         help="a server to watch (repeatable), e.g. llamacpp=http://127.0.0.1:8080",
     )
-    parser.add_argument("--no-discover", action="store_true", help="skip the default-port scan")
+    parser.add_argument(
+        "--no-discover",
+        action="store_true",
+        default=argparse.SUPPRESS if sub else False,
+        help="skip the default-port scan",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch local LLM servers: live decode tok/s against the memory-bandwidth ceiling.",
     )
     parser.add_argument("--version", action="version", version=f"llm-tray {__version__}")
-    add_endpoint_options(parser)
-    add_hardware_options(parser)
+    add_endpoint_options(parser, sub=False)
+    add_hardware_options(parser, sub=False)
     parser.add_argument("--at-login", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
@@ -371,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `llm-tray status | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,109 @@
+"""Screenshots of the real tray app for the README: `docs/screenshots/tray.png` and `dashboard.png`.
+
+    python bench/screenshots.py [--out docs/screenshots]
+
+Runs a real llama-server (test model, -t 1), a real X display (Xvfb + trayer) and the real
+app (`python -m trayapp`), then has a separate client send three requests at growing context
+depths so both dashboard plots have data. `tray.png` is the right end of trayer's panel while
+the model generates, scaled ×4 without smoothing (the icon is drawn at 22 px); `dashboard.png`
+is the dashboard window during the third request. Needs Xvfb, trayer, xdotool and ImageMagick
+(tests/provision.sh installs them). Look at the PNGs after running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from trayrun import REPO, TrayAppProcess, filler_prompt, wait_value  # noqa: E402
+
+from tests.support.llama import LlamaServer, generate_in_background  # noqa: E402
+from tests.support.xdisplay import XDisplay, xdisplay_tools_missing  # noqa: E402
+
+TRAY_CROP_W = 72  # pixels of the panel's right end kept in tray.png (before scaling)
+TRAY_SCALE = 4
+REQUESTS = ((0, 350), (1500, 250), (3500, 250))  # (filler prompt tokens, tokens to generate)
+
+
+def _png(path: Path) -> None:
+    """Shrink a PNG losslessly (strip metadata, best zlib level)."""
+    subprocess.run(
+        ["convert", str(path), "-strip", "-define", "png:compression-level=9", str(path)], check=True
+    )
+
+
+def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tray_png, dashboard_png = out_dir / "tray.png", out_dir / "dashboard.png"
+    with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
+        app = TrayAppProcess(display, server.url, work_dir)
+        try:
+            app.wait_for("'tray_shown'", lambda e: e["event"] == "tray_shown")
+            app.wait_for("an idle icon", lambda e: e["event"] == "icon" and e["health"] == "idle")
+            icon = wait_value("the docked icon", lambda: app.window_geometry(small=True))
+            panel = app.panel_geometry()
+            assert panel is not None
+            app.open_dashboard()
+            for index, (prompt_tokens, n_predict) in enumerate(REQUESTS):
+                request = generate_in_background(
+                    server.url, filler_prompt(prompt_tokens), n_predict, ignore_eos=True, timeout_s=300.0
+                )
+                live = app.wait_live_number(120.0)
+                if index == 0:
+                    px, py, pw, ph = panel
+                    left = max(icon[0] + icon[2] + 6 - TRAY_CROP_W, px)
+                    display.screenshot(tray_png, crop=f"{TRAY_CROP_W}x{ph}+{left}+{py}")
+                    subprocess.run(
+                        ["convert", str(tray_png), "+repage", "-scale", f"{TRAY_SCALE * 100}%", str(tray_png)],
+                        check=True,
+                    )
+                    print(f"tray: showing {live['text']} ({live['tooltip'].splitlines()[1]})")
+                if index == len(REQUESTS) - 1:
+                    for _ in range(4):  # a few live ticks at this depth
+                        app.wait_for("a curve redraw", lambda e: e["event"] == "curve", 30.0)
+                    x, y, w, h = wait_value("the dashboard", lambda: app.window_geometry(small=False))
+                    display.screenshot(dashboard_png, crop=f"{w}x{h}+{x}+{y}")
+                    subprocess.run(["convert", str(dashboard_png), "+repage", str(dashboard_png)], check=True)
+                timings = request.result(timeout=300)["timings"]
+                print(
+                    f"request {index + 1}: {timings['prompt_n']} prompt tokens, "
+                    f"{timings['predicted_n']} generated at {timings['predicted_per_second']:.0f} tok/s"
+                )
+                app.wait_for("the icon back to idle", lambda e: e["event"] == "icon" and e["health"] == "idle")
+        finally:
+            code = app.quit()
+    if code != 0:
+        raise RuntimeError(f"the app exited with {code}; log: {app.log_path}")
+    for path in (tray_png, dashboard_png):
+        _png(path)
+    return tray_png, dashboard_png
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
+    parser.add_argument("--keep", type=Path, help="keep the app's events, log and home in this folder")
+    args = parser.parse_args()
+    missing = xdisplay_tools_missing()
+    if missing:
+        raise SystemExit(f"missing X display tools: {', '.join(missing)} (tests/provision.sh installs them)")
+    started = time.monotonic()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        paths = take(args.out, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="llm-tray-shots-") as work:
+            paths = take(args.out, Path(work))
+    for path in paths:
+        print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+    print(f"done in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""API keys: OS keyring or a named environment variable, never a file; clear messages otherwise."""
+
+from __future__ import annotations
+
+import keyring
+import keyring.backend
+import keyring.errors
+import pytest
+from keyring.backends import fail
+
+from trayapp.adapters import secrets
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    """An in-memory backend standing in for Secret Service / Keychain in tests."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.store.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.store[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        if (service, username) not in self.store:
+            raise keyring.errors.PasswordDeleteError(username)
+        del self.store[(service, username)]
+
+
+@pytest.fixture
+def memory_keyring():  # type: ignore[no-untyped-def]
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    try:
+        yield backend
+    finally:
+        keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def no_keyring():  # type: ignore[no-untyped-def]
+    previous = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())  # what a headless Linux box without Secret Service has
+    try:
+        yield
+    finally:
+        keyring.set_keyring(previous)
+
+
+URL = "http://127.0.0.1:8080"
+
+
+def test_key_round_trips_through_the_keyring(memory_keyring: MemoryKeyring, tmp_path) -> None:
+    secrets.store_api_key(URL, "sk-local-123")
+    assert memory_keyring.store[("llm-tray", URL)] == "sk-local-123"
+    assert secrets.resolve_api_key(URL, api_key_env=None, use_keyring=True) == ("sk-local-123", None)
+    secrets.delete_api_key(URL)
+    key, why = secrets.resolve_api_key(URL, api_key_env=None, use_keyring=True)
+    assert key is None and why is not None and "no key stored" in why
+
+
+def test_without_a_keyring_backend_storing_fails_with_the_alternative(no_keyring: None) -> None:
+    with pytest.raises(secrets.SecretStoreError) as caught:
+        secrets.store_api_key(URL, "sk-local-123")
+    message = str(caught.value)
+    assert "no OS keyring" in message and "api_key_env" in message
+    key, why = secrets.resolve_api_key(URL, api_key_env=None, use_keyring=True)
+    assert key is None and why is not None and "api_key_env" in why
+
+
+def test_environment_variable_wins_and_is_named_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMA_TEST_KEY", "from-env")
+    assert secrets.resolve_api_key(URL, api_key_env="LLAMA_TEST_KEY", use_keyring=False) == ("from-env", None)
+    monkeypatch.delenv("LLAMA_TEST_KEY")
+    key, why = secrets.resolve_api_key(URL, api_key_env="LLAMA_TEST_KEY", use_keyring=False)
+    assert key is None and why == "environment variable LLAMA_TEST_KEY is not set"
+
+
+def test_no_key_configured_is_not_an_error() -> None:
+    assert secrets.resolve_api_key(URL, api_key_env=None, use_keyring=False) == (None, None)
