@@ -355,6 +355,18 @@ def run_agent(args: argparse.Namespace) -> int:
 
 
 def run_tray(args: argparse.Namespace) -> int:
+    if (
+        sys.platform.startswith("linux")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
+        and not os.environ.get("QT_QPA_PLATFORM")
+    ):
+        print(
+            "llm-tray: no graphical display (DISPLAY / WAYLAND_DISPLAY unset). On a headless box use "
+            "`llm-tray watch` or `llm-tray agent`.",
+            file=sys.stderr,
+        )
+        return 1
     try:
         from trayapp.app import run_tray as tray_main
     except ImportError as exc:

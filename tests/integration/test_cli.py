@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,3 +127,17 @@ def test_status_with_nothing_running_says_so() -> None:
     result = run_cli("status", "--endpoint", "http://127.0.0.1:9", "--no-discover")
     assert result.returncode == 0, result.stderr
     assert "unreachable" in result.stdout
+
+
+def test_tray_without_a_display_says_what_to_use_instead() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    result = subprocess.run(
+        [sys.executable, "-m", "trayapp", "--no-discover"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "no graphical display" in result.stderr and "llm-tray agent" in result.stderr
+    assert "Traceback" not in result.stderr

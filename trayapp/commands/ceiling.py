@@ -64,6 +64,11 @@ def build_ceiling_report(
         notes.append("memory bandwidth unknown: give --bandwidth-gbps or --gpu")
     elif fraction < 1.0 and ram_bandwidth is None:
         notes.append("RAM bandwidth unknown: cannot rate the CPU-resident part")
+    if not machine.has_gpu:
+        notes.append(
+            "CPU only: the ceiling is an upper bound, not a prediction; CPU compute (attention, a large "
+            "output head) often holds small models well below it"
+        )
 
     auto_fraction: float | None = None
     split: float | None = None
