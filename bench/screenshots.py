@@ -1,13 +1,18 @@
 """Screenshots of the real tray app for the README: `docs/screenshots/tray.png` and `dashboard.png`.
 
-    python bench/screenshots.py [--out docs/screenshots]
+    python bench/screenshots.py [--out docs/screenshots] [--keep DIR]
 
 Runs a real llama-server (test model, -t 1), a real X display (Xvfb + trayer) and the real
 app (`python -m trayapp`), then has a separate client send three requests at growing context
-depths so both dashboard plots have data. `tray.png` is the right end of trayer's panel while
-the model generates, scaled ×4 without smoothing (the icon is drawn at 22 px); `dashboard.png`
-is the dashboard window during the third request. Needs Xvfb, trayer, xdotool and ImageMagick
-(tests/provision.sh installs them). Look at the PNGs after running it.
+depths so both dashboard plots have data.
+
+* `tray.png`: the right end of trayer's panel with the icon idle (left) and while the model
+  generates (right), scaled ×4 without smoothing (the icon itself is drawn at 22 px).
+* `dashboard.png`: the dashboard window during the third request.
+
+Notifications are set to do-not-disturb for the run (an alert still shows in the dashboard;
+its bubble would cover the window, since Xvfb has no window manager). Needs Xvfb, trayer,
+xdotool and ImageMagick (tests/provision.sh installs them). Look at the PNGs after running it.
 """
 
 from __future__ import annotations
@@ -21,34 +26,48 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trayrun import REPO, TrayAppProcess, filler_prompt, wait_value  # noqa: E402
+from trayrun import REPO, Event, Geometry, TrayAppProcess, filler_prompt, wait_value
 
-from tests.support.llama import LlamaServer, generate_in_background  # noqa: E402
-from tests.support.xdisplay import XDisplay, xdisplay_tools_missing  # noqa: E402
+from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
-TRAY_CROP_W = 72  # pixels of the panel's right end kept in tray.png (before scaling)
+TRAY_CROP_W = 72  # pixels of the panel's right end kept per state (before scaling)
 TRAY_SCALE = 4
-REQUESTS = ((0, 350), (1500, 250), (3500, 250))  # (filler prompt tokens, tokens to generate)
+QUIET_CONFIG = "[notifications]\ndo_not_disturb = true\n"
+REQUESTS = ((0, 500), (1500, 400), (4500, 400))  # (filler prompt tokens, tokens to generate)
 
 
-def _png(path: Path) -> None:
-    """Shrink a PNG losslessly (strip metadata, best zlib level)."""
-    subprocess.run(
-        ["convert", str(path), "-strip", "-define", "png:compression-level=9", str(path)], check=True
-    )
+def _all_idle(event: Event) -> bool:
+    models = event.get("models")
+    if event["event"] != "snapshot" or not isinstance(models, list):
+        return False
+    return all(m["phase"] == "idle" for m in models)
+
+
+def _convert(*args: str) -> None:
+    subprocess.run(["convert", *args], check=True, timeout=60)
+
+
+def _panel_end(display: XDisplay, icon: Geometry, panel: Geometry, path: Path) -> Path:
+    """A screenshot of the panel's right end, around the icon."""
+    px, py, _, ph = panel
+    left = max(icon[0] + icon[2] + 6 - TRAY_CROP_W, px)
+    display.screenshot(path, crop=f"{TRAY_CROP_W}x{ph}+{left}+{py}")
+    _convert(str(path), "+repage", str(path))
+    return path
 
 
 def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tray_png, dashboard_png = out_dir / "tray.png", out_dir / "dashboard.png"
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
-        app = TrayAppProcess(display, server.url, work_dir)
+        app = TrayAppProcess(display, server.url, work_dir, config_toml=QUIET_CONFIG)
         try:
             app.wait_for("'tray_shown'", lambda e: e["event"] == "tray_shown")
             app.wait_for("an idle icon", lambda e: e["event"] == "icon" and e["health"] == "idle")
             icon = wait_value("the docked icon", lambda: app.window_geometry(small=True))
-            panel = app.panel_geometry()
-            assert panel is not None
+            panel = app.panels()[0]
+            idle = _panel_end(display, icon, panel, work_dir / "tray-idle.png")
             app.open_dashboard()
             for index, (prompt_tokens, n_predict) in enumerate(REQUESTS):
                 request = generate_in_background(
@@ -56,32 +75,30 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
                 )
                 live = app.wait_live_number(120.0)
                 if index == 0:
-                    px, py, pw, ph = panel
-                    left = max(icon[0] + icon[2] + 6 - TRAY_CROP_W, px)
-                    display.screenshot(tray_png, crop=f"{TRAY_CROP_W}x{ph}+{left}+{py}")
-                    subprocess.run(
-                        ["convert", str(tray_png), "+repage", "-scale", f"{TRAY_SCALE * 100}%", str(tray_png)],
-                        check=True,
-                    )
+                    busy = _panel_end(display, icon, panel, work_dir / "tray-generating.png")
                     print(f"tray: showing {live['text']} ({live['tooltip'].splitlines()[1]})")
                 if index == len(REQUESTS) - 1:
-                    for _ in range(4):  # a few live ticks at this depth
+                    for _ in range(6):  # a few live ticks at this depth
                         app.wait_for("a curve redraw", lambda e: e["event"] == "curve", 30.0)
                     x, y, w, h = wait_value("the dashboard", lambda: app.window_geometry(small=False))
                     display.screenshot(dashboard_png, crop=f"{w}x{h}+{x}+{y}")
-                    subprocess.run(["convert", str(dashboard_png), "+repage", str(dashboard_png)], check=True)
                 timings = request.result(timeout=300)["timings"]
                 print(
                     f"request {index + 1}: {timings['prompt_n']} prompt tokens, "
                     f"{timings['predicted_n']} generated at {timings['predicted_per_second']:.0f} tok/s"
                 )
-                app.wait_for("the icon back to idle", lambda e: e["event"] == "icon" and e["health"] == "idle")
+                app.wait_for("the server idle again", _all_idle)
         finally:
             code = app.quit()
     if code != 0:
         raise RuntimeError(f"the app exited with {code}; log: {app.log_path}")
+    gap = f"2x{panel[3]}"
+    _convert(
+        str(idle), "(", "-size", gap, "xc:#7f7f7f", ")", str(busy), "+append",
+        "-scale", f"{TRAY_SCALE * 100}%", str(tray_png),
+    )  # fmt: skip
     for path in (tray_png, dashboard_png):
-        _png(path)
+        _convert(str(path), "+repage", "-strip", "-define", "png:compression-level=9", str(path))
     return tray_png, dashboard_png
 
 

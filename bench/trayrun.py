@@ -39,7 +39,14 @@ def filler_prompt(tokens: int) -> str:
 class TrayAppProcess:
     """The tray app as a subprocess on `display`, with an events file in `work_dir`."""
 
-    def __init__(self, display: XDisplay, server_url: str, work_dir: Path, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        display: XDisplay,
+        server_url: str,
+        work_dir: Path,
+        extra_args: tuple[str, ...] = (),
+        config_toml: str | None = None,
+    ) -> None:
         self.display = display
         self.events_path = work_dir / "events.jsonl"
         self.env = {
@@ -49,6 +56,11 @@ class TrayAppProcess:
         }
         self.args = [sys.executable, "-m", "trayapp", "--endpoint", f"llamacpp={server_url}", "--no-discover"]
         self.args += list(extra_args)
+        self.events_path.unlink(missing_ok=True)  # events of an earlier run would match the waits
+        if config_toml is not None:
+            config_dir = work_dir / "llm-tray-home" / "config"
+            config_dir.mkdir(parents=True, exist_ok=True)
+            (config_dir / "config.toml").write_text(config_toml, encoding="utf-8")
         self.log_path = work_dir / "app.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -75,7 +87,10 @@ class TrayAppProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited ({self.proc.returncode}) waiting for {what}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} within {timeout_s:.0f} s")
+                seen = [e["event"] for e in events[self.cursor :]][-12:]
+                raise TimeoutError(
+                    f"no {what} within {timeout_s:.0f} s (events since: {seen}; {self.log_path})"
+                )
             time.sleep(0.05)
 
     def skip_to_end(self) -> None:
@@ -107,7 +122,7 @@ class TrayAppProcess:
 
     def window_geometry(self, small: bool) -> Geometry | None:
         """The docked icon (small=True: a window inside trayer's panel) or the dashboard window."""
-        panels = [g for w in self.display.find_windows("trayer") if (g := geometry(self.display, w)) and g[2] > 50]
+        panels = self.panels()
         for window in self.display.find_windows("llm-tray"):
             found = geometry(self.display, window)
             if found is None:
@@ -118,9 +133,10 @@ class TrayAppProcess:
                 return found
         return None
 
-    def panel_geometry(self) -> Geometry | None:
-        panels = [g for w in self.display.find_windows("trayer") if (g := geometry(self.display, w)) and g[2] > 50]
-        return panels[0] if panels else None
+    def panels(self) -> list[Geometry]:
+        """trayer's panel windows (its other windows are tiny)."""
+        found = [geometry(self.display, w) for w in self.display.find_windows("trayer")]
+        return [g for g in found if g is not None and g[2] > 50]
 
 
 def geometry(display: XDisplay, window: str) -> Geometry | None:

@@ -23,12 +23,13 @@ import pytest
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
+MISSING_TOOLS = xdisplay_tools_missing()
 pytestmark = [
     pytest.mark.xdisplay,
     pytest.mark.llamacpp,
     pytest.mark.skipif(
-        bool(xdisplay_tools_missing()),
-        reason=f"X display tools missing: {', '.join(xdisplay_tools_missing())} (tests/provision.sh installs them)",
+        bool(MISSING_TOOLS),
+        reason=f"X display tools missing: {', '.join(MISSING_TOOLS)} (tests/provision.sh installs them)",
     ),
 ]
 

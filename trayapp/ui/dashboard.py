@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyqtgraph as pg
@@ -35,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from trayapp.core.glance import choose_model, format_pct, format_rate, format_tokens, host_port, kind_label
+from trayapp.core.glance import choose_model, format_pct, format_tokens, host_port, kind_label
 from trayapp.core.history import History, ModelKey, expected_ceiling_curve
 from trayapp.core.model import Alert, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.physics import REALISTIC_BAND
@@ -45,7 +46,14 @@ log = logging.getLogger("trayapp.dashboard")
 READING_BAND_TOK_S = (5.0, 10.0)  # human reading speed
 FLOOR_TOK_S = 3.0  # below this interactive use feels broken
 WINDOW_S = 600.0
+MIN_SPAN_S = 120.0  # the time axis shows at least this much, more as history grows (up to WINDOW_S)
+RIGHT_PAD = 0.03  # room right of "now" so the newest points are not cut by the plot's edge
+HEADROOM = 1.25  # y range above the data: the one-row legend sits there, clear of the curves
+CONTEXT_HEADROOM = 1.4  # the same for the (shorter) context plot
 GB = 1_000_000_000
+# Series are re-set on each redraw anyway: no recomputing them on every view-range change (by default
+# pyqtgraph re-filters each series whenever the y range moves, for its dynamic range limit).
+STATIC_ITEM: dict[str, object] = {"dynamicRangeLimit": None}
 
 
 def _ms(values: np.ndarray) -> np.ndarray:
@@ -59,6 +67,42 @@ def _ms(values: np.ndarray) -> np.ndarray:
 def _finite_max(*arrays: np.ndarray) -> float | None:
     values = [float(a[np.isfinite(a)].max()) for a in arrays if a.size and np.isfinite(a).any()]
     return max(values) if values else None
+
+
+def rate_text(tok_s: float) -> str:
+    """A rate for the window, where there is room: '9.4', '42', '1,008' (the icon's '1k' is too coarse)."""
+    return f"{max(tok_s, 0.0):.1f}" if tok_s < 9.95 else f"{tok_s:,.0f}"
+
+
+def time_span_s(first_t_wall_s: float | None, now_s: float, window_s: float) -> float:
+    """How much time the plot shows: the history there is, at least MIN_SPAN_S, at most the window."""
+    seen = now_s - first_t_wall_s if first_t_wall_s is not None else 0.0
+    return min(max(seen, MIN_SPAN_S), window_s)
+
+
+def _legend(plot: pg.PlotWidget, columns: int) -> None:
+    """A one-row legend at the top right on a dark, opaque-enough box (curves pass under it)."""
+    plot.addLegend(
+        offset=(-8, 4),
+        colCount=columns,
+        brush=pg.mkBrush(16, 16, 16, 215),
+        pen=pg.mkPen(70, 70, 70),
+        horSpacing=14,
+    )
+
+
+def _points(
+    plot: pg.PlotWidget, name: str, size: float, brush: object, pen: object = None
+) -> pg.PlotDataItem:
+    """A scatter series; its look is also set on the scatter now, so the legend draws it right
+    before the first data arrives (pyqtgraph copies symbol options only with data)."""
+    item = plot.plot(
+        name=name, pen=None, symbol="o", symbolSize=size, symbolBrush=brush, symbolPen=pen, **STATIC_ITEM
+    )
+    item.scatter.setSize(size)
+    item.scatter.setBrush(pg.mkBrush(brush))
+    item.scatter.setPen(pg.mkPen(pen))
+    return item
 
 
 class ModelCard(QFrame):
@@ -87,7 +131,8 @@ class ModelCard(QFrame):
         for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats):
             layout.addWidget(widget)
 
-    def update_model(self, server: ServerStatus, model: ModelStatus) -> None:
+    def update_model(self, server: ServerStatus, model: ModelStatus, no_gpu: bool = False) -> None:
+        """Show `model`; `no_gpu`: this machine has no GPU and the server is local (all in RAM)."""
         self.title.setText(f"{model.name} · {model.phase}")
         self.title.setToolTip(server.url)
         details = [model.quantization or "quantization —"]
@@ -100,7 +145,10 @@ class ModelCard(QFrame):
             details.append(f"{model.bytes_per_token / GB:.2f} GB/token ({exact})")
         where = f"{kind_label(server.kind)} {host_port(server.url)}"
         self.details.setText(where + "\n" + " · ".join(details))
-        if model.gpu_fraction is None:
+        if model.gpu_fraction is None and no_gpu:
+            self.gpu_bar.setValue(0)
+            self.gpu_bar.setFormat("no GPU · in system RAM")
+        elif model.gpu_fraction is None:
             self.gpu_bar.setValue(0)
             self.gpu_bar.setFormat("GPU share unknown")
         else:
@@ -124,7 +172,7 @@ class ModelCard(QFrame):
         if model.draft_acceptance is not None:
             stats.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
         if model.ceiling_tok_s is not None:
-            stats.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+            stats.append(f"ceiling {rate_text(model.ceiling_tok_s)} tok/s")
         if model.live_rate_reason:
             stats.append(f"live rate unavailable: {model.live_rate_reason}")
         self.stats.setText(" · ".join(stats))
@@ -152,6 +200,8 @@ class Dashboard(QWidget):
         self._auto_key: ModelKey | None = None
         self._combo_keys: list[ModelKey] = []
         self._alerts: OrderedDict[str, Alert] = OrderedDict()
+        self._alert_rows: list[tuple[str, str, str]] = []  # what the alert list shows now
+        self._plot_texts: dict[tuple[int, str], str] = {}
         self.cards: dict[ModelKey, ModelCard] = {}
         self._build()
 
@@ -191,11 +241,11 @@ class Dashboard(QWidget):
         self.time_plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.time_plot.setTitle("decode tok/s, last 10 min")
         self.time_plot.setMouseEnabled(x=False, y=True)
-        self.time_plot.showGrid(y=True, alpha=0.2)
-        self.time_plot.addLegend(offset=(-10, 5))
-        item = self.time_plot.getPlotItem()
-        item.setClipToView(True)
-        item.setDownsampling(mode="peak")
+        # No grid: with its minor lines it was most of the cost of each repaint (~60 %); the ceiling,
+        # band and floor lines are the references that matter here.
+        _legend(self.time_plot, 3)
+        # No clip-to-view / downsampling: History holds at most 1,800 points, cheap to draw, and
+        # with them every scroll of the time axis recomputed every series.
         self.reading_band = pg.LinearRegionItem(
             READING_BAND_TOK_S,
             orientation="horizontal",
@@ -225,13 +275,14 @@ class Dashboard(QWidget):
             anchors=[(0, 1), (0, 1)],
             color=(120, 210, 140),
         )
+        self.realistic_label.setText("realistic 60–75 %")  # made while its band is hidden: no text yet
         self.floor_line = pg.InfiniteLine(
             FLOOR_TOK_S,
             angle=0,
             movable=False,
             pen=pg.mkPen((220, 80, 80), style=Qt.PenStyle.DotLine),
-            label="floor 3",
-            labelOpts={"position": 0.01, "color": (220, 120, 120), "anchors": [(0, 1), (0, 1)]},
+            label="floor 3",  # right end: at the left it would overlap "reading speed" on a big y scale
+            labelOpts={"position": 0.99, "color": (220, 120, 120), "anchors": [(1, 1), (1, 1)]},
         )
         self.ceiling_line = pg.InfiniteLine(
             0,
@@ -245,23 +296,11 @@ class Dashboard(QWidget):
         for band in (self.reading_band, self.realistic_band, self.floor_line, self.ceiling_line):
             self.time_plot.addItem(band, ignoreBounds=True)
         self.decode_curve = self.time_plot.plot(
-            name="polled (estimated)", connect="finite", pen=pg.mkPen((255, 190, 60), width=2)
+            name="polled (estimated)", connect="finite", pen=pg.mkPen((255, 190, 60), width=2), **STATIC_ITEM
         )
-        self.exact_points = self.time_plot.plot(
-            name="finished request (exact)",
-            pen=None,
-            symbol="o",
-            symbolSize=7,
-            symbolBrush=(255, 255, 255),
-            symbolPen=None,
-        )
-        self.estimated_points = self.time_plot.plot(
-            name="finished request (estimated)",
-            pen=None,
-            symbol="o",
-            symbolSize=7,
-            symbolBrush=None,
-            symbolPen=pg.mkPen((255, 255, 255)),
+        self.exact_points = _points(self.time_plot, "finished request (exact)", 7, (255, 255, 255))
+        self.estimated_points = _points(
+            self.time_plot, "finished request (estimated)", 7, None, pg.mkPen((255, 255, 255), width=1.5)
         )
         splitter.addWidget(self.time_plot)
 
@@ -271,21 +310,14 @@ class Dashboard(QWidget):
         self.context_plot = pg.PlotWidget()
         self.context_plot.setTitle("tok/s vs context depth")
         self.context_plot.setLabel("bottom", "context tokens")
-        self.context_plot.addLegend(offset=(-10, 5))
+        _legend(self.context_plot, 3)
         self.expected_curve = self.context_plot.plot(
-            name="KV model expectation (ceiling)", pen=pg.mkPen((200, 200, 200), style=Qt.PenStyle.DashLine)
+            name="ceiling (KV model)",
+            pen=pg.mkPen((200, 200, 200), width=1.5, style=Qt.PenStyle.DashLine),
+            **STATIC_ITEM,
         )
-        self.context_points = self.context_plot.plot(
-            name="polled", pen=None, symbol="o", symbolSize=4, symbolBrush=(255, 190, 60, 160), symbolPen=None
-        )
-        self.context_exact_points = self.context_plot.plot(
-            name="finished requests",
-            pen=None,
-            symbol="o",
-            symbolSize=7,
-            symbolBrush=(255, 255, 255),
-            symbolPen=None,
-        )
+        self.context_points = _points(self.context_plot, "polled", 5, (255, 190, 60, 190))
+        self.context_exact_points = _points(self.context_plot, "finished requests", 7, (255, 255, 255))
         lower_layout.addWidget(self.context_plot, 3)
         cards_scroll = QScrollArea()
         cards_scroll.setWidgetResizable(True)
@@ -401,6 +433,9 @@ class Dashboard(QWidget):
         self._redraw_alerts()
         if snapshot is not None:
             self.hardware_label.setText(hardware_line(snapshot.hardware))
+        for plot in (self.time_plot, self.context_plot):
+            # Apply the new view ranges now: left to the paint, they would schedule a second paint.
+            plot.getViewBox().updateMatrix()
         self.redrawn.emit({"model": key[1] if key else None, "points": points, "total": total})
 
     def _find(self, key: ModelKey | None) -> tuple[ServerStatus, ModelStatus] | None:
@@ -428,14 +463,24 @@ class Dashboard(QWidget):
         self.model_combo.setCurrentIndex(keys.index(selected) + 1 if selected in keys else 0)
         self.model_combo.blockSignals(False)
 
+    def _set_text(self, plot: pg.PlotWidget, where: str, text: str) -> None:
+        """Set a plot's title or axis label only when it changes (each set re-lays out rich text)."""
+        if self._plot_texts.get((id(plot), where)) == text:
+            return
+        self._plot_texts[(id(plot), where)] = text
+        if where == "title":
+            plot.setTitle(text)
+        else:
+            plot.setLabel(where, text)
+
     def _y(self, values: np.ndarray) -> np.ndarray:
         return _ms(values) if self.ms_per_token else values
 
     def _redraw_time_plot(self, key: ModelKey | None, model: ModelStatus | None) -> tuple[int, int]:
         unit = "ms/token" if self.ms_per_token else "tok/s"
-        self.time_plot.setLabel("left", unit)
-        self.time_plot.setTitle(f"decode {unit}, last {self.window_s / 60:.0f} min")
+        self._set_text(self.time_plot, "left", unit)
         if key is None:
+            self._set_text(self.time_plot, "title", f"decode {unit}")
             for curve in (self.decode_curve, self.exact_points, self.estimated_points):
                 curve.setData([], [])
             self.ceiling_line.hide()
@@ -454,6 +499,9 @@ class Dashboard(QWidget):
             finite = arrays.ceiling_tok_s[np.isfinite(arrays.ceiling_tok_s)]
             ceiling = float(finite[-1]) if finite.size else None
         if ceiling:
+            # Shown before they move: a pyqtgraph line label ignores moves while hidden (stale text).
+            self.ceiling_line.show()
+            self.realistic_band.show()
             low, high = ceiling * REALISTIC_BAND[0], ceiling * REALISTIC_BAND[1]
             if self.ms_per_token:
                 self.ceiling_line.setValue(1000 / ceiling)
@@ -464,8 +512,6 @@ class Dashboard(QWidget):
             self.ceiling_line.label.setFormat(
                 "fastest {value:.1f} ms/token" if self.ms_per_token else "ceiling {value:.0f}"
             )
-            self.ceiling_line.show()
-            self.realistic_band.show()
         else:
             self.ceiling_line.hide()
             self.realistic_band.hide()
@@ -479,17 +525,21 @@ class Dashboard(QWidget):
             self.floor_line.label.setFormat("floor 3")
 
         now = self.history.latest_t_wall_s or 0.0
-        self.time_plot.setXRange(now - self.window_s, now, padding=0)
+        starts = [float(a[0]) for a in (arrays.t_wall_s, arrays.request_t_wall_s) if a.size]
+        span = time_span_s(min(starts) if starts else None, now, self.window_s)
+        self._set_text(self.time_plot, "title", f"decode {unit}, last {span / 60:.0f} min")
+        self.time_plot.setXRange(now - span, now + span * RIGHT_PAD, padding=0)
         top = _finite_max(y, request_y)
-        if self.ms_per_token:
-            limit = max(top or 0.0, 1000 / FLOOR_TOK_S) * 1.1
+        if self.ms_per_token:  # zoom on the data: a fast model's 2 ms/token must not sit flat on 0
+            fastest = 1000 / ceiling if ceiling else 0.0
+            limit = max(top or 0.0, fastest) * HEADROOM or 1000 / FLOOR_TOK_S * HEADROOM
         else:
-            limit = max(top or 0.0, ceiling or 0.0, READING_BAND_TOK_S[1]) * 1.12
+            limit = max(top or 0.0, ceiling or 0.0, READING_BAND_TOK_S[1]) * HEADROOM
         self.time_plot.setYRange(0, limit, padding=0)
         return int(np.isfinite(arrays.decode_tok_s).sum()), len(arrays.decode_tok_s)
 
     def _redraw_context_plot(self, key: ModelKey | None, model: ModelStatus | None) -> None:
-        self.context_plot.setLabel("left", "ms/token" if self.ms_per_token else "tok/s")
+        self._set_text(self.context_plot, "left", "ms/token" if self.ms_per_token else "tok/s")
         if key is None:
             for item in (self.expected_curve, self.context_points, self.context_exact_points):
                 item.setData([], [])
@@ -510,8 +560,10 @@ class Dashboard(QWidget):
         if not curve:
             curve = self.history.ceiling_points(key)  # no model facts: the ceilings seen at each depth
         xs = np.array([c for c, _ in curve], dtype=float)
-        ys = np.array([r for _, r in curve], dtype=float)
-        self.expected_curve.setData(xs, self._y(ys))
+        ys = self._y(np.array([r for _, r in curve], dtype=float))
+        self.expected_curve.setData(xs, ys)
+        top = _finite_max(ys, self._y(arrays.decode_tok_s[polled]), self._y(arrays.request_tok_s[done]))
+        self.context_plot.setYRange(0, (top or READING_BAND_TOK_S[1]) * CONTEXT_HEADROOM, padding=0)
 
     def _redraw_header(self, current: tuple[ServerStatus, ModelStatus] | None) -> None:
         if current is None:
@@ -528,10 +580,10 @@ class Dashboard(QWidget):
         elif self.ms_per_token and rate > 0:
             self.rate_label.setText(f"{1000 / rate:.1f} ms/token")
         else:
-            self.rate_label.setText(f"{format_rate(rate)} tok/s")
+            self.rate_label.setText(f"{rate_text(rate)} tok/s")
         if model.ceiling_tok_s:
             share = f"{format_pct(rate / model.ceiling_tok_s)} of " if rate is not None else ""
-            self.share_label.setText(f"{share}{format_rate(model.ceiling_tok_s)} tok/s ceiling")
+            self.share_label.setText(f"{share}{rate_text(model.ceiling_tok_s)} tok/s ceiling")
         else:
             self.share_label.setText("ceiling unknown")
         self.ttft_label.setText(f"TTFT {model.ttft_s:.2f} s" if model.ttft_s is not None else "TTFT —")
@@ -540,6 +592,7 @@ class Dashboard(QWidget):
         if self.snapshot is None:
             return
         pairs = self.snapshot.models()
+        no_gpu = not self.snapshot.hardware.gpus
         keys = [(s.url, m.name) for s, m in pairs]
         for key in list(self.cards):
             if key not in keys:
@@ -553,26 +606,43 @@ class Dashboard(QWidget):
                 card = ModelCard()
                 self.cards[key] = card
                 self.cards_layout.insertWidget(self.cards_layout.count() - 1, card)
-            card.update_model(server, model)
+            card.update_model(server, model, no_gpu=no_gpu and _is_local(server.url))
 
     def _redraw_alerts(self) -> None:
+        """Rebuild the alert list, only when what it shows changed (word-wrapped text is costly)."""
+        active = {a.id for a in (self.snapshot.alerts if self.snapshot else ())}
+        alerts = sorted(self._alerts.values(), key=lambda a: (a.id not in active, -a.since_wall_s))
+        rows = [
+            (alert.id, alert_text(alert, ended=alert.id not in active), evidence_text(alert))
+            for alert in alerts
+        ]
+        if rows == self._alert_rows and self.alert_list.count():
+            return
+        self._alert_rows = rows
         selected = self.alert_list.currentItem()
         selected_id = selected.data(Qt.ItemDataRole.UserRole) if selected is not None else None
         self.alert_list.clear()
-        active = {a.id for a in (self.snapshot.alerts if self.snapshot else ())}
-        alerts = sorted(self._alerts.values(), key=lambda a: (a.id not in active, -a.since_wall_s))
-        for alert in alerts:
-            item = QListWidgetItem(alert_text(alert, ended=alert.id not in active))
-            item.setData(Qt.ItemDataRole.UserRole, alert.id)
-            if alert.evidence:
-                item.setToolTip("\n".join(f"{k}: {v}" for k, v in alert.evidence.items()))
+        for alert_id, text, tooltip in rows:
+            item = QListWidgetItem(text)
+            item.setData(Qt.ItemDataRole.UserRole, alert_id)
+            if tooltip:
+                item.setToolTip(tooltip)
             self.alert_list.addItem(item)
-            if alert.id == selected_id:
+            if alert_id == selected_id:
                 self.alert_list.setCurrentItem(item)
-        if not alerts:
+        if not rows:
             placeholder = QListWidgetItem("No alerts: nothing is slowing your models down right now.")
             placeholder.setFlags(Qt.ItemFlag.NoItemFlags)
             self.alert_list.addItem(placeholder)
+
+
+def _is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def evidence_text(alert: Alert) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in alert.evidence.items()) if alert.evidence else ""
 
 
 def alert_text(alert: Alert, ended: bool = False) -> str:
