@@ -252,8 +252,23 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(snapshot_json(snapshot), indent=2))
     else:
-        print(format_snapshot(snapshot))
+        print(format_snapshot(snapshot, _hardware_note(args)))
     return 0
+
+
+def _hardware_note(args: argparse.Namespace) -> str | None:
+    parts = []
+    if args.gpu:
+        parts.append(args.gpu)
+    if args.bandwidth_gbps:
+        parts.append(f"{args.bandwidth_gbps:g} GB/s")
+    if args.vram_gb:
+        parts.append(f"{args.vram_gb:g} GB")
+    if args.ram_bandwidth_gbps:
+        parts.append(f"RAM {args.ram_bandwidth_gbps:g} GB/s")
+    if args.kv_type:
+        parts.append(f"KV {args.kv_type}")
+    return " · ".join(parts) or None
 
 
 def run_watch(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ class RecordingTray(QSystemTrayIcon):
 def test_one_notification_per_new_alert_never_repeated(qtbot: QtBot) -> None:
     tray = RecordingTray()
     notifier = Notifier(tray)
-    a = alert("offload-1")
+    a = replace(alert("offload-1"), evidence={"cpu_share": 0.52})
     for t in range(5):  # the same episode on five ticks
         notifier.on_snapshot(snap(float(t), server(model()), alerts=(a,)))
     assert tray.messages == [
@@ -36,7 +36,8 @@ def test_one_notification_per_new_alert_never_repeated(qtbot: QtBot) -> None:
     ]
     b = replace(alert("floor-2", kind="below_floor"), message="decode under 3 tok/s")
     notifier.on_snapshot(snap(6.0, server(model()), alerts=(a, b)))
-    assert len(tray.messages) == 2 and tray.messages[1][0] == "decode under 3 tok/s"
+    assert len(tray.messages) == 2 and tray.messages[1][0] == "qwen3:30b is below the usable speed"
+    assert "decode under 3 tok/s" in tray.messages[1][1]
     again = alert("offload-3")  # a new episode of the same kind is news again
     notifier.on_snapshot(snap(7.0, server(model()), alerts=(a, b, again)))
     assert len(tray.messages) == 3
@@ -79,8 +80,9 @@ def test_several_new_alerts_make_one_bubble(qtbot: QtBot) -> None:
     assert {a.id for a in shown} == {"offload-1", "floor-1"}
     assert len(tray.messages) == 1
     title, body = tray.messages[0]
-    assert title == "decode under 3 tok/s (+1 more)"
-    assert "Also: qwen3:30b spilled to the CPU (52 %)" in body
+    assert title == "qwen3:30b is below the usable speed (+1 more)"
+    assert "decode under 3 tok/s" in body
+    assert "Also: qwen3:30b spilled to the CPU" in body
     assert notifier.last_alert_id == "floor-1"
 
 
@@ -92,6 +94,20 @@ def test_gate_rules_are_pure() -> None:
     assert gate.why_not(ended) == "already ended"
     assert gate.select([info, ended, alert("x")]) == [alert("x")]
     assert gate.why_not(alert("x")) == "already notified for this episode"
-    long = replace(alert(), message="m" * 200, cause=None)
+    long = replace(alert(), kind="unknown_kind", message="m" * 200, cause=None)
     title, body = notification_text(long)
-    assert len(title) == 90 and title.endswith("…") and body.startswith("Fix: ")
+    assert len(title) == 90 and title.endswith("…") and body.endswith("Fix: " + long.fix)
+
+
+def test_notification_title_is_a_short_headline_and_the_body_keeps_the_numbers() -> None:
+    offload = replace(
+        alert(),
+        kind="offload",
+        model="qwen3:30b",
+        message="qwen3:30b is 52 % on the CPU: expect at most ~9 tok/s instead of ~48 tok/s fully in GPU memory.",
+        fix="a context of 12k tokens fits fully on the GPU.",
+        evidence={"cpu_share": 0.52},
+    )
+    title, body = notification_text(offload)
+    assert title == "qwen3:30b spilled to the CPU (52 %)"
+    assert "~9 tok/s instead of ~48" in body and "Fix: a context of 12k" in body

@@ -35,8 +35,10 @@ def model_line(model: ModelStatus) -> str:
             speed += f" ×{model.active_streams} streams = {rate(model.decode_total_tok_s)} total"
     elif model.last_decode_tok_s is not None:
         speed = f"last {rate(model.last_decode_tok_s)} tok/s"
+    elif model.phase in ("prefill", "loading"):
+        speed = "no decode rate yet"
     else:
-        speed = "no rate yet"
+        speed = "no request seen yet"
     ceiling = ""
     if model.ceiling_tok_s:
         share = f"{model.efficiency * 100:.0f} % of " if model.efficiency is not None else ""
@@ -60,7 +62,8 @@ def server_line(server: ServerStatus) -> str:
     return f"{server.kind}{version} {server.url} — {status}{age}"
 
 
-def format_snapshot(snapshot: Snapshot) -> str:
+def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str:
+    """The `status` text. `hardware_note` describes hardware given on the command line, if any."""
     lines: list[str] = []
     if not snapshot.servers:
         lines.append("No LLM server found (probed the default ports; add one with --endpoint URL).")
@@ -69,6 +72,8 @@ def format_snapshot(snapshot: Snapshot) -> str:
         for model in server.models:
             lines.append("  " + model_line(model))
     hw = snapshot.hardware
+    if hardware_note:
+        lines.append(f"Hardware (given): {hardware_note}")
     if hw.gpus:
         for gpu in hw.gpus:
             used = f"{gbytes(gpu.vram_used_bytes)}/{gbytes(gpu.vram_total_bytes)}"

@@ -27,13 +27,37 @@ MAX_REMEMBERED = 2000
 TITLE_MAX_CHARS = 90
 
 
+# Short headlines per alert kind: a notification bubble cuts long titles (UI.md: cause as title).
+_HEADLINES: dict[str, str] = {
+    "offload": "{model} spilled to the CPU ({cpu_pct} %)",
+    "kv_slowdown": "{model} slows as its context grows",
+    "context_full": "{model}'s context is nearly full",
+    "below_floor": "{model} is below the usable speed",
+    "low_efficiency": "{model} runs far below its ceiling",
+    "draft_acceptance": "Speculative decoding is not paying off on {model}",
+    "vram_pressure": "GPU memory is almost full",
+    "regression": "{model} is slower than its baseline",
+    "server_down": "An LLM server stopped answering",
+    "cold_load": "{model} waited for a model load",
+}
+
+
 def notification_text(alert: Alert) -> tuple[str, str]:
-    """(title, body): the cause as the title; the effect and the fix, with numbers, as the body."""
-    title = alert.message.strip()
+    """(title, body): a short headline naming the cause; the full message (effect, numbers) and the fix."""
+    cpu_share = alert.evidence.get("cpu_share") if alert.evidence else None
+    template = _HEADLINES.get(alert.kind)
+    if template is not None and (alert.model or "{model}" not in template):
+        if isinstance(cpu_share, (int, float)):
+            title = template.format(model=alert.model or "", cpu_pct=f"{float(cpu_share) * 100:.0f}")
+        else:
+            title = template.replace(" ({cpu_pct} %)", "").format(model=alert.model or "")
+    else:
+        title = alert.message.strip()
     if len(title) > TITLE_MAX_CHARS:
         title = title[: TITLE_MAX_CHARS - 1].rstrip() + "…"
-    body = []
-    if alert.cause:
+    message = alert.message.strip()
+    body = [message] if title != message else []
+    if alert.cause and alert.cause.strip() not in message:
         body.append(alert.cause.strip())
     body.append(f"Fix: {alert.fix.strip()}")
     return title, "\n".join(body)
