@@ -30,9 +30,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trayrun import BusyClient, Event, TrayAppProcess
+from trayrun import BusyClient
 
 from tests.support.llama import LlamaServer
+from tests.support.trayapp_process import Event, TrayAppProcess, is_event
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
 MIB = 2**20
@@ -82,7 +83,7 @@ def measure(seconds: float, warmup_s: float, work_dir: Path) -> dict[str, dict[s
         client: BusyClient | None = None
         try:
             proc = psutil.Process(app.proc.pid)
-            app.wait_for("'tray_shown'", lambda e: e["event"] == "tray_shown")
+            app.wait_for("'tray_shown'", is_event("tray_shown"))
             app.wait_for("the first idle snapshot", _models_in("idle"))
             time.sleep(warmup_s)  # start-up work (imports, RAM bandwidth probe) is not steady state
             results["closed, idle"] = measure_phase(app, proc, seconds)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trayrun import REPO, Event, Geometry, TrayAppProcess, filler_prompt, wait_value
+from trayrun import filler_prompt
 
 from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.trayapp_process import REPO, Event, Geometry, TrayAppProcess, is_event, wait_value
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
 TRAY_CROP_W = 72  # pixels of the panel's right end kept per state (before scaling)
@@ -63,8 +64,8 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
         app = TrayAppProcess(display, server.url, work_dir, config_toml=QUIET_CONFIG)
         try:
-            app.wait_for("'tray_shown'", lambda e: e["event"] == "tray_shown")
-            app.wait_for("an idle icon", lambda e: e["event"] == "icon" and e["health"] == "idle")
+            app.wait_for("'tray_shown'", is_event("tray_shown"))
+            app.wait_for("an idle icon", is_event("icon", health="idle"))
             icon = wait_value("the docked icon", lambda: app.window_geometry(small=True))
             panel = app.panels()[0]
             idle = _panel_end(display, icon, panel, work_dir / "tray-idle.png")
@@ -79,7 +80,7 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
                     print(f"tray: showing {live['text']} ({live['tooltip'].splitlines()[1]})")
                 if index == len(REQUESTS) - 1:
                     for _ in range(6):  # a few live ticks at this depth
-                        app.wait_for("a curve redraw", lambda e: e["event"] == "curve", 30.0)
+                        app.wait_for("a curve redraw", is_event("curve"), 30.0)
                     x, y, w, h = wait_value("the dashboard", lambda: app.window_geometry(small=False))
                     display.screenshot(dashboard_png, crop=f"{w}x{h}+{x}+{y}")
                 timings = request.result(timeout=300)["timings"]

@@ -104,7 +104,7 @@ def test_notification_title_is_a_short_headline_and_the_body_keeps_the_numbers()
         alert(),
         kind="offload",
         model="qwen3:30b",
-        message="qwen3:30b is 52 % on the CPU: expect at most ~9 tok/s instead of ~48 tok/s fully in GPU memory.",
+        message="qwen3:30b is 52 % on the CPU: expect at most ~9 tok/s instead of ~48 tok/s fully on GPU.",
         fix="a context of 12k tokens fits fully on the GPU.",
         evidence={"cpu_share": 0.52},
     )

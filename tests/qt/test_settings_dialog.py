@@ -7,30 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import keyring
-import keyring.backend
 import keyring.backends.fail
 import pytest
 from pytestqt.qtbot import QtBot
 
+from tests.support.memory_keyring import MemoryKeyring
 from trayapp.config import EndpointConfig, NotificationConfig, Settings, load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.store.pop((service, username), None)
 
 
 @pytest.fixture

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.snapshots import hardware_snapshot, rtx4090
 from trayapp import paths
 from trayapp.adapters.export import PARQUET_HINT, ExportError, export, export_columns, iso_utc
 from trayapp.adapters.store import Store
 from trayapp.commands import logs
 from trayapp.core.model import (
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
     ModelStatus,
     RequestRecord,
     ServerStatus,
@@ -31,9 +29,15 @@ from trayapp.core.model import (
 
 T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:8080"
-HARDWARE = HardwareSnapshot(
-    gpus=(GpuReading(0, "RTX 4090", "nvidia", 24_000_000_000, 10_000_000_000, 1008.0, "table"),),
-    host=HostReading(64_000_000_000, 32_000_000_000, 54.0, "measured"),
+HARDWARE = hardware_snapshot(
+    rtx4090(
+        name="RTX 4090",
+        vram_total_bytes=24_000_000_000,
+        vram_used_bytes=10_000_000_000,
+        bandwidth_source="table",
+    ),
+    ram_available_bytes=32_000_000_000,
+    ram_bandwidth_source="measured",
 )
 
 # Text a metrics row may carry: names, ids, kinds, enums. Anything else would be a leak.

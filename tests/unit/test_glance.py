@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tests.support import snapshots
+from tests.support.snapshots import LLAMA, OLLAMA
 from trayapp.core.glance import GlanceTracker, IconState, choose_model, format_rate, format_tokens, icon_state
 from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
 
-LLAMA = "http://127.0.0.1:8080"
-OLLAMA = "http://127.0.0.1:11434"
 HW = HardwareSnapshot(
     gpus=(),
     host=HostReading(ram_total_bytes=None, ram_available_bytes=None, ram_bandwidth_gbps=None),
@@ -17,43 +17,23 @@ HW = HardwareSnapshot(
 
 
 def model(name: str = "llama3.1:8b", phase: str = "decoding", **kw: object) -> ModelStatus:
-    base: dict[str, object] = dict(
-        quantization="Q4_K_M",
-        ceiling_tok_s=62.0,
-        full_gpu_ceiling_tok_s=62.0,
-        gpu_fraction=1.0,
-        context_tokens=6100,
-        context_length=8192,
-    )
-    if phase == "decoding":
-        base.update(decode_tok_s=42.2, decode_exact=True, active_streams=1)
-    base.update(kw)
-    return ModelStatus(name=name, phase=phase, **base)  # type: ignore[arg-type]
+    return snapshots.model(name, phase, rate=42.2, exact=True, **kw)
 
 
 def snap(*servers: ServerStatus, alerts: tuple[Alert, ...] = (), t: float = 100.0) -> Snapshot:
-    return Snapshot(t_wall_s=1_700_000_000 + t, t_mono_s=t, servers=servers, hardware=HW, alerts=alerts)
+    return snapshots.snap(t, *servers, alerts=alerts, hardware=HW)
 
 
 def llama(*models: ModelStatus) -> ServerStatus:
-    return ServerStatus(kind="llamacpp", url=LLAMA, status="ok", models=models)
+    return snapshots.server(*models, version=None)
 
 
 def ollama(*models: ModelStatus) -> ServerStatus:
-    return ServerStatus(kind="ollama", url=OLLAMA, status="ok", models=models)
+    return snapshots.server(*models, url=OLLAMA, kind="ollama", version=None)
 
 
 def alert(severity: str = "warning", kind: str = "offload") -> Alert:
-    return Alert(
-        id=f"{kind}-1",
-        kind=kind,
-        severity=severity,
-        server=OLLAMA,
-        model="qwen3:30b",  # type: ignore[arg-type]
-        message="qwen3:30b spilled to the CPU (52 %)",
-        fix="num_ctx 12k",
-        since_wall_s=1.0,
-    )
+    return snapshots.alert(f"{kind}-1", kind, severity, fix="num_ctx 12k", cause=None, since_wall_s=1.0)
 
 
 def test_generating_shows_number_ring_and_ok() -> None:

@@ -7,12 +7,10 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.snapshots import LLAMA, OLLAMA, hardware_snapshot, rtx4090
 from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.core.model import (
     Alert,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
     ModelStatus,
     RequestRecord,
     ServerStatus,
@@ -20,24 +18,8 @@ from trayapp.core.model import (
 )
 
 T0 = 1_750_000_000.0
-OLLAMA = "http://127.0.0.1:11434"
-LLAMA = "http://127.0.0.1:8080"
 
-HARDWARE = HardwareSnapshot(
-    gpus=(
-        GpuReading(
-            index=0,
-            name="NVIDIA GeForce RTX 4090",
-            vendor="nvidia",
-            vram_total_bytes=25_757_220_864,
-            vram_used_bytes=20_000_000_000,
-            bandwidth_gbps=1008.0,
-        ),
-    ),
-    host=HostReading(
-        ram_total_bytes=64_000_000_000, ram_available_bytes=40_000_000_000, ram_bandwidth_gbps=54.0
-    ),
-)
+HARDWARE = hardware_snapshot(rtx4090())
 
 
 def snapshot(

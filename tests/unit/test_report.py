@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.snapshots import hardware_snapshot, rtx4090
 from trayapp import paths
 from trayapp.adapters.report import ReportError, render_report, write_report
 from trayapp.adapters.store import Store
 from trayapp.commands import logs
 from trayapp.core.model import (
     Alert,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
     ModelStatus,
     RequestRecord,
     ServerStatus,
@@ -29,12 +27,7 @@ from trayapp.core.model import (
 T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:11434"
 HOSTILE = '<script>alert("x")</script>'
-HARDWARE = HardwareSnapshot(
-    gpus=(
-        GpuReading(0, "NVIDIA GeForce RTX 4090", "nvidia", 25_757_220_864, 20_000_000_000, 1008.0, "nvml"),
-    ),
-    host=HostReading(64_000_000_000, 40_000_000_000, 54.0, "measured"),
-)
+HARDWARE = hardware_snapshot(rtx4090(bandwidth_source="nvml"), ram_bandwidth_source="measured")
 
 
 def tick(

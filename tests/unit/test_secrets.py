@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import keyring
-import keyring.backend
-import keyring.errors
 import pytest
 from keyring.backends import fail
 
+from tests.support.memory_keyring import MemoryKeyring
 from trayapp.adapters import secrets
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """An in-memory backend standing in for Secret Service / Keychain in tests."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if (service, username) not in self.store:
-            raise keyring.errors.PasswordDeleteError(username)
-        del self.store[(service, username)]
 
 
 @pytest.fixture

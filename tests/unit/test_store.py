@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.snapshots import hardware_snapshot, rtx4090
 from trayapp.adapters import store as store_mod
 from trayapp.adapters.store import Store, StoreError, StoreLockedError, redact_url, schema_version
 from trayapp.core.model import (
     Alert,
-    GpuReading,
     HardwareSnapshot,
-    HostReading,
     ModelStatus,
     RequestRecord,
     ServerStatus,
@@ -32,24 +31,8 @@ from trayapp.core.model import (
 T0 = 1_750_000_000.0
 REPO = Path(__file__).resolve().parents[2]
 
-HARDWARE = HardwareSnapshot(
-    gpus=(
-        GpuReading(
-            index=0,
-            name="NVIDIA GeForce RTX 4090",
-            vendor="nvidia",
-            vram_total_bytes=25_757_220_864,
-            vram_used_bytes=20_000_000_000,
-            bandwidth_gbps=1008.0,
-            bandwidth_source="nvml",
-        ),
-    ),
-    host=HostReading(
-        ram_total_bytes=64_000_000_000,
-        ram_available_bytes=40_000_000_000,
-        ram_bandwidth_gbps=54.2,
-        ram_bandwidth_source="measured",
-    ),
+HARDWARE = hardware_snapshot(
+    rtx4090(bandwidth_source="nvml"), ram_bandwidth_gbps=54.2, ram_bandwidth_source="measured"
 )
 
 
