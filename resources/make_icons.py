@@ -1,6 +1,6 @@
 """Regenerate the application icons in resources/icons/ from the QPainter drawing the tray uses.
 
-    QT_QPA_PLATFORM=offscreen python resources/make_icons.py
+QT_QPA_PLATFORM=offscreen python resources/make_icons.py
 """
 
 from __future__ import annotations
