@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/provision.sh
 export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"
-.venv/bin/python -m ruff check trayapp tests bench
+.venv/bin/python -m ruff check trayapp tests bench resources
+.venv/bin/python -m mypy trayapp
 exec .venv/bin/python -m pytest "$@"

@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive(kind: type = float):  # type: ignore[no-untyped-def]
+def _positive(kind: type = float):
     def parse(text: str) -> float:
         try:
             value = kind(text)
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- helpers
 
 
-def _profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _profile(args: argparse.Namespace):
     from trayapp.core.model import HardwareProfile
 
     return HardwareProfile(
@@ -190,7 +190,7 @@ def _profile(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
 
 
-def _load_settings():  # type: ignore[no-untyped-def]
+def _load_settings():
     from trayapp.config import load_settings
 
     result = load_settings()
@@ -217,7 +217,7 @@ def _check_gpu_name(args: argparse.Namespace) -> None:
         raise ValueError(f"unknown GPU {args.gpu!r}: give --bandwidth-gbps N [--vram-gb N] instead")
 
 
-def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):  # type: ignore[no-untyped-def]
+def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
     from trayapp.monitor import Monitor
 
     settings = _load_settings()

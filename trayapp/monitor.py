@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trayapp import paths
 from trayapp.adapters import secrets
@@ -34,6 +35,9 @@ from trayapp.core.model import (
     Snapshot,
 )
 from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
+
+if TYPE_CHECKING:
+    from trayapp.adapters.store import Store
 
 log = logging.getLogger("llm_tray.monitor")
 
@@ -77,7 +81,7 @@ class Monitor:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="llm-tray-poll")
         self._inflight: dict[str, tuple[Future[ServerReading], float]] = {}
         self._last_reading: dict[str, tuple[ServerReading, float]] = {}
-        self._store = None
+        self._store: Store | None = None
         if record:
             self._open_store()
         self.pipeline = Pipeline(
@@ -340,7 +344,7 @@ class Monitor:
                 self._last_status[server.url] = server.status
 
 
-def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerReading:  # type: ignore[no-untyped-def]
+def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerReading:
     try:
         reading = probe.poll(now_mono)
         return replace(reading, t_mono_s=clock())

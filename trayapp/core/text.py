@@ -54,7 +54,7 @@ def model_line(model: ModelStatus) -> str:
 
 
 def server_line(server: ServerStatus) -> str:
-    status = server.status
+    status: str = server.status
     if server.reason and server.status != "ok":
         status += f": {server.reason}"
     version = f" {server.version}" if server.version else ""
