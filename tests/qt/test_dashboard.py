@@ -1,4 +1,5 @@
-"""Dashboard curves from snapshots (getData), gaps while idle, no redraw while hidden."""
+"""Dashboard curves from snapshots (getData), gaps while idle, no redraw while hidden; rate texts,
+time span, GPU share on the cards, line labels, the ms/token view and where the labels sit."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from pytestqt.qtbot import QtBot
 from qt_snapshots import LLAMA, OLLAMA, T0, alert, model, request, server, snap
 
+from tests.support.snapshots import HW, hardware_snapshot
 from trayapp.core.model import KvLayout, ModelFacts
-from trayapp.ui.dashboard import Dashboard
+from trayapp.ui.dashboard import Dashboard, rate_text, time_span_s
 
 
 @pytest.fixture
@@ -168,3 +171,140 @@ def test_banner(qtbot: QtBot, dash: Dashboard) -> None:
     assert dash.banner.isVisible() and "No system tray" in dash.banner.text()
     dash.set_banner(None)
     assert not dash.banner.isVisible()
+
+
+def _shown(qtbot: QtBot, dash: Dashboard) -> Dashboard:
+    dash.show()
+    qtbot.waitExposed(dash)
+    return dash
+
+
+def _label(line: pg.InfiniteLine) -> pg.InfLineLabel:
+    """The text label pyqtgraph hangs on an infinite line."""
+    return next(item for item in line.childItems() if isinstance(item, pg.InfLineLabel))
+
+
+@pytest.mark.parametrize(
+    ("tok_s", "text"), [(1008.0, "1,008"), (42.0, "42"), (7.5, "7.5"), (9.96, "10"), (-1.0, "0.0")]
+)
+def test_rate_text_keeps_the_digits(tok_s: float, text: str) -> None:
+    assert rate_text(tok_s) == text
+
+
+@pytest.mark.parametrize(
+    ("rate", "ceiling", "header", "share", "card"),
+    [
+        (1008.0, 1400.0, "1,008 tok/s", "72 % of 1,400 tok/s ceiling", "ceiling 1,400 tok/s"),
+        (42.0, 62.0, "42 tok/s", "68 % of 62 tok/s ceiling", "ceiling 62 tok/s"),
+        (7.5, 9.4, "7.5 tok/s", "80 % of 9.4 tok/s ceiling", "ceiling 9.4 tok/s"),
+    ],
+)
+def test_header_and_card_show_full_rates(
+    qtbot: QtBot, dash: Dashboard, rate: float, ceiling: float, header: str, share: str, card: str
+) -> None:
+    _shown(qtbot, dash)
+    dash.update_snapshot(snap(0.0, server(model(rate=rate, ceiling_tok_s=ceiling))))
+    assert dash.rate_label.text() == header  # not the icon's coarse "1k"
+    assert dash.share_label.text() == share
+    assert card in dash.cards[(LLAMA, "llama3.1:8b")].stats.text().split(" · ")
+
+
+def test_time_span_helper() -> None:
+    now = T0 + 1000
+    assert time_span_s(None, now, 600.0) == 120.0  # nothing yet: the minimum
+    assert time_span_s(now - 30, now, 600.0) == 120.0
+    assert time_span_s(now - 300, now, 600.0) == 300.0
+    assert time_span_s(now - 900, now, 600.0) == 600.0  # never more than the window
+
+
+@pytest.mark.parametrize(
+    ("history_s", "span_s", "minutes"), [(90, 120.0, 2), (300, 300.0, 5), (900, 600.0, 10)]
+)
+def test_time_axis_follows_the_history(
+    qtbot: QtBot, dash: Dashboard, history_s: int, span_s: float, minutes: int
+) -> None:
+    _shown(qtbot, dash)
+    for t in range(0, history_s + 1, 10):
+        dash.update_snapshot(snap(float(t), server(model(rate=40.0))))
+    now = T0 + history_s
+    x_range, _ = dash.time_plot.getViewBox().viewRange()
+    assert x_range[0] == pytest.approx(now - span_s, abs=1e-3)
+    assert now < x_range[1] <= now + 0.05 * span_s  # a little room right of "now", no more
+    assert dash.time_plot.getPlotItem().titleLabel.text == f"decode tok/s, last {minutes} min"
+
+
+def test_model_card_says_where_the_model_lives(qtbot: QtBot, dash: Dashboard) -> None:
+    _shown(qtbot, dash)
+    no_gpu = hardware_snapshot()
+    remote = "http://10.0.0.5:8080"
+    local_cpu = model(gpu_fraction=None)
+    remote_cpu = model(name="remote:7b", gpu_fraction=None)
+    dash.update_snapshot(snap(0.0, server(local_cpu), server(remote_cpu, url=remote), hardware=no_gpu))
+    bar = dash.cards[(LLAMA, "llama3.1:8b")].gpu_bar
+    assert bar.format() == "no GPU · in system RAM" and bar.value() == 0
+    # This machine's lack of a GPU says nothing about a server elsewhere.
+    assert dash.cards[(remote, "remote:7b")].gpu_bar.format() == "GPU share unknown"
+
+    dash.update_snapshot(snap(1.0, server(model(gpu_fraction=0.48)), hardware=HW))
+    bar = dash.cards[(LLAMA, "llama3.1:8b")].gpu_bar
+    assert bar.value() == 48 and bar.format() == "GPU 48 % · CPU 52 % ⚠"
+    dash.update_snapshot(snap(2.0, server(model(gpu_fraction=None)), hardware=HW))
+    assert bar.format() == "GPU share unknown"  # a GPU here, share not reported: no guess
+
+
+def test_band_and_ceiling_labels_have_text_with_a_constant_ceiling(qtbot: QtBot, dash: Dashboard) -> None:
+    _shown(qtbot, dash)
+    reading = _label(dash.reading_band.lines[1])
+    for i in range(3):  # the same ceiling each time: the lines do not move after the first update
+        dash.update_snapshot(snap(float(i), server(model(rate=40.0 + i, ceiling_tok_s=62.0))))
+        assert dash.ceiling_line.label.isVisible() and dash.realistic_label.isVisible()
+        labels = [dash.ceiling_line.label, dash.realistic_label, reading, dash.floor_line.label]
+        assert [label.toPlainText() for label in labels] == [
+            "ceiling 62",
+            "realistic 60–75 %",
+            "reading speed 5–10",
+            "floor 3",
+        ]
+
+
+def test_ms_per_token_converts_and_zooms_to_the_data(qtbot: QtBot, dash: Dashboard) -> None:
+    _shown(qtbot, dash)
+    rates = [500.0, 400.0, None, 250.0]
+    for i, rate in enumerate(rates):
+        phase = "decoding" if rate is not None else "idle"
+        requests = (request(200.0, t=float(i)),) if i == 3 else ()
+        m = model(phase=phase, rate=rate, ceiling_tok_s=1000.0)
+        dash.update_snapshot(snap(float(i), server(m), requests=requests))
+    _, tok_s = dash.decode_curve.getData()
+    assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 1250.0])
+
+    dash.ms_toggle.setChecked(True)
+    _, y = dash.decode_curve.getData()
+    expected = [1000 / r if r is not None else math.nan for r in rates]
+    np.testing.assert_allclose(y, expected)  # [2, 2.5, nan, 4] ms/token, the gap kept
+    _, ey = dash.exact_points.getData()
+    assert list(ey) == [pytest.approx(5.0)]  # the finished request at 200 tok/s
+    assert dash.ceiling_line.label.toPlainText() == "fastest 1.0 ms/token"
+    assert dash.floor_line.label.toPlainText() == "floor 333 ms"
+    # Zoomed on the data (slowest point 5 ms, plus headroom), not on the 333 ms floor.
+    assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 5.0 * 1.25])
+    assert dash.time_plot.getPlotItem().getAxis("left").labelText == "ms/token"
+
+    dash.ms_toggle.setChecked(False)
+    _, back = dash.decode_curve.getData()
+    np.testing.assert_array_equal(back, tok_s)
+    assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 1250.0])
+    assert dash.ceiling_line.label.toPlainText() == "ceiling 1000"
+
+
+def test_floor_label_clear_of_reading_label_at_a_high_ceiling(qtbot: QtBot, dash: Dashboard) -> None:
+    _shown(qtbot, dash)
+    for i in range(3):
+        dash.update_snapshot(snap(float(i), server(model(rate=900.0, ceiling_tok_s=1000.0))))
+    reading = _label(dash.reading_band.lines[1]).sceneBoundingRect()
+    floor = dash.floor_line.label.sceneBoundingRect()
+    assert reading.width() > 0 and floor.width() > 0
+    # On a 0–1250 tok/s scale 3 and 10 tok/s are a pixel or two apart: the labels sit at opposite ends.
+    assert abs(reading.center().y() - floor.center().y()) < reading.height()
+    assert not reading.intersects(floor), (reading, floor)
+    assert floor.left() > reading.right()
