@@ -10,17 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama
-
-
-def run_cli(*args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trayapp", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(

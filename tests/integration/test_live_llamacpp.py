@@ -8,30 +8,19 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.llama import LlamaServer, generate, generate_in_background
 from trayapp.config import Settings
 from trayapp.core.model import Snapshot
 from trayapp.monitor import Monitor, endpoint_from_arg
 
 pytestmark = pytest.mark.llamacpp
-
-
-def _cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trayapp", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def _monitor(url: str, *, record: bool = False) -> Monitor:
@@ -56,7 +45,7 @@ def _tick_until_done(
 
 
 def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, model_path: Path) -> None:
-    result = _cli("ceiling", "--model", str(model_path), "--context", "512", "--json")
+    result = run_cli("ceiling", "--model", str(model_path), "--context", "512", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     ceiling = report["ceiling_tok_s"]
@@ -77,7 +66,7 @@ def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) ->
     future = generate_in_background(
         llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True
     )
-    result = _cli(
+    result = run_cli(
         "watch", "--json", "--interval", "1", "--duration", "14",
         "--endpoint", llama_server.url, "--no-discover", timeout_s=60,
     )  # fmt: skip
