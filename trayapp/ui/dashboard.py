@@ -646,9 +646,10 @@ def evidence_text(alert: Alert) -> str:
 
 
 def alert_text(alert: Alert, ended: bool = False) -> str:
-    mark = "✓ ended · " if ended else ("⛔ " if alert.severity == "critical" else "⚠ ")
+    # Glyphs present in common UI fonts (DejaVu, Segoe UI, SF): a missing one renders as a box.
+    mark = "✓ ended · " if ended else ("✖ " if alert.severity == "critical" else "⚠ ")
     lines = [f"{mark}{alert.message}"]
-    if alert.cause:
+    if alert.cause and alert.cause not in alert.message:
         lines.append(f"    Cause: {alert.cause}")
     lines.append(f"    Fix: {alert.fix}")
     return "\n".join(lines)
