@@ -14,7 +14,7 @@ from qt_snapshots import LLAMA, OLLAMA, T0, alert, model, request, server, snap
 
 from tests.support.snapshots import HW, hardware_snapshot
 from trayapp.core.model import KvLayout, ModelFacts
-from trayapp.ui.dashboard import Dashboard, rate_text, time_span_s
+from trayapp.ui.dashboard import Dashboard, rate_text, time_span_s, ttft_text
 
 
 @pytest.fixture
@@ -308,3 +308,10 @@ def test_floor_label_clear_of_reading_label_at_a_high_ceiling(qtbot: QtBot, dash
     assert abs(reading.center().y() - floor.center().y()) < reading.height()
     assert not reading.intersects(floor), (reading, floor)
     assert floor.left() > reading.right()
+
+
+def test_ttft_text_marks_estimates() -> None:
+    base = model()
+    assert ttft_text(replace(base, ttft_s=None)) == "TTFT —"
+    assert ttft_text(replace(base, ttft_s=0.31, ttft_exact=True)) == "TTFT 0.31 s"
+    assert ttft_text(replace(base, ttft_s=6.0, ttft_exact=False)) == "TTFT ~6.00 s"

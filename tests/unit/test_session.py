@@ -422,3 +422,25 @@ def test_rates_use_the_time_the_answer_arrived() -> None:
     for i, tick_t in enumerate([0.3, 1.9, 2.2, 3.95, 4.1]):
         status = only(engine.update(reading(slot(60 * i), t_mono_s=float(i)), tick_t, WALL0 + tick_t))
     assert status.decode_tok_s == pytest.approx(60.0)
+
+
+def test_ttft_is_estimated_from_prompt_tokens_and_the_servers_prompt_speed() -> None:
+    engine = SessionEngine()
+    before = CounterReading(prompt_tokens_total=1000, prompt_seconds_total=4.0)
+    after = CounterReading(prompt_tokens_total=3000, prompt_seconds_total=8.0)  # 2000 tokens in 4 s
+    tick(engine, reading(slot(0, processing=False, task=None), counters=before), 0.0)
+    tick(engine, reading(slot(0, processing=False, task=None), counters=after), 10.0)
+    tick(engine, reading(slot(0, task=7, prompt_done=0)), 11.0)  # prefill of a 3,000-token prompt
+    status = only(tick(engine, reading(slot(12, task=7, prompt_done=3000)), 18.0))
+    assert status.prompt_tok_s == pytest.approx(500.0)
+    assert status.ttft_s == pytest.approx(6.0)  # 3,000 tokens ÷ 500 tok/s
+    assert status.ttft_exact is False
+
+
+def test_server_reported_ttft_is_exact() -> None:
+    engine = SessionEngine()
+    fin = FinishedRequest(
+        model=MODEL, finished_wall_s=WALL0 + 1, decode_tokens=10, decode_tok_s=40.0, ttft_s=0.8
+    )
+    status = only(tick(engine, reading(slot(0, processing=False), finished=[fin]), 1.0))
+    assert status.ttft_s == 0.8 and status.ttft_exact is True

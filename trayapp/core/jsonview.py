@@ -41,6 +41,7 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "last_decode_tok_s": _num(model.last_decode_tok_s),
         "prompt_tok_s": _num(model.prompt_tok_s),
         "ttft_s": _num(model.ttft_s, 3),
+        "ttft_exact": model.ttft_exact,
         "draft_acceptance": _num(model.draft_acceptance, 4),
         "phase": model.phase,
         "session_id": model.session_id,

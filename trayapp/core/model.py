@@ -259,6 +259,7 @@ class ModelStatus:
     last_decode_context_tokens: int | None = None
     prompt_tok_s: float | None = None
     ttft_s: float | None = None
+    ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
     session_id: str | None = None
     live_rate_reason: str | None = None

@@ -75,6 +75,7 @@ class _ModelTrack:
     last_decode_context: int | None = None
     last_prompt_tok_s: float | None = None
     last_ttft_s: float | None = None
+    last_ttft_exact: bool | None = None
     draft_acceptance: float | None = None
     session: SessionRecord | None = None
     session_rate_weight: float = 0.0
@@ -225,6 +226,7 @@ class SessionEngine:
                 track.last_prompt_tok_s = fin.prompt_tok_s
             if fin.ttft_s is not None:
                 track.last_ttft_s = fin.ttft_s
+                track.last_ttft_exact = True
             if fin.draft_tokens:
                 track.draft_acceptance = (fin.draft_accepted or 0) / fin.draft_tokens
 
@@ -294,6 +296,7 @@ class SessionEngine:
             last_decode_context_tokens=track.last_decode_context,
             prompt_tok_s=track.last_prompt_tok_s,
             ttft_s=track.last_ttft_s,
+            ttft_exact=track.last_ttft_exact,
             draft_acceptance=track.draft_acceptance,
             live_rate_reason=model.live_rate_reason,
             server_pid=model.server_pid or reading.pid,
@@ -359,6 +362,11 @@ class SessionEngine:
             if state.decode_started_mono_s is None:
                 state.decode_started_mono_s = now_mono_s
                 state.first_decode_point = (now_mono_s, n_decoded)
+                # Polling cannot see the first token arrive; estimate the prompt's time from
+                # its evaluated tokens and the server's own prompt speed (counters).
+                if slot.prompt_tokens_processed and track.last_prompt_tok_s:
+                    track.last_ttft_s = slot.prompt_tokens_processed / track.last_prompt_tok_s
+                    track.last_ttft_exact = False
             state.points.append((now_mono_s, n_decoded, slot.context_tokens))
             while len(state.points) > 2 and now_mono_s - state.points[1][0] >= RATE_WINDOW_S:
                 state.points.popleft()
@@ -381,6 +389,7 @@ class SessionEngine:
             track.last_prompt_tok_s = record.prompt_tok_s
         if record.ttft_s is not None:
             track.last_ttft_s = record.ttft_s
+            track.last_ttft_exact = record.exact
 
     def _update_counters(
         self, counters: CounterReading | None, track: _ModelTrack, now_mono_s: float, live: bool
@@ -421,7 +430,8 @@ class SessionEngine:
             d_ttft_sum = _delta(previous.ttft_sum_s, counters.ttft_sum_s)
             d_ttft_n = _delta(previous.ttft_count, counters.ttft_count)
             if d_ttft_sum is not None and d_ttft_n and d_ttft_n > 0:
-                track.last_ttft_s = d_ttft_sum / d_ttft_n
+                track.last_ttft_s = d_ttft_sum / d_ttft_n  # the server's own histogram (vLLM/SGLang)
+                track.last_ttft_exact = True
         elif counters.spec_draft_tokens_total and counters.spec_accepted_tokens_total is not None:
             track.draft_acceptance = counters.spec_accepted_tokens_total / counters.spec_draft_tokens_total
         track.counters = counters

@@ -165,7 +165,7 @@ class ModelCard(QFrame):
             self.context_bar.setValue(0)
             size = format_tokens(model.context_length) if model.context_length else "—"
             self.context_bar.setFormat(f"context —/{size}")
-        stats = [f"TTFT {model.ttft_s:.2f} s" if model.ttft_s is not None else "TTFT —"]
+        stats = [ttft_text(model)]
         stats.append(
             f"prompt {model.prompt_tok_s:,.0f} tok/s" if model.prompt_tok_s is not None else "prompt —"
         )
@@ -586,7 +586,7 @@ class Dashboard(QWidget):
             self.share_label.setText(f"{share}{rate_text(model.ceiling_tok_s)} tok/s ceiling")
         else:
             self.share_label.setText("ceiling unknown")
-        self.ttft_label.setText(f"TTFT {model.ttft_s:.2f} s" if model.ttft_s is not None else "TTFT —")
+        self.ttft_label.setText(ttft_text(model))
 
     def _redraw_cards(self) -> None:
         if self.snapshot is None:
@@ -639,6 +639,14 @@ class Dashboard(QWidget):
 def _is_local(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def ttft_text(model: ModelStatus) -> str:
+    """Time to first token; "~" marks an estimate (prompt tokens ÷ the server's prompt speed)."""
+    if model.ttft_s is None:
+        return "TTFT —"
+    approx = "~" if model.ttft_exact is False else ""
+    return f"TTFT {approx}{model.ttft_s:.2f} s"
 
 
 def evidence_text(alert: Alert) -> str:
