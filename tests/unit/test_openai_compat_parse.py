@@ -82,6 +82,13 @@ def test_sglang_counters() -> None:
     assert c.requests_waiting == 0.0
     assert c.kv_usage_ratio == pytest.approx(0.28)  # token_usage
     assert metrics_model_names(SGLANG) == ["Qwen/Qwen3-8B"]
+    assert c.spec_accept_rate == pytest.approx(0.6366)  # speculative decoding on (accept length 2.91)
+    spec_off = SGLANG.replace(
+        'spec_accept_length{model_name="Qwen/Qwen3-8B"} 2.91',
+        'spec_accept_length{model_name="Qwen/Qwen3-8B"} 0',
+    )
+    assert 'spec_accept_length{model_name="Qwen/Qwen3-8B"} 0' in spec_off
+    assert parse_sglang_metrics(spec_off).spec_accept_rate is None  # off: the gauges read 0
 
 
 def test_sglang_gauges() -> None:

@@ -444,3 +444,10 @@ def test_server_reported_ttft_is_exact() -> None:
     )
     status = only(tick(engine, reading(slot(0, processing=False), finished=[fin]), 1.0))
     assert status.ttft_s == 0.8 and status.ttft_exact is True
+
+
+def test_sglang_acceptance_gauge_becomes_draft_acceptance() -> None:
+    engine = SessionEngine()
+    counters = CounterReading(tokens_predicted_total=100.0, spec_accept_rate=0.31)
+    status = only(tick(engine, reading(counters=counters, kind="sglang"), 0.0))
+    assert status.draft_acceptance == pytest.approx(0.31)

@@ -163,6 +163,7 @@ class CounterReading:
     spec_draft_tokens_total: float | None = None
     spec_accepted_tokens_total: float | None = None
     spec_drafts_total: float | None = None
+    spec_accept_rate: float | None = None  # a server's own recent acceptance gauge (SGLang), 0..1
     requests_running: float | None = None
     requests_waiting: float | None = None
     kv_usage_ratio: float | None = None  # vLLM / SGLang KV pool fill 0..1

@@ -432,7 +432,13 @@ class SessionEngine:
             if d_ttft_sum is not None and d_ttft_n and d_ttft_n > 0:
                 track.last_ttft_s = d_ttft_sum / d_ttft_n  # the server's own histogram (vLLM/SGLang)
                 track.last_ttft_exact = True
-        elif counters.spec_draft_tokens_total and counters.spec_accepted_tokens_total is not None:
+        if counters.spec_accept_rate is not None and counters.spec_draft_tokens_total is None:
+            track.draft_acceptance = max(0.0, min(1.0, counters.spec_accept_rate))  # SGLang's own gauge
+        elif (
+            previous is None
+            and counters.spec_draft_tokens_total
+            and counters.spec_accepted_tokens_total is not None
+        ):
             track.draft_acceptance = counters.spec_accepted_tokens_total / counters.spec_draft_tokens_total
         track.counters = counters
         track.counters_mono_s = now_mono_s

@@ -85,7 +85,12 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> CounterReadi
 
 def _sglang_counters(samples: Sequence[Sample]) -> CounterReading:
     t = promtext.total
+    # The acceptance gauges read 0 when speculative decoding is off; a mean accepted length
+    # above 0 says it is on (it is 1 + accepted drafts per step).
+    accept_length = promtext.first(samples, "sglang:spec_accept_length")
+    accept_rate = promtext.first(samples, "sglang:spec_accept_rate") if accept_length else None
     return CounterReading(
+        spec_accept_rate=accept_rate,
         tokens_predicted_total=t(samples, "sglang:generation_tokens_total"),
         prompt_tokens_total=t(samples, "sglang:prompt_tokens_total"),
         requests_total=t(samples, "sglang:num_requests_total"),
