@@ -47,6 +47,9 @@ ALLOWED_TEXT = {
 }  # fmt: skip
 
 
+TTFT_EXACT = (True, False, None)  # server-reported, estimated, not known
+
+
 def status(i: int, session_id: str, rate: float | None = None) -> ModelStatus:
     return ModelStatus(
         name="gemma3:270m",
@@ -57,6 +60,7 @@ def status(i: int, session_id: str, rate: float | None = None) -> ModelStatus:
         decode_exact=i % 2 == 0,
         prompt_tok_s=300.5,
         ttft_s=0.1 + i / 1000,
+        ttft_exact=TTFT_EXACT[i % 3],
         context_tokens=100 + 10 * i,
         context_length=8192,
         ceiling_tok_s=200.0 - i * 0.5,
@@ -179,8 +183,20 @@ def test_jsonl_round_trip_of_samples_keeps_the_numbers(db: Path) -> None:
         ):  # fmt: skip
             assert row[field] == getattr(m, field), field
         assert row["decode_exact"] is (i % 2 == 0)
+        assert row["ttft_exact"] is TTFT_EXACT[i % 3]
         assert row["draft_acceptance"] is None
         assert row["ceiling_pct"] == pytest.approx(100 * m.decode_tok_s / m.ceiling_tok_s)  # type: ignore[operator]
+
+
+def test_csv_samples_carry_ttft_exact_as_true_false_or_empty(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "samples.csv"
+    with Store(db, writer=False) as store:
+        export(store, table="samples", fmt="csv", session_id="a", out=out)
+        assert "ttft_exact" in export_columns(store, "samples")
+    rows = read_csv(out)
+    as_text = {True: "true", False: "false", None: ""}
+    assert [row["ttft_exact"] for row in rows] == [as_text[TTFT_EXACT[i % 3]] for i in range(10)]
+    assert [float(row["ttft_s"]) for row in rows] == [status(i, "a").ttft_s for i in range(10)]
 
 
 def test_sessions_export_has_the_summary_columns(db: Path) -> None:
@@ -266,10 +282,12 @@ def test_parquet_round_trip(db: Path, tmp_path: Path) -> None:
     assert table.num_rows == 15
     assert str(table.schema.field("time_utc").type) == "timestamp[us, tz=UTC]"
     assert str(table.schema.field("decode_exact").type) == "bool"
+    assert str(table.schema.field("ttft_exact").type) == "bool"
     assert str(table.schema.field("context_tokens").type) == "int64"
     rows = table.to_pylist()
     assert rows[0]["decode_tok_s"] == 70.0 and rows[3]["ttft_s"] == status(3, "a").ttft_s
     assert rows[0]["time_utc"].timestamp() == T0 and rows[-1]["session_id"] == "b"
+    assert [r["ttft_exact"] for r in rows[:10]] == [TTFT_EXACT[i % 3] for i in range(10)]
 
 
 # --------------------------------------------------------------------------- the CLI (trayapp.commands.logs)

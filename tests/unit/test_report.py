@@ -160,6 +160,17 @@ def test_the_report_shows_the_latest_session_with_plots_alerts_and_hardware(db: 
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg|127\.0\.0\.1)", page)
 
 
+def test_a_mean_ttft_from_an_estimated_request_is_marked_with_a_tilde(db: Path, tmp_path: Path) -> None:
+    with Store(db, writer=False) as store:
+        assert "<td>0.210 s</td>" in render_report(store)  # server-timed requests only: no "~"
+    path = tmp_path / "estimated.sqlite3"
+    with Store(path) as store:
+        estimated = RequestRecord(URL, "ollama", "m", T0 + 5, "est", False, ttft_s=0.21, decode_tok_s=80.0)
+        store.record(tick(T0 + 5, "m", "est", 0, requests=(estimated,)), [session("est", "m", T0, T0 + 10)])
+    with Store(path, writer=False) as store:
+        assert "<td>~0.210 s</td>" in render_report(store)
+
+
 def test_hostile_names_are_escaped_everywhere(db: Path) -> None:
     with Store(db, writer=False) as store:
         page = render_report(store)

@@ -45,6 +45,7 @@ def model(name: str = "qwen3:8b", **kw: object) -> ModelStatus:
         "decode_exact": False,
         "prompt_tok_s": 412.5,
         "ttft_s": 0.318,
+        "ttft_exact": True,
         "context_tokens": 1234,
         "context_length": 8192,
         "ceiling_tok_s": 120.5,
@@ -195,15 +196,16 @@ def test_an_older_schema_is_migrated_and_keeps_its_data(db: Path, monkeypatch: p
         conn.execute("ALTER TABLE samples ADD COLUMN kv_type TEXT")
         conn.execute("UPDATE samples SET kv_type = 'f16'")
 
+    released = schema_version()
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, migration_2])
-    assert schema_version() == 2
+    assert schema_version() == released + 1
     with Store(db) as store:
         assert "kv_type" in store.columns("samples")
         (sample,) = rows(store, "samples")
         assert sample["kv_type"] == "f16" and sample["decode_tok_s"] == 81.25
         assert [s.id for s in store.sessions()] == ["s1"]
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == released + 1
     raw.close()
 
 
@@ -211,6 +213,7 @@ def test_a_failing_migration_rolls_back_and_keeps_the_old_version(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Store(db).close()
+    released = schema_version()
 
     def broken(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE half_done (x INTEGER)")
@@ -220,8 +223,43 @@ def test_a_failing_migration_rolls_back_and_keeps_the_old_version(
     with pytest.raises(StoreError, match="boom"):
         Store(db)
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == released
     assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
+    raw.close()
+
+
+def test_a_schema_1_store_gains_ttft_exact_and_keeps_its_rows(db: Path) -> None:
+    raw = sqlite3.connect(db)  # the store as the first release wrote it: migration 1 only
+    store_mod._migration_1(raw)
+    raw.execute("PRAGMA user_version = 1")
+    raw.execute(
+        "INSERT INTO samples (t_wall_s, session_id, server, server_kind, model, phase, decode_tok_s, ttft_s) "
+        "VALUES (?, 's1', 'http://127.0.0.1:11434', 'ollama', 'qwen3:8b', 'decoding', 81.25, 0.318)",
+        (T0,),
+    )
+    raw.commit()
+    raw.close()
+
+    with Store(db, writer=False) as reader:  # a reader reads an old store as it is, never migrates it
+        assert "ttft_exact" not in reader.columns("samples")
+        assert [r["decode_tok_s"] for r in rows(reader, "samples")] == [81.25]
+
+    with Store(db) as store:
+        assert store.columns("samples")[-1] == "ttft_exact"
+        assert store.column_types("samples")["ttft_exact"] == "INTEGER"
+        (old,) = rows(store, "samples")
+        assert old["t_wall_s"] == T0 and old["decode_tok_s"] == 81.25 and old["ttft_s"] == 0.318
+        assert old["ttft_exact"] is None  # not known for rows recorded before migration 2
+        snap = snapshot(
+            T0 + 1,
+            (model("a", ttft_exact=True), model("b", ttft_exact=False), model("c", ttft_exact=None)),
+        )
+        assert store.record(snap) is None
+        new = {r["model"]: r["ttft_exact"] for r in rows(store, "samples", since_wall_s=T0 + 1)}
+        assert new == {"a": 1, "b": 0, "c": None}
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 2
+    assert raw.execute("SELECT count(*) FROM samples").fetchone()[0] == 4
     raw.close()
 
 
@@ -264,6 +302,7 @@ def test_record_and_read_back_the_same_numbers(db: Path) -> None:
         assert sample["t_wall_s"] == T0 + 1
         assert (
             sample["decode_exact"] == 0
+            and sample["ttft_exact"] == 1
             and sample["server_kind"] == "ollama"
             and sample["model"] == "qwen3:8b"
         )

@@ -75,7 +75,8 @@ def _rows(
     """Rows with computed columns; ISO columns still hold epoch seconds (the writers render them).
 
     The store writes finite numbers only (no NaN or infinity), so values pass through as
-    they are, but for the 0/1 columns that become booleans.
+    they are, but for the 0/1 columns (`BOOL_COLUMNS`: `decode_exact`, `ttft_exact`, `exact`)
+    that become booleans (None stays None: not known).
     """
     time_column = TIME_COLUMNS[table]
     rate_column = "mean_decode_tok_s" if table == "sessions" else "decode_tok_s"

@@ -60,6 +60,11 @@ def _num(value: object, unit: str = "", digits: int = 1) -> str:
     return _e(value)
 
 
+def _approx(value: object, estimated: bool) -> str:
+    """A "~" prefix when a value that is shown was estimated, else nothing."""
+    return "~" if estimated and isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
 def _gb(value: object) -> str:
     return _num(value / 1e9, "GB", 1) if isinstance(value, (int, float)) else "—"
 
@@ -316,7 +321,8 @@ def _table(rows: Sequence[tuple[str, str]]) -> str:
     return f"<table>\n{body}\n</table>"
 
 
-def _session_table(s: SessionRecord, samples: Sequence[_Sample]) -> str:
+def _session_table(s: SessionRecord, samples: Sequence[_Sample], ttft_estimated: bool = False) -> str:
+    """`ttft_estimated`: a TTFT behind the mean was not timed by the server (shown with "~")."""
     rates = [x.decode_tok_s for x in samples if x.decode_tok_s is not None]
     median = statistics.median(rates) if rates else None
     efficiency = s.mean_decode_tok_s / s.ceiling_tok_s if s.mean_decode_tok_s and s.ceiling_tok_s else None
@@ -338,7 +344,10 @@ def _session_table(s: SessionRecord, samples: Sequence[_Sample]) -> str:
             ),
             ("Decode, median of samples", _num(median, "tok/s")),
             ("Prompt processing, mean", _num(s.mean_prompt_tok_s, "tok/s")),
-            ("Time to first token, mean", _num(s.mean_ttft_s, "s", 3)),
+            (
+                "Time to first token, mean",
+                _approx(s.mean_ttft_s, ttft_estimated) + _num(s.mean_ttft_s, "s", 3),
+            ),
             ("Deepest context", _num(s.max_context_tokens, "tokens")),
             ("Ceiling (empty context)", _num(s.ceiling_tok_s, "tok/s")),
             ("Share of the ceiling", _pct(efficiency)),
@@ -434,11 +443,13 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
                 _int(r["context_tokens"]))
         for r in store.iter_rows("samples", session_ids=[s.id])
     ]  # fmt: skip
-    requests = [
-        (_float(r["finished_wall_s"]) or 0.0, rate, _int(r["context_tokens"]))
-        for r in store.iter_rows("requests", session_ids=[s.id])
-        if (rate := _float(r["decode_tok_s"])) is not None
-    ]
+    requests: list[tuple[float, float, int | None]] = []
+    ttft_estimated = False  # a request TTFT the server did not time
+    for r in store.iter_rows("requests", session_ids=[s.id]):
+        if r["ttft_s"] is not None and not r["exact"]:
+            ttft_estimated = True
+        if (rate := _float(r["decode_tok_s"])) is not None:
+            requests.append((_float(r["finished_wall_s"]) or 0.0, rate, _int(r["context_tokens"])))
     end = s.ended_wall_s
     alerts = store.alerts_between(s.started_wall_s, end, server=s.server, model=s.model)
     hardware = store.hardware_at(s.started_wall_s)
@@ -467,7 +478,7 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
         _duration(None if end is None else end - s.started_wall_s)
     }</p>
 <h2>Session</h2>
-{_session_table(s, samples)}
+{_session_table(s, samples, ttft_estimated)}
 <h2>Plots</h2>
 <p class="sub">The ceiling is memory bandwidth ÷ bytes read per token at the live context and offload
 split; a healthy GPU decode sits in the realistic band (60–75 % of it). On CPUs the ceiling is an

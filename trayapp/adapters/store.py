@@ -40,7 +40,7 @@ TIME_COLUMNS = {
     "hardware": "t_wall_s",
     "alerts": "started_wall_s",
 }
-BOOL_COLUMNS = frozenset({"decode_exact", "exact"})
+BOOL_COLUMNS = frozenset({"decode_exact", "ttft_exact", "exact"})
 
 HARDWARE_INTERVAL_S = 60.0  # a hardware row at most this often unless something changes
 PRUNE_INTERVAL_S = 300.0  # record() prunes at most this often
@@ -190,8 +190,13 @@ def _migration_1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _migration_2(conn: sqlite3.Connection) -> None:
+    """`samples.ttft_exact`: 1 server-reported TTFT, 0 estimated (prompt tokens ÷ prompt tok/s)."""
+    conn.execute("ALTER TABLE samples ADD COLUMN ttft_exact INTEGER")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = [_migration_1]
+MIGRATIONS: list[Migration] = [_migration_1, _migration_2]
 
 
 def schema_version() -> int:
@@ -608,7 +613,7 @@ class Store:
                         _bool(m.decode_exact), _num(m.prompt_tok_s), _num(m.ttft_s),
                         m.context_tokens, m.context_length, _num(m.ceiling_tok_s),
                         _num(m.full_gpu_ceiling_tok_s), _num(m.gpu_fraction), m.vram_bytes,
-                        _num(m.draft_acceptance),
+                        _num(m.draft_acceptance), _bool(m.ttft_exact),
                     )
                 )  # fmt: skip
         return rows, marks
@@ -1014,9 +1019,9 @@ def _session_from_row(row: dict[str, object]) -> SessionRecord:
 _SAMPLE_COLUMNS = (
     "t_wall_s, session_id, server, server_kind, model, phase, decode_tok_s, decode_total_tok_s, "
     "active_streams, decode_exact, prompt_tok_s, ttft_s, context_tokens, context_length, ceiling_tok_s, "
-    "full_gpu_ceiling_tok_s, gpu_fraction, vram_bytes, draft_acceptance"
+    "full_gpu_ceiling_tok_s, gpu_fraction, vram_bytes, draft_acceptance, ttft_exact"
 )
-_INSERT_SAMPLE = f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({', '.join('?' * 19)})"
+_INSERT_SAMPLE = f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({', '.join('?' * 20)})"
 _INSERT_REQUEST = (
     "INSERT INTO requests (finished_wall_s, session_id, server, server_kind, model, exact, prompt_tokens, "
     "decode_tokens, context_tokens, prompt_tok_s, decode_tok_s, ttft_s, load_s, ceiling_tok_s, gpu_fraction, "
