@@ -456,8 +456,12 @@ def run_tray(
     profile: HardwareProfile | None = None,
     at_login: bool = False,
     monitor_factory: MonitorFactory | None = None,
+    startup_warnings: Sequence[str] = (),
 ) -> int:
-    """Run the tray app until it quits; returns the exit code (0 also when another instance was asked)."""
+    """Run the tray app until it quits; returns the exit code (0 also when another instance was asked).
+
+    `startup_warnings` (e.g. config file errors) are logged and shown once, like monitor warnings.
+    """
     log_path = setup_logging()
     _install_excepthook()
     app = QApplication.instance()
@@ -487,6 +491,9 @@ def run_tray(
     )
     heartbeat = _handle_signals(app)
     tray_app.start()
+    for warning in startup_warnings:
+        log.warning("%s", warning)
+        tray_app.on_warning(warning)
     try:
         code = app.exec()
     finally:

@@ -387,13 +387,21 @@ def run_tray(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"llm-tray: the tray needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
         return 1
-    settings = _load_settings()
+    from trayapp.config import load_settings
+
+    loaded = load_settings()
+    warnings = [f"config: {error}" for error in loaded.errors]
+    if loaded.backup_path is not None:
+        warnings.append(f"config: using defaults where broken; your file is kept as {loaded.backup_path}")
+    for warning in warnings:
+        print(f"llm-tray: {warning}", file=sys.stderr)
     return tray_main(
-        settings,
+        loaded.settings,
         extra_endpoints=_extra_endpoints(args),
         discover=False if args.no_discover else None,
         profile=_profile(args),
         at_login=args.at_login,
+        startup_warnings=warnings,
     )
 
 
