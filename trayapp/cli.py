@@ -306,9 +306,11 @@ def run_watch(args: argparse.Namespace) -> int:
 
 def run_ceiling(args: argparse.Namespace) -> int:
     from trayapp.adapters.hardware import HardwareProbe
+    from trayapp.adapters.host import default_ram_bandwidth
     from trayapp.adapters.hwtable import gpu_lookup
     from trayapp.commands.ceiling import build_ceiling_report, format_ceiling_report
     from trayapp.core.machine import resolve_machine
+    from trayapp.core.model import HardwareSnapshot, HostReading, ValueSource
     from trayapp.core.modelfacts import facts_from_params
 
     if args.model:
@@ -329,27 +331,18 @@ def run_ceiling(args: argparse.Namespace) -> int:
         raise ValueError("give --model FILE.gguf, --params B, or --weights-gb GB")
 
     profile = _profile(args)
-    hardware = None
+    ram: tuple[float | None, ValueSource] = (profile.ram_bandwidth_gbps, "given")
+    if profile.ram_bandwidth_gbps is None:
+        # RAM bandwidth (for layers that spill to the CPU) is this machine's, measured once a week.
+        ram = default_ram_bandwidth()  # type: ignore[assignment]
     if profile.gpu_name is None and profile.bandwidth_gbps is None:
-        probe = HardwareProbe()
+        probe = HardwareProbe(ram_bandwidth_gbps=ram[0], ram_bandwidth_source=ram[1])
         try:
-            if profile.ram_bandwidth_gbps is None:
-                from trayapp import paths
-                from trayapp.adapters.host import cached_ram_bandwidth
-
-                gbps, source, _ = cached_ram_bandwidth(paths.cache_dir() / "ram_bandwidth.json")
-                probe.set_ram_bandwidth(gbps, source)  # type: ignore[arg-type]
             hardware = probe.read()
         finally:
             probe.close()
-    elif profile.ram_bandwidth_gbps is None:
-        # A described GPU: RAM bandwidth for a spill still comes from this machine's measurement.
-        from trayapp import paths
-        from trayapp.adapters.host import cached_ram_bandwidth
-        from trayapp.core.model import HardwareSnapshot, HostReading
-
-        gbps, source, _ = cached_ram_bandwidth(paths.cache_dir() / "ram_bandwidth.json")
-        hardware = HardwareSnapshot(gpus=(), host=HostReading(None, None, gbps, source))  # type: ignore[arg-type]
+    else:
+        hardware = HardwareSnapshot(gpus=(), host=HostReading(None, None, ram[0], ram[1]))
     machine = resolve_machine(hardware, profile, gpu_lookup)
     if machine.fast_bandwidth_gbps is None:
         raise ValueError("no bandwidth known for this hardware: give --bandwidth-gbps N")

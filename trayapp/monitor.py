@@ -116,10 +116,10 @@ class Monitor:
         )
 
     def _measure_ram_bandwidth(self) -> None:
-        from trayapp.adapters.host import cached_ram_bandwidth
+        from trayapp.adapters.host import default_ram_bandwidth
 
         try:
-            gbps, source, _ = cached_ram_bandwidth(paths.cache_dir() / "ram_bandwidth.json")
+            gbps, source = default_ram_bandwidth()
         except Exception as exc:  # a failed benchmark only costs the CPU-side ceiling
             self.warnings.append(f"RAM bandwidth measurement failed: {exc}")
             return
@@ -155,16 +155,12 @@ class Monitor:
 
     def _make_discovery(self) -> Discovery:
         configs = {e.url: e for e in self._endpoint_configs()}
-        base_profile = self._profile()
         endpoints = [
             Endpoint(
                 url=e.url,
                 kind=e.kind,
                 api_key_env=e.api_key_env,
                 name=e.name,
-                hardware=e.hardware_profile(base_profile)
-                if e.hardware_profile(base_profile) != base_profile
-                else None,
             )
             for e in configs.values()
         ]
@@ -329,10 +325,10 @@ class Monitor:
             return None
         return Baseline(
             decode_tok_s=found.decode_tok_s,
-            context_tokens=getattr(found, "context_tokens", None),
-            server_version=getattr(found, "server_version", None),
-            session_id=getattr(found, "session_id", None),
-            when_wall_s=getattr(found, "when_wall_s", None),
+            context_tokens=found.context_tokens,
+            server_version=found.server_version,
+            session_id=found.session_id,
+            when_wall_s=found.when_wall_s,
         )
 
     def _log_transitions(self, snapshot: Snapshot) -> None:

@@ -154,3 +154,11 @@ def cached_ram_bandwidth(
     except OSError:
         pass  # an unwritable cache costs a re-measurement next time, nothing more
     return gbps, "measured", now_s
+
+
+def default_ram_bandwidth() -> tuple[float, str]:
+    """(gbps, source) from the cache, measured at most once a week. Blocking: never on the GUI thread."""
+    from trayapp import paths
+
+    gbps, source, _ = cached_ram_bandwidth(paths.cache_dir() / "ram_bandwidth.json")
+    return gbps, source

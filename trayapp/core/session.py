@@ -530,10 +530,7 @@ class SessionEngine:
         track = self._tracks.get((server, model))
         if track is None or track.session is None:
             return None
-        alerts = changes.pop("alert_kind", None)
         session = replace(track.session, **changes)  # type: ignore[arg-type]
-        if isinstance(alerts, str) and alerts not in session.alerts:
-            session = replace(session, alerts=(*session.alerts, alerts))
         track.session = session
         return session
 
