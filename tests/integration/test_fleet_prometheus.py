@@ -183,14 +183,18 @@ def _wait_targets_up(prom: PromApi, instances: list[str], processes: Processes) 
 
 
 def _latest_common_decode(fleet: Fleet) -> float | None:
-    """The latest evaluation time in the window at which Prometheus holds a decode rate from every agent."""
+    """A time in the window at which Prometheus holds a decode rate from every agent.
+
+    The middle one, not the latest: at the edge of a decoding run an agent's series may be going
+    stale between scrapes, so other live series of that agent can be missing there.
+    """
     start_s, end_s = fleet.window
     series = fleet.prom.query_range(
         f'llm_tray_decode_tokens_per_second{{model="{MODEL}"}}', start_s, end_s + 2
     )
     stamps = [{t for t, _ in _values(s)} for s in series]
     common = set.intersection(*stamps) if len(stamps) == len(fleet.instances) else set()
-    return max(common) if common else None
+    return sorted(common)[len(common) // 2] if common else None
 
 
 def _generate_until_stored(fleet: Fleet, processes: Processes) -> None:
