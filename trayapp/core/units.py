@@ -1,0 +1,45 @@
+"""Units and number formatting, decided once for every view (CLI, tray, dashboard, alerts, report)."""
+
+from __future__ import annotations
+
+GB = 1_000_000_000  # decimal gigabyte: GPU bandwidth (GB/s) and sizes as vendors and servers state them
+MIB = 1024 * 1024
+
+
+def format_gb(n_bytes: float | None) -> str:
+    """'6.4 GB' (one decimal), '—' when unknown."""
+    return "—" if n_bytes is None else f"{n_bytes / GB:.1f} GB"
+
+
+def format_tokens(count: int | None) -> str:
+    """Token counts for humans: 850, '6.1k', '8k' (power-of-two sizes stay round), '128k'; '—' unknown."""
+    if count is None:
+        return "—"
+    if count < 1000:
+        return str(count)
+    if count % 1024 == 0:
+        return f"{count // 1024}k"
+    if count < 10_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1000:.0f}k"
+
+
+def format_rate(tok_s: float | None) -> str:
+    """A rate with sensible precision: '9.4', '42', '142'; '—' when unknown."""
+    if tok_s is None:
+        return "—"
+    return f"{tok_s:.0f}" if tok_s >= 10 else f"{max(tok_s, 0.0):.1f}"
+
+
+def format_rate_short(tok_s: float) -> str:
+    """A rate in at most 3 characters, for the tray icon: '9.4', '42', '142', '2k'."""
+    if tok_s < 9.95:
+        return f"{max(tok_s, 0.0):.1f}"
+    if tok_s < 999.5:
+        return f"{tok_s:.0f}"
+    return f"{min(tok_s / 1000, 99):.0f}k"
+
+
+def format_pct(share: float | None) -> str:
+    """A 0..1 share as '42 %'; '—' when unknown."""
+    return "—" if share is None else f"{share * 100:.0f} %"
