@@ -42,7 +42,10 @@ def main() -> int:
         print(f"smoke: llama-server is not installed; {REBUILD_HINT}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="llama-smoke-") as log_dir:
-        server = LlamaServer(test_model_path(), binary=binary, log_dir=Path(log_dir), ctx_size=512)
+        # `-lv 4`: the `system_info` line with the CPU features is logged only at debug verbosity.
+        server = LlamaServer(
+            test_model_path(), binary=binary, log_dir=Path(log_dir), ctx_size=512, extra_args=["-lv", "4"]
+        )
         try:
             with server:
                 reply = generate(server.url, "The capital of France is", SMOKE_TOKENS, timeout_s=60)
