@@ -39,7 +39,7 @@ from trayapp.ui.dashboard import Dashboard
 from trayapp.ui.icons import app_icon
 from trayapp.ui.notifier import Notifier
 from trayapp.ui.qtcompat import apply_workarounds
-from trayapp.ui.settings_dialog import SettingsDialog
+from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
 from trayapp.ui.single_instance import SingleInstance, notify_running
 from trayapp.ui.tray import TrayController, settings_summary
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
@@ -144,6 +144,27 @@ def set_autostart(enabled: bool) -> str:
     return "disabled"
 
 
+def identify_server(url: str, api_key: str | None) -> tuple[str | None, str]:
+    """Identify the server at `url`: (kind or None, why). Blocking HTTP: run it off the GUI thread."""
+    from trayapp.adapters.discovery import IDENTIFY_TIMEOUT, identify
+    from trayapp.adapters.http import make_client
+
+    with make_client(url, timeout=IDENTIFY_TIMEOUT) as client:
+        return identify(url, client, api_key)
+
+
+def store_api_key(url: str, key: str) -> None:
+    """Store an endpoint's API key in the OS keyring (blocking; raises with a reason)."""
+    from trayapp.adapters.secrets import store_api_key as store
+
+    store(url, key)
+
+
+def settings_services() -> SettingsServices:
+    """The settings dialog's way to the adapters (connection test, keyring)."""
+    return SettingsServices(identify=identify_server, store_api_key=store_api_key)
+
+
 def _autostart_enabled() -> bool:
     from trayapp.adapters import autostart
 
@@ -200,14 +221,14 @@ class TrayApp(QObject):
         self._stopped = False
 
         self.runner = WorkerThread(monitor_factory)
-        self.dashboard = Dashboard(kv_type=settings.hardware.kv_type)
+        self.dashboard = Dashboard(kv_type=settings.hardware.kv_type, thresholds=settings.thresholds)
         self.tray = TrayController(
             self.runner,
             export_callback=export_session_log,
             diagnostics=self.diagnostics,
             autostart_enabled=_autostart_enabled(),
             set_autostart=set_autostart,
-            low_efficiency_ratio=settings.thresholds.low_efficiency_ratio,
+            thresholds=settings.thresholds,
         )
         self.notifier = Notifier(self.tray.tray, settings.notifications)
 
@@ -348,7 +369,7 @@ class TrayApp(QObject):
             dialog.raise_()
             dialog.activateWindow()
             return
-        dialog = SettingsDialog(self.settings)
+        dialog = SettingsDialog(self.settings, services=settings_services())
         dialog.settings_changed.connect(self.apply_settings)
         self._settings_dialog = dialog
         dialog.show()
@@ -359,8 +380,9 @@ class TrayApp(QObject):
         self.settings = settings
         self.runner.apply_settings(settings)
         self.notifier.set_config(settings.notifications)
-        self.tray.set_low_efficiency_ratio(settings.thresholds.low_efficiency_ratio)
+        self.tray.set_thresholds(settings.thresholds)
         self.dashboard.set_kv_type(settings.hardware.kv_type)
+        self.dashboard.set_thresholds(settings.thresholds)
         if settings.exporter != old.exporter:
             self._apply_exporter(settings.exporter)
         log.info("settings applied")

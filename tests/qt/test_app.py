@@ -99,7 +99,7 @@ def test_without_a_tray_the_dashboard_opens_and_plots(
         assert "No system tray is available" in tray_app.dashboard.banner.text()
         assert qapp.quitOnLastWindowClosed()  # the window is the app: closing it quits
         qtbot.waitUntil(lambda: tray_app.dashboard.redraw_count >= 4, timeout=5000)
-        _, y = tray_app.dashboard.decode_curve.getData()
+        _, y = tray_app.dashboard.time_plot.decode_curve.getData()
         assert list(y[:3]) == [41.0, 42.0, 43.0]
         assert tray_app.tray.shown_state is not None
         qtbot.waitUntil(lambda: tray_app.tray.shown_state.health == "alert", timeout=5000)

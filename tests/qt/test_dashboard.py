@@ -14,7 +14,9 @@ from qt_snapshots import LLAMA, OLLAMA, T0, alert, model, request, server, snap
 
 from tests.support.snapshots import HW, hardware_snapshot
 from trayapp.core.model import KvLayout, ModelFacts
-from trayapp.ui.dashboard import Dashboard, rate_text, time_span_s, ttft_text
+from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import format_rate
+from trayapp.ui.dashboard import Dashboard, time_span_s, ttft_text
 
 
 @pytest.fixture
@@ -38,19 +40,19 @@ def test_curves_have_the_decode_points_gaps_and_ceiling(qtbot: QtBot, dash: Dash
     dash.show()
     qtbot.waitExposed(dash)
     _feed_session(dash)
-    x, y = dash.decode_curve.getData()
+    x, y = dash.time_plot.decode_curve.getData()
     assert x is not None and y is not None
     assert list(x) == [T0 + i for i in range(7)]
     assert list(y[:3]) == [40.0, 42.0, 41.0] and list(y[5:]) == [39.0, 38.5]
     assert math.isnan(y[3]) and math.isnan(y[4])  # gaps while idle, not zeros
-    assert dash.decode_curve.opts["connect"] == "finite"
-    assert dash.ceiling_line.value() == pytest.approx(62.0)
-    assert dash.realistic_band.getRegion() == pytest.approx((62 * 0.60, 62 * 0.75))
-    assert dash.reading_band.getRegion() == pytest.approx((5.0, 10.0))
-    assert dash.floor_line.value() == pytest.approx(3.0)
-    ex, ey = dash.exact_points.getData()
+    assert dash.time_plot.decode_curve.opts["connect"] == "finite"
+    assert dash.time_plot.ceiling_line.value() == pytest.approx(62.0)
+    assert dash.time_plot.realistic_band.getRegion() == pytest.approx((62 * 0.60, 62 * 0.75))
+    assert dash.time_plot.reading_band.getRegion() == pytest.approx((5.0, 10.0))
+    assert dash.time_plot.floor_line.value() == pytest.approx(3.0)
+    ex, ey = dash.time_plot.exact_points.getData()
     assert list(ex) == [T0 + 3] and list(ey) == [41.5]  # the finished request, apart from the line
-    px, py = dash.context_points.getData()
+    px, py = dash.context_plot.context_points.getData()
     assert list(px) == [1000, 1500, 2000, 3500, 4000] and list(py) == [40.0, 42.0, 41.0, 39.0, 38.5]
     assert dash.rate_label.text() == "38 tok/s"  # 38.5 rounds half to even
     assert dash.share_label.text() == "62 % of 62 tok/s ceiling"
@@ -62,11 +64,11 @@ def test_ms_per_token_toggle(qtbot: QtBot, dash: Dashboard) -> None:
     qtbot.waitExposed(dash)
     _feed_session(dash)
     dash.ms_toggle.setChecked(True)
-    _, y = dash.decode_curve.getData()
+    _, y = dash.time_plot.decode_curve.getData()
     assert y[0] == pytest.approx(25.0)  # 1000 / 40 tok/s
     assert math.isnan(y[3])
-    assert dash.ceiling_line.value() == pytest.approx(1000 / 62)
-    assert dash.floor_line.value() == pytest.approx(1000 / 3)
+    assert dash.time_plot.ceiling_line.value() == pytest.approx(1000 / 62)
+    assert dash.time_plot.floor_line.value() == pytest.approx(1000 / 3)
     assert dash.rate_label.text() == "26.0 ms/token"
 
 
@@ -74,14 +76,14 @@ def test_hidden_dashboard_keeps_history_but_does_no_redraw(qtbot: QtBot, dash: D
     assert not dash.isVisible()
     _feed_session(dash)
     assert dash.redraw_count == 0
-    x, _ = dash.decode_curve.getData()
+    x, _ = dash.time_plot.decode_curve.getData()
     assert x is None or len(x) == 0  # nothing drawn yet
     assert len(dash.history.arrays((LLAMA, "llama3.1:8b")).t_wall_s) == 7
     with qtbot.waitSignal(dash.redrawn, timeout=2000) as blocker:
         dash.show()
     assert dash.redraw_count == 1  # one redraw on show, with everything recorded meanwhile
     assert blocker.args[0] == {"model": "llama3.1:8b", "points": 5, "total": 7}
-    _, y = dash.decode_curve.getData()
+    _, y = dash.time_plot.decode_curve.getData()
     assert len(y) == 7
     dash.update_snapshot(snap(7.0, server(model(rate=37.0))))
     assert dash.redraw_count == 2
@@ -115,7 +117,7 @@ def test_model_selector_and_cards(qtbot: QtBot, dash: Dashboard) -> None:
     assert card.gpu_bar.value() == 48 and "CPU 52 %" in card.gpu_bar.format()
     llama_card = dash.cards[(LLAMA, "llama3.1:8b")]
     assert llama_card.context_bar.format() == "context 6.1k/8k (74 %)"
-    assert "TTFT 0.31 s" in llama_card.stats.text() and "prompt 1,850 tok/s" in llama_card.stats.text()
+    assert "TTFT 0.31 s" in llama_card.stats.text() and "prompt 1850 tok/s" in llama_card.stats.text()
     assert "RTX 4090" in dash.hardware_label.text() and "RAM 18.2/64 GB" in dash.hardware_label.text()
     dash.update_snapshot(snap(1.0, server(model(rate=42.0))))  # qwen unloaded: its card goes
     assert set(dash.cards) == {(LLAMA, "llama3.1:8b")}
@@ -134,7 +136,7 @@ def test_expected_curve_follows_the_kv_model(qtbot: QtBot, dash: Dashboard) -> N
     dash.update_snapshot(
         snap(0.0, server(model(rate=42.0, facts=facts, context_tokens=0, ceiling_tok_s=62.0)))
     )
-    x, y = dash.expected_curve.getData()
+    x, y = dash.context_plot.expected_curve.getData()
     assert x[0] == 0 and x[-1] == 8192
     assert y[0] == pytest.approx(62.0)
     kv_bytes = 8192 * 32 * 8 * 256 * 2
@@ -147,7 +149,7 @@ def test_expected_curve_without_facts_uses_the_ceilings_seen(qtbot: QtBot, dash:
     qtbot.waitExposed(dash)
     for i, (ctx, ceiling) in enumerate([(1000, 60.0), (4000, 55.0), (2000, 58.0)]):
         dash.update_snapshot(snap(float(i), server(model(context_tokens=ctx, ceiling_tok_s=ceiling))))
-    x, y = dash.expected_curve.getData()
+    x, y = dash.context_plot.expected_curve.getData()
     assert list(x) == [1000, 2000, 4000] and list(y) == [60.0, 58.0, 55.0]
 
 
@@ -185,16 +187,17 @@ def _label(line: pg.InfiniteLine) -> pg.InfLineLabel:
 
 
 @pytest.mark.parametrize(
-    ("tok_s", "text"), [(1008.0, "1,008"), (42.0, "42"), (7.5, "7.5"), (9.96, "10"), (-1.0, "0.0")]
+    ("tok_s", "text"), [(1008.0, "1008"), (42.0, "42"), (7.5, "7.5"), (9.96, "10"), (-1.0, "0.0")]
 )
-def test_rate_text_keeps_the_digits(tok_s: float, text: str) -> None:
-    assert rate_text(tok_s) == text
+def test_window_rates_keep_the_digits(tok_s: float, text: str) -> None:
+    """The window uses units.format_rate: every digit, unlike the icon's 3-character '1k'."""
+    assert format_rate(tok_s) == text
 
 
 @pytest.mark.parametrize(
     ("rate", "ceiling", "header", "share", "card"),
     [
-        (1008.0, 1400.0, "1,008 tok/s", "72 % of 1,400 tok/s ceiling", "ceiling 1,400 tok/s"),
+        (1008.0, 1400.0, "1008 tok/s", "72 % of 1400 tok/s ceiling", "ceiling 1400 tok/s"),
         (42.0, 62.0, "42 tok/s", "68 % of 62 tok/s ceiling", "ceiling 62 tok/s"),
         (7.5, 9.4, "7.5 tok/s", "80 % of 9.4 tok/s ceiling", "ceiling 9.4 tok/s"),
     ],
@@ -252,19 +255,60 @@ def test_model_card_says_where_the_model_lives(qtbot: QtBot, dash: Dashboard) ->
     assert bar.format() == "GPU share unknown"  # a GPU here, share not reported: no guess
 
 
+def test_offload_mark_follows_the_threshold(qtbot: QtBot) -> None:
+    dash = Dashboard(thresholds=Thresholds(offload_gpu_fraction=0.5))
+    qtbot.addWidget(dash)
+    _shown(qtbot, dash)
+    dash.update_snapshot(snap(0.0, server(model(gpu_fraction=0.6)), hardware=HW))
+    bar = dash.cards[(LLAMA, "llama3.1:8b")].gpu_bar
+    assert bar.format() == "GPU 60 %"  # above the user's 50 %: not counted as offloaded
+    dash.set_thresholds(Thresholds())  # the default, 98 %
+    assert bar.format() == "GPU 60 % · CPU 40 % ⚠"
+
+
 def test_band_and_ceiling_labels_have_text_with_a_constant_ceiling(qtbot: QtBot, dash: Dashboard) -> None:
     _shown(qtbot, dash)
-    reading = _label(dash.reading_band.lines[1])
+    reading = _label(dash.time_plot.reading_band.lines[1])
     for i in range(3):  # the same ceiling each time: the lines do not move after the first update
         dash.update_snapshot(snap(float(i), server(model(rate=40.0 + i, ceiling_tok_s=62.0))))
-        assert dash.ceiling_line.label.isVisible() and dash.realistic_label.isVisible()
-        labels = [dash.ceiling_line.label, dash.realistic_label, reading, dash.floor_line.label]
+        assert dash.time_plot.ceiling_line.label.isVisible() and dash.time_plot.realistic_label.isVisible()
+        labels = [
+            dash.time_plot.ceiling_line.label,
+            dash.time_plot.realistic_label,
+            reading,
+            dash.time_plot.floor_line.label,
+        ]
         assert [label.toPlainText() for label in labels] == [
             "ceiling 62",
             "realistic 60–75 %",
             "reading speed 5–10",
             "floor 3",
         ]
+
+
+def test_floor_line_follows_the_users_threshold(qtbot: QtBot, dash: Dashboard) -> None:
+    _shown(qtbot, dash)
+    dash.set_thresholds(Thresholds(below_floor_tok_s=5.0))  # what the app calls when settings change
+    dash.update_snapshot(snap(0.0, server(model(rate=40.0, ceiling_tok_s=62.0))))
+    assert dash.time_plot.floor_line.value() == pytest.approx(5.0)
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 5"
+    dash.ms_toggle.setChecked(True)
+    assert dash.time_plot.floor_line.value() == pytest.approx(200.0)  # 1000 ms / 5 tok/s
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 200 ms"
+    dash.set_thresholds(Thresholds(below_floor_tok_s=2.5))
+    assert dash.time_plot.floor_line.value() == pytest.approx(400.0)  # 1000 / 2.5
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 400 ms"
+    dash.ms_toggle.setChecked(False)
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 2.5"
+
+
+def test_floor_from_the_constructor(qtbot: QtBot) -> None:
+    dash = Dashboard(thresholds=Thresholds(below_floor_tok_s=5.0))
+    qtbot.addWidget(dash)
+    _shown(qtbot, dash)
+    dash.update_snapshot(snap(0.0, server(model(rate=40.0))))
+    assert dash.time_plot.floor_line.value() == pytest.approx(5.0)
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 5"
 
 
 def test_ms_per_token_converts_and_zooms_to_the_data(qtbot: QtBot, dash: Dashboard) -> None:
@@ -275,34 +319,34 @@ def test_ms_per_token_converts_and_zooms_to_the_data(qtbot: QtBot, dash: Dashboa
         requests = (request(200.0, t=float(i)),) if i == 3 else ()
         m = model(phase=phase, rate=rate, ceiling_tok_s=1000.0)
         dash.update_snapshot(snap(float(i), server(m), requests=requests))
-    _, tok_s = dash.decode_curve.getData()
+    _, tok_s = dash.time_plot.decode_curve.getData()
     assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 1250.0])
 
     dash.ms_toggle.setChecked(True)
-    _, y = dash.decode_curve.getData()
+    _, y = dash.time_plot.decode_curve.getData()
     expected = [1000 / r if r is not None else math.nan for r in rates]
     np.testing.assert_allclose(y, expected)  # [2, 2.5, nan, 4] ms/token, the gap kept
-    _, ey = dash.exact_points.getData()
+    _, ey = dash.time_plot.exact_points.getData()
     assert list(ey) == [pytest.approx(5.0)]  # the finished request at 200 tok/s
-    assert dash.ceiling_line.label.toPlainText() == "fastest 1.0 ms/token"
-    assert dash.floor_line.label.toPlainText() == "floor 333 ms"
+    assert dash.time_plot.ceiling_line.label.toPlainText() == "fastest 1.0 ms/token"
+    assert dash.time_plot.floor_line.label.toPlainText() == "floor 333 ms"
     # Zoomed on the data (slowest point 5 ms, plus headroom), not on the 333 ms floor.
     assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 5.0 * 1.25])
     assert dash.time_plot.getPlotItem().getAxis("left").labelText == "ms/token"
 
     dash.ms_toggle.setChecked(False)
-    _, back = dash.decode_curve.getData()
+    _, back = dash.time_plot.decode_curve.getData()
     np.testing.assert_array_equal(back, tok_s)
     assert dash.time_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 1250.0])
-    assert dash.ceiling_line.label.toPlainText() == "ceiling 1000"
+    assert dash.time_plot.ceiling_line.label.toPlainText() == "ceiling 1000"
 
 
 def test_floor_label_clear_of_reading_label_at_a_high_ceiling(qtbot: QtBot, dash: Dashboard) -> None:
     _shown(qtbot, dash)
     for i in range(3):
         dash.update_snapshot(snap(float(i), server(model(rate=900.0, ceiling_tok_s=1000.0))))
-    reading = _label(dash.reading_band.lines[1]).sceneBoundingRect()
-    floor = dash.floor_line.label.sceneBoundingRect()
+    reading = _label(dash.time_plot.reading_band.lines[1]).sceneBoundingRect()
+    floor = dash.time_plot.floor_line.label.sceneBoundingRect()
     assert reading.width() > 0 and floor.width() > 0
     # On a 0–1250 tok/s scale 3 and 10 tok/s are a pixel or two apart: the labels sit at opposite ends.
     assert abs(reading.center().y() - floor.center().y()) < reading.height()

@@ -12,8 +12,11 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
+from trayapp.app import settings_services, store_api_key
 from trayapp.config import EndpointConfig, NotificationConfig, Settings, load_settings, save_settings
-from trayapp.ui.settings_dialog import SettingsDialog
+from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
+
+REAL = settings_services()  # the app's: real HTTP identify, the real keyring module
 
 
 @pytest.fixture
@@ -30,7 +33,7 @@ def test_round_trip_through_the_config_file(qtbot: QtBot, tmp_path: Path) -> Non
         notifications=NotificationConfig(muted_kinds=("cold_load",)),
     )
     save_settings(start, path)
-    dialog = SettingsDialog(load_settings(path).settings, config_path=path)
+    dialog = SettingsDialog(load_settings(path).settings, services=REAL, config_path=path)
     qtbot.addWidget(dialog)
     assert dialog.settings() == start  # opening and reading back changes nothing
 
@@ -75,9 +78,31 @@ def test_round_trip_through_the_config_file(qtbot: QtBot, tmp_path: Path) -> Non
     assert not dialog.isVisible()
 
 
+def test_mute_list_has_every_alert_kind_with_its_label(qtbot: QtBot) -> None:
+    dialog = SettingsDialog(
+        Settings(notifications=NotificationConfig(muted_kinds=("old_kind",))), services=REAL
+    )
+    qtbot.addWidget(dialog)
+    assert list(dialog.mute_checks) == [
+        "offload",
+        "kv_slowdown",
+        "context_full",
+        "below_floor",
+        "low_efficiency",
+        "draft_acceptance",
+        "vram_pressure",
+        "regression",
+        "server_down",
+        "cold_load",
+        "old_kind",  # muted in the config, unknown now: still shown, so it can be unmuted
+    ]
+    assert dialog.mute_checks["offload"].text() == "offload: part of a model spilled to system RAM"
+    assert dialog.mute_checks["old_kind"].text() == "old_kind" and dialog.mute_checks["old_kind"].isChecked()
+
+
 def test_bad_values_are_refused_with_the_key_path(qtbot: QtBot, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    dialog = SettingsDialog(Settings(), config_path=path)
+    dialog = SettingsDialog(Settings(), services=REAL, config_path=path)
     qtbot.addWidget(dialog)
     dialog.add_endpoint()
     dialog.url_edit.setText("ftp://nope")
@@ -95,7 +120,7 @@ def test_bad_values_are_refused_with_the_key_path(qtbot: QtBot, tmp_path: Path) 
 
 def test_keyring_failure_says_why_and_offers_the_env_var(qtbot: QtBot, use_keyring: None) -> None:
     keyring.set_keyring(keyring.backends.fail.Keyring())  # what a headless Linux box has
-    dialog = SettingsDialog(Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)))
+    dialog = SettingsDialog(Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), services=REAL)
     qtbot.addWidget(dialog)
     dialog.key_edit.setText("sk-secret")
     dialog.key_button.click()
@@ -111,7 +136,7 @@ def test_key_goes_to_the_keyring_not_the_file(qtbot: QtBot, tmp_path: Path, use_
     keyring.set_keyring(memory)
     path = tmp_path / "config.toml"
     dialog = SettingsDialog(
-        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), config_path=path
+        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), services=REAL, config_path=path
     )
     qtbot.addWidget(dialog)
     dialog.key_edit.setText("sk-secret")
@@ -132,7 +157,8 @@ def test_connection_test_runs_off_the_gui_thread(qtbot: QtBot) -> None:
         return "llamacpp", "/props has model_path/build_info"
 
     dialog = SettingsDialog(
-        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), identify=identify
+        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)),
+        services=SettingsServices(identify=identify, store_api_key=store_api_key),
     )
     qtbot.addWidget(dialog)
     dialog.test_connection()
@@ -150,7 +176,9 @@ def test_hung_server_times_out_without_blocking(qtbot: QtBot) -> None:
         return "ollama", "late"
 
     dialog = SettingsDialog(
-        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:9"),)), identify=identify, test_timeout_s=0.3
+        Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:9"),)),
+        services=SettingsServices(identify=identify, store_api_key=store_api_key),
+        test_timeout_s=0.3,
     )
     qtbot.addWidget(dialog)
     dialog.test_connection()
@@ -168,7 +196,9 @@ def test_real_identify_against_a_closed_port(qtbot: QtBot) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
-    dialog = SettingsDialog(Settings(endpoints=(EndpointConfig(url=f"http://127.0.0.1:{port}"),)))
+    dialog = SettingsDialog(
+        Settings(endpoints=(EndpointConfig(url=f"http://127.0.0.1:{port}"),)), services=REAL
+    )
     qtbot.addWidget(dialog)
     dialog.test_connection()
     qtbot.waitUntil(lambda: dialog.test_result.text().startswith("✗"), timeout=8000)

@@ -14,6 +14,7 @@ from trayapp.config import EndpointConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import Snapshot
+from trayapp.core.thresholds import Thresholds
 from trayapp.ui.tray import TrayController, settings_summary
 
 
@@ -210,3 +211,27 @@ def test_start_at_login_toggle(qtbot: QtBot, worker: FakeWorker) -> None:
     failing = TrayController(worker, set_autostart=refuse, template=False)
     failing.autostart_action.trigger()
     qtbot.waitUntil(lambda: not failing.autostart_enabled, timeout=2000)
+
+
+@pytest.mark.parametrize(
+    ("phase", "line"),
+    [
+        ("loading", "● llama-server 127.0.0.1:8080 — loading a model"),  # busy for the menu's dot
+        ("prefill", "● llama-server 127.0.0.1:8080 — reading a prompt"),
+        ("stalled", "● llama-server 127.0.0.1:8080 — stalled"),
+        ("idle", "○ llama-server 127.0.0.1:8080 — idle"),
+    ],
+)
+def test_server_dot_shows_work_and_loading(tray: TrayController, phase: str, line: str) -> None:
+    tray.update_snapshot(snap(1.0, server(model(phase=phase))))
+    tray.menu.aboutToShow.emit()
+    assert tray.server_lines()[0] == line
+
+
+def test_offload_mark_in_the_menu_follows_the_threshold(tray: TrayController) -> None:
+    tray.update_snapshot(snap(1.0, server(model(phase="idle", gpu_fraction=0.9))))
+    tray.menu.aboutToShow.emit()
+    assert tray.server_lines()[1].endswith("·  10 % CPU ⚠")  # under the default 98 %
+    tray.set_thresholds(Thresholds(offload_gpu_fraction=0.85))  # what the app calls on new settings
+    tray.menu.aboutToShow.emit()
+    assert "CPU" not in tray.server_lines()[1]

@@ -17,3 +17,4 @@ class Thresholds:
     vram_free_min_pct: float = 5.0
     regression_pct: float = 20.0
     offload_min_cpu_pct: float = 2.0
+    offload_gpu_fraction: float = 0.98  # below this share in GPU memory a model counts as offloaded

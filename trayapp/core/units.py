@@ -28,7 +28,7 @@ def format_rate(tok_s: float | None) -> str:
     """A rate with sensible precision: '9.4', '42', '142'; '—' when unknown."""
     if tok_s is None:
         return "—"
-    return f"{tok_s:.0f}" if tok_s >= 10 else f"{max(tok_s, 0.0):.1f}"
+    return f"{tok_s:.0f}" if tok_s >= 9.95 else f"{max(tok_s, 0.0):.1f}"  # 9.96 → "10", not "10.0"
 
 
 def format_rate_short(tok_s: float) -> str:

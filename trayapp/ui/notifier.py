@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from trayapp.config import NotificationConfig
+from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.model import Alert, Snapshot
 
 log = logging.getLogger("trayapp.notifier")
@@ -27,25 +28,12 @@ MAX_REMEMBERED = 2000
 TITLE_MAX_CHARS = 90
 
 
-# Short headlines per alert kind: a notification bubble cuts long titles (UI.md: cause as title).
-_HEADLINES: dict[str, str] = {
-    "offload": "{model} spilled to the CPU ({cpu_pct} %)",
-    "kv_slowdown": "{model} slows as its context grows",
-    "context_full": "{model}'s context is nearly full",
-    "below_floor": "{model} is below the usable speed",
-    "low_efficiency": "{model} runs far below its ceiling",
-    "draft_acceptance": "Speculative decoding is not paying off on {model}",
-    "vram_pressure": "GPU memory is almost full",
-    "regression": "{model} is slower than its baseline",
-    "server_down": "An LLM server stopped answering",
-    "cold_load": "{model} waited for a model load",
-}
-
-
 def notification_text(alert: Alert) -> tuple[str, str]:
     """(title, body): a short headline naming the cause; the full message (effect, numbers) and the fix."""
     cpu_share = alert.evidence.get("cpu_share") if alert.evidence else None
-    template = _HEADLINES.get(alert.kind)
+    # A short headline per kind (core.alert_kinds): a notification bubble cuts long titles.
+    known = ALERT_KINDS.get(alert.kind)
+    template = known.headline if known else None
     if template is not None and (alert.model or "{model}" not in template):
         if isinstance(cpu_share, (int, float)):
             title = template.format(model=alert.model or "", cpu_pct=f"{float(cpu_share) * 100:.0f}")

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -49,7 +49,7 @@ from trayapp.config import (
     save_settings,
     settings_to_toml,
 )
-from trayapp.core.diagnose import ALERT_KINDS
+from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
 from trayapp.ui.worker import run_in_background
@@ -72,24 +72,19 @@ THRESHOLD_LABELS: dict[str, str] = {
     "vram_free_min_pct": "Minimum free VRAM (%)",
     "regression_pct": "Regression (%)",
     "offload_min_cpu_pct": "Offload: minimum CPU share (%)",
+    "offload_gpu_fraction": "Offloaded below this GPU share",
 }
-IdentifyFn = Callable[[str, str | None], tuple[str | None, str]]
-StoreKeyFn = Callable[[str, str], None]
 
 
-def default_identify(url: str, api_key: str | None) -> tuple[str | None, str]:
-    """Identify the server at `url` (blocking HTTP: run it off the GUI thread)."""
-    from trayapp.adapters.discovery import IDENTIFY_TIMEOUT, identify
-    from trayapp.adapters.http import make_client
+@dataclass(frozen=True)
+class SettingsServices:
+    """What the dialog needs from outside the UI, given by the app (which owns the adapters).
 
-    with make_client(url, timeout=IDENTIFY_TIMEOUT) as client:
-        return identify(url, client, api_key)
+    Both calls block (network, OS keyring): the dialog runs them off the GUI thread.
+    """
 
-
-def default_store_key(url: str, key: str) -> None:
-    from trayapp.adapters.secrets import store_api_key
-
-    store_api_key(url, key)
+    identify: Callable[[str, str | None], tuple[str | None, str]]  # (url, api key) → (kind | None, why)
+    store_api_key: Callable[[str, str], None]  # (url, key) → None; raises with a reason on failure
 
 
 def validate(settings: Settings) -> list[str]:
@@ -120,9 +115,8 @@ class SettingsDialog(QDialog):
         self,
         settings: Settings,
         *,
+        services: SettingsServices,
         config_path: Path | None = None,
-        identify: IdentifyFn | None = None,
-        store_key: StoreKeyFn | None = None,
         test_timeout_s: float = 10.0,
         parent: QWidget | None = None,
     ) -> None:
@@ -130,8 +124,7 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("llm-tray settings")
         self.original = settings
         self.config_path = config_path
-        self._identify = identify or default_identify
-        self._store_key = store_key or default_store_key
+        self.services = services
         self.test_timeout_s = test_timeout_s
         self._endpoints: list[EndpointConfig] = list(settings.endpoints)
         self._test_token = 0
@@ -258,7 +251,7 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Mute these kinds")
         box_layout = QVBoxLayout(box)
         self.mute_checks: dict[str, QCheckBox] = {}
-        kinds = dict(ALERT_KINDS)
+        kinds = {name: kind.label for name, kind in ALERT_KINDS.items()}
         for kind in notifications.muted_kinds:
             kinds.setdefault(kind, "")
         for kind, description in kinds.items():
@@ -366,7 +359,9 @@ class SettingsDialog(QDialog):
         def failed(exc: BaseException) -> None:
             finish(f"✗ {type(exc).__name__}: {exc}")
 
-        run_in_background(lambda: self._identify(url, key), done, failed, name="llm-tray-test-connection")
+        run_in_background(
+            lambda: self.services.identify(url, key), done, failed, name="llm-tray-test-connection"
+        )
         seconds = self.test_timeout_s
         QTimer.singleShot(round(seconds * 1000), self, lambda: finish(f"✗ no answer within {seconds:g} s"))
 
@@ -398,7 +393,9 @@ class SettingsDialog(QDialog):
             self.key_status.setText(f"✗ Could not store the key: {exc}")
             log.warning("keyring: %s", exc)
 
-        run_in_background(lambda: self._store_key(url, key), done, failed, name="llm-tray-keyring")
+        run_in_background(
+            lambda: self.services.store_api_key(url, key), done, failed, name="llm-tray-keyring"
+        )
 
     # ------------------------------------------------------------------ result
 

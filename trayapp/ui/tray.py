@@ -20,25 +20,16 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 
 from trayapp.config import Settings
 from trayapp.core.diagnostics import diagnostics_text, redact_url
-from trayapp.core.glance import (
-    OFFLOAD_GPU_FRACTION,
-    GlanceTracker,
-    IconState,
-    format_rate,
-    format_tokens,
-    host_port,
-    icon_state,
-    kind_label,
-    paused_state,
-)
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
+from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import format_pct, format_rate, format_tokens
 from trayapp.ui.icons import make_icon
 from trayapp.ui.worker import run_in_background
 
 log = logging.getLogger("trayapp.tray")
 
 MIN_REDRAW_INTERVAL_S = 0.5
-_BUSY = ("decoding", "prefill", "loading", "stalled")
 
 
 def server_line(server: ServerStatus) -> str:
@@ -64,21 +55,20 @@ def server_line(server: ServerStatus) -> str:
         state = "no model loaded"
     else:
         state = "idle"
-    active = any(m.phase in _BUSY for m in server.models)
+    active = any(is_busy(m.phase) or m.phase == "loading" for m in server.models)
     return f"{'●' if active else '○'} {name} — {state}"
 
 
-def model_line(model: ModelStatus) -> str:
-    """'   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx  ·  52 % CPU ⚠'."""
+def model_line(model: ModelStatus, offload_gpu_fraction: float = Thresholds.offload_gpu_fraction) -> str:
+    """'   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx  ·  52 % CPU ⚠' (the mark below `offload_gpu_fraction`)."""
     name = model.name
     if model.quantization and model.quantization.lower() not in name.lower():
         name = f"{name} {model.quantization}"
     parts = [name]
     if model.context_length:
-        depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
-        parts.append(f"{depth}/{format_tokens(model.context_length)} ctx")
-    if model.gpu_fraction is not None and model.gpu_fraction < OFFLOAD_GPU_FRACTION:
-        parts.append(f"{(1 - model.gpu_fraction) * 100:.0f} % CPU ⚠")
+        parts.append(f"{format_tokens(model.context_tokens)}/{format_tokens(model.context_length)} ctx")
+    if model.gpu_fraction is not None and model.gpu_fraction < offload_gpu_fraction:
+        parts.append(f"{format_pct(1 - model.gpu_fraction)} CPU ⚠")
     return "   " + "  ·  ".join(parts)
 
 
@@ -131,7 +121,7 @@ class TrayController(QObject):
         diagnostics: Callable[[Snapshot | None], str] | None = None,
         autostart_enabled: bool = False,
         set_autostart: Callable[[bool], object] | None = None,
-        low_efficiency_ratio: float = 0.45,
+        thresholds: Thresholds | None = None,
         template: bool | None = None,
         min_redraw_interval_s: float = MIN_REDRAW_INTERVAL_S,
         parent: QObject | None = None,
@@ -144,7 +134,8 @@ class TrayController(QObject):
         self.autostart_enabled = autostart_enabled
         self.template = sys.platform == "darwin" if template is None else template
         self.min_redraw_interval_s = min_redraw_interval_s
-        self.tracker = GlanceTracker(low_efficiency_ratio)
+        self.thresholds = thresholds or Thresholds()
+        self.tracker = GlanceTracker(self.thresholds)
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.shown_state: IconState | None = None  # what the icon shows now
@@ -173,8 +164,10 @@ class TrayController(QObject):
             return
         self._show(self.tracker.update(snapshot))
 
-    def set_low_efficiency_ratio(self, ratio: float) -> None:
-        self.tracker.low_efficiency_ratio = ratio
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        """The user's thresholds: the icon's health (low efficiency) and the menu's offload mark."""
+        self.thresholds = thresholds
+        self.tracker.thresholds = thresholds
 
     def _show(self, state: IconState) -> None:
         if state.tooltip != self.tray.toolTip():
@@ -278,7 +271,7 @@ class TrayController(QObject):
         for server in shown:
             self._info(menu, server_line(server))
             for model in server.models:
-                self._info(menu, model_line(model))
+                self._info(menu, model_line(model, self.thresholds.offload_gpu_fraction))
 
     def server_lines(self) -> list[str]:
         """The menu's server/model lines as they read now (for tests and the e2e check)."""

@@ -1,0 +1,132 @@
+"""Per-model cards and the hardware footer line."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
+
+from trayapp.core.glance import host_port, kind_label
+from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
+from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import GB, format_gb, format_pct, format_rate, format_tokens
+
+
+def is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def ttft_text(model: ModelStatus) -> str:
+    """Time to first token; "~" marks an estimate (prompt tokens ÷ the server's prompt speed)."""
+    if model.ttft_s is None:
+        return "TTFT —"
+    approx = "~" if model.ttft_exact is False else ""
+    return f"TTFT {approx}{model.ttft_s:.2f} s"
+
+
+class ModelCard(QFrame):
+    """One loaded model: server, quantization, size, GPU/CPU share, context fill, prompt stats."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        self.title = QLabel()
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
+        font = self.title.font()
+        font.setBold(True)
+        self.title.setFont(font)
+        self.details = QLabel()
+        self.details.setTextFormat(Qt.TextFormat.PlainText)
+        self.gpu_bar = QProgressBar()
+        self.gpu_bar.setRange(0, 100)
+        self.context_bar = QProgressBar()
+        self.context_bar.setRange(0, 1000)
+        self.stats = QLabel()
+        for label in (self.title, self.details, self.stats):
+            label.setContentsMargins(0, 0, 0, 2)  # room for underscores below the descent (Q4_K_M)
+        for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats):
+            layout.addWidget(widget)
+
+    def update_model(
+        self,
+        server: ServerStatus,
+        model: ModelStatus,
+        no_gpu: bool = False,
+        offload_gpu_fraction: float = Thresholds.offload_gpu_fraction,
+    ) -> None:
+        """Show `model`; `no_gpu`: this machine has no GPU and the server is local (all in RAM);
+        a GPU share under `offload_gpu_fraction` gets the offload mark."""
+        self.title.setText(f"{model.name} · {model.phase}")
+        self.title.setToolTip(server.url)
+        details = [model.quantization or "quantization —"]
+        if model.size_bytes is not None:
+            details.append(format_gb(model.size_bytes))
+        if model.parameter_count:
+            details.append(f"{model.parameter_count / 1e9:.1f}B params")
+        if model.bytes_per_token is not None:
+            exact = "exact" if model.bytes_per_token_exact else "estimated"
+            details.append(f"{model.bytes_per_token / GB:.2f} GB/token ({exact})")
+        where = f"{kind_label(server.kind)} {host_port(server.url)}"
+        self.details.setText(where + "\n" + " · ".join(details))
+        self._update_gpu(model.gpu_fraction, no_gpu, offload_gpu_fraction)
+        if model.context_length and model.context_tokens is not None:
+            fill = min(model.context_tokens / model.context_length, 1.0)
+            self.context_bar.setValue(round(fill * 1000))
+            tokens = f"{format_tokens(model.context_tokens)}/{format_tokens(model.context_length)}"
+            self.context_bar.setFormat(f"context {tokens} ({format_pct(fill)})")
+        else:
+            self.context_bar.setValue(0)
+            self.context_bar.setFormat(f"context —/{format_tokens(model.context_length or None)}")
+        stats = [ttft_text(model)]
+        stats.append(
+            f"prompt {format_rate(model.prompt_tok_s)} tok/s"
+            if model.prompt_tok_s is not None
+            else "prompt —"
+        )
+        if model.draft_acceptance is not None:
+            stats.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
+        if model.ceiling_tok_s is not None:
+            stats.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+        if model.live_rate_reason:
+            stats.append(f"live rate unavailable: {model.live_rate_reason}")
+        self.stats.setText(" · ".join(stats))
+
+    def _update_gpu(self, gpu_fraction: float | None, no_gpu: bool, offload_gpu_fraction: float) -> None:
+        if gpu_fraction is None:
+            self.gpu_bar.setValue(0)
+            self.gpu_bar.setFormat("no GPU · in system RAM" if no_gpu else "GPU share unknown")
+            return
+        gpu = min(max(gpu_fraction, 0.0), 1.0)
+        self.gpu_bar.setValue(round(gpu * 100))
+        cpu = f" · CPU {format_pct(1 - gpu)} ⚠" if gpu < offload_gpu_fraction else ""
+        self.gpu_bar.setFormat(f"GPU {format_pct(gpu)}{cpu}")
+
+
+def hardware_line(hardware: HardwareSnapshot) -> str:
+    """'GPU RTX 4090 · 18.0/24 GB · 97 % busy · 64 °C      RAM 18.2/64 GB'."""
+    parts = []
+    for gpu in hardware.gpus:
+        text = f"GPU {gpu.name}"
+        if gpu.vram_used_bytes is not None and gpu.vram_total_bytes:
+            text += f" · {gpu.vram_used_bytes / GB:.1f}/{gpu.vram_total_bytes / GB:.0f} GB"
+        if gpu.util_gpu_pct is not None:
+            text += f" · {gpu.util_gpu_pct:.0f} % busy"
+        if gpu.temperature_c is not None:
+            text += f" · {gpu.temperature_c:.0f} °C"
+        if gpu.throttle_reasons:
+            text += " · throttled: " + ", ".join(gpu.throttle_reasons)
+        parts.append(text)
+    if not hardware.gpus:
+        parts.append(f"GPU — ({hardware.gpu_reason})" if hardware.gpu_reason else "GPU —")
+    host = hardware.host
+    if host.ram_total_bytes and host.ram_available_bytes is not None:
+        used = host.ram_total_bytes - host.ram_available_bytes
+        parts.append(f"RAM {used / GB:.1f}/{host.ram_total_bytes / GB:.0f} GB")
+    else:
+        parts.append("RAM —")
+    return "      ".join(parts)
