@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 import time
@@ -283,11 +284,27 @@ def load_settings(path: Path | None = None) -> LoadResult:
     return LoadResult(settings, tuple(f"{path}: {e}" for e in errors), backup)
 
 
+# A secret typed into the file by mistake (`api_key = "sk-..."`): its backup keeps the line, not the value.
+_SECRET_LINE = re.compile(
+    r"(?im)^(\s*[\"']?(?:api[_-]?key|apikey|key|token|access[_-]?token|secret|password|passwd|authorization)"
+    r"[\"']?\s*=\s*)\S.*$"
+)
+SECRET_REMOVED = '"<removed: API keys belong in the OS keyring or api_key_env>"'
+
+
+def _without_secrets(raw: bytes) -> bytes:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw  # not text: kept as it is, so nothing the user wrote is lost
+    return _SECRET_LINE.sub(lambda m: m.group(1) + SECRET_REMOVED, text).encode("utf-8")
+
+
 def _backup(path: Path) -> Path | None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     backup = path.with_name(f"{path.name}.broken-{stamp}")
     try:
-        backup.write_bytes(path.read_bytes())
+        backup.write_bytes(_without_secrets(path.read_bytes()))
     except OSError:
         return None
     return backup

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import keyring.backend
 import keyring.errors
 
@@ -25,3 +28,16 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
         if (service, username) not in self.store:
             raise keyring.errors.PasswordDeleteError(username)
         del self.store[(service, username)]
+
+
+SEED_ENV = "LLM_TRAY_TEST_KEYRING"  # JSON [[service, username, password], ...]
+
+
+class SeededMemoryKeyring(MemoryKeyring):
+    """A MemoryKeyring filled from $LLM_TRAY_TEST_KEYRING, so a subprocess started with
+    PYTHON_KEYRING_BACKEND=tests.support.memory_keyring.SeededMemoryKeyring finds the test's keys."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for service, username, password in json.loads(os.environ.get(SEED_ENV) or "[]"):
+            self.store[(service, username)] = password
