@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
-from trayapp.adapters import store as store_mod
 from trayapp.adapters.store import Store, StoreError, StoreLockedError, redact_url, schema_version
+from trayapp.adapters.store import rows as store_rows
+from trayapp.adapters.store import schema as store_mod
 from trayapp.core.model import (
     Alert,
     HardwareSnapshot,
@@ -330,6 +331,21 @@ def test_record_and_read_back_the_same_numbers(db: Path) -> None:
         assert stored_alert["ended_wall_s"] is None and stored_alert["cause"] == "context raised to 32768"
 
 
+def test_every_column_is_written_by_name(db: Path) -> None:
+    """Each row builder names every column of its table (bar the rowid alias): none NULL by omission."""
+    server = snapshot(T0).servers[0]
+    built = {
+        "samples": store_rows.sample_row(T0, server, model()),
+        "requests": store_rows.request_row(request(T0)),
+        "sessions": store_rows.session_row(session()),
+        "hardware": store_rows.hardware_row(T0, HARDWARE),
+        "alerts": store_rows.alert_row(alert()),
+    }
+    with Store(db) as store:
+        for table, row in built.items():
+            assert set(row) == set(store.columns(table)) - {"request_id"}, table
+
+
 def test_a_reader_sees_what_the_writer_committed_while_it_runs(db: Path) -> None:
     with Store(db) as writer:
         writer.record(snapshot(T0, (model(),)), [session()])
@@ -462,7 +478,7 @@ def test_baseline_picks_the_best_comparable_session(db: Path) -> None:
         best = store.baseline(context_tokens=500, **common)  # type: ignore[arg-type]
         assert best is not None
         assert best.session_id == "good" and best.decode_tok_s == 80.0 and best.server_version == "0.29.0"
-        assert best.context_tokens == 600 and best.values == 5 and best.started_wall_s == now - 3 * 86400
+        assert best.context_tokens == 600 and best.values == 5 and best.when_wall_s == now - 3 * 86400
 
         deep = store.baseline(context_tokens=14000, **common)  # type: ignore[arg-type]
         assert deep is not None and deep.session_id == "deep"  # 16000 is within ±50 % of 14000

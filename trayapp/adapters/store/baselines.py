@@ -1,0 +1,156 @@
+"""Baselines: the best comparable earlier session of a model, for the `regression` detector.
+
+`BaselineQueries` is the baseline half of `Store`. It answers with the core's own
+`trayapp.core.model.Baseline` and keeps the one baseline cache: the monitor asks every tick.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import statistics
+import threading
+
+from trayapp.core.model import Baseline
+
+BASELINE_CACHE_S = 60.0  # the monitor asks every tick; the answer may be this old
+_BASELINE_CONTEXT_STEP = math.log(1.05)  # contexts within ~5 % share a cached answer
+_MAX_CACHED = 256
+
+_CANDIDATES_SQL = (
+    "SELECT session_id, started_wall_s, server_version FROM sessions "
+    "WHERE model = :model AND quantization IS :quantization AND hardware IS :hardware "
+    "AND started_wall_s < :before_wall_s AND COALESCE(ended_wall_s, started_wall_s) >= :oldest_wall_s "
+    "AND session_id IS NOT :exclude_session "
+    "ORDER BY started_wall_s DESC LIMIT 200"
+)
+_RATES_SQL = (
+    "SELECT decode_tok_s, context_tokens FROM samples WHERE session_id = :session_id "
+    "AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
+    "UNION ALL SELECT decode_tok_s, context_tokens FROM requests WHERE session_id = :session_id "
+    "AND decode_tok_s > 0 AND finished_wall_s < :before_wall_s"
+)
+
+
+def comparable_context(context: int | None, target: int | None, tolerance: float) -> bool:
+    """`context` within ±`tolerance` (relative) of `target`, or both under 1024 tokens; any
+    context compares with an unknown target, an unknown one with no known target."""
+    if target is None:
+        return True
+    if context is None:
+        return False
+    if context < 1024 and target < 1024:
+        return True
+    return abs(context - target) <= tolerance * target
+
+
+class BaselineQueries:
+    """`baseline()` over `_conn` (set up by `Store`, with an empty `_baseline_cache`)."""
+
+    _conn: sqlite3.Connection
+    _lock: threading.RLock
+    _baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]]
+
+    def baseline(
+        self,
+        *,
+        model: str,
+        quantization: str | None,
+        hardware: str | None,
+        context_tokens: int | None,
+        before_wall_s: float,
+        exclude_session: str | None = None,
+        context_tolerance: float = 0.5,
+        max_age_s: float = 30 * 86400.0,
+        min_values: int = 3,
+    ) -> Baseline | None:
+        """The best comparable recent session: highest median decode tok/s at comparable context.
+
+        Comparable: same model, quantization and hardware (None matches None), started
+        before `before_wall_s` and active within `max_age_s` of it, and rates measured at a
+        context depth within ±`context_tolerance` (relative) of `context_tokens`, or both
+        under 1024 tokens. Rates come from decoding samples and finished requests; a
+        session needs `min_values` of them. Answers are cached for `BASELINE_CACHE_S` of
+        `before_wall_s` (contexts within ~5 % share an answer): the monitor asks every tick.
+        """
+        bucket = (
+            None
+            if context_tokens is None
+            else round(math.log(max(context_tokens, 1)) / _BASELINE_CONTEXT_STEP)
+        )
+        key = (
+            model,
+            quantization,
+            hardware,
+            bucket,
+            exclude_session,
+            context_tolerance,
+            max_age_s,
+            min_values,
+        )
+        cached = self._baseline_cache.get(key)
+        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
+            return cached[1]
+        if len(self._baseline_cache) > _MAX_CACHED:
+            self._baseline_cache.clear()
+        best = self._find_baseline(
+            model=model,
+            quantization=quantization,
+            hardware=hardware,
+            context_tokens=context_tokens,
+            before_wall_s=before_wall_s,
+            exclude_session=exclude_session,
+            context_tolerance=context_tolerance,
+            max_age_s=max_age_s,
+            min_values=min_values,
+        )
+        self._baseline_cache[key] = (before_wall_s, best)
+        return best
+
+    def _find_baseline(
+        self,
+        *,
+        model: str,
+        quantization: str | None,
+        hardware: str | None,
+        context_tokens: int | None,
+        before_wall_s: float,
+        exclude_session: str | None,
+        context_tolerance: float,
+        max_age_s: float,
+        min_values: int,
+    ) -> Baseline | None:
+        query = {
+            "model": model,
+            "quantization": quantization,
+            "hardware": hardware,
+            "before_wall_s": before_wall_s,
+            "oldest_wall_s": before_wall_s - max_age_s,
+            "exclude_session": exclude_session,
+        }
+        best: Baseline | None = None
+        with self._lock:
+            candidates = self._conn.execute(_CANDIDATES_SQL, query).fetchall()
+            for session_id, started_wall_s, server_version in candidates:
+                rates = self._conn.execute(
+                    _RATES_SQL, {"session_id": session_id, "before_wall_s": before_wall_s}
+                ).fetchall()
+                used = [(r, c) for r, c in rates if comparable_context(c, context_tokens, context_tolerance)]
+                if len(used) < max(min_values, 1):
+                    continue
+                rate_tok_s = float(statistics.median(r for r, _ in used))
+                if best is not None and rate_tok_s <= best.decode_tok_s:
+                    continue
+                contexts = [c for _, c in used if c is not None]
+                best = Baseline(
+                    decode_tok_s=rate_tok_s,
+                    context_tokens=int(statistics.median(contexts)) if contexts else None,
+                    server_version=server_version,
+                    session_id=session_id,
+                    when_wall_s=started_wall_s,
+                    values=len(used),
+                    model=model,
+                    quantization=quantization,
+                    hardware=hardware,
+                )
+        return best
