@@ -19,16 +19,15 @@ from typing import TYPE_CHECKING
 from trayapp import paths
 from trayapp.adapters import secrets
 from trayapp.adapters.discovery import Discovery, Endpoint
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.hardware import HardwareProbe
 from trayapp.adapters.hwtable import gpu_lookup
-from trayapp.adapters.modelfile import read_model_facts
 from trayapp.config import EndpointConfig, Settings
 from trayapp.core.diagnose import Baseline
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
     HardwareProfile,
     HardwareSnapshot,
-    ModelFacts,
     ModelStatus,
     ServerReading,
     ServerStatus,
@@ -183,7 +182,7 @@ class Monitor:
             endpoints,
             scan_defaults=discover,
             reprobe_interval_s=self.settings.monitor.rediscover_s,
-            facts_loader=_load_facts,
+            facts_loader=ModelFactsLoader(),
             api_key_lookup=api_key_lookup,
         )
 
@@ -349,10 +348,6 @@ def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerRead
         return ServerReading(
             kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}"
         )
-
-
-def _load_facts(path: str) -> ModelFacts | None:
-    return read_model_facts(path)
 
 
 def endpoint_from_arg(value: str) -> EndpointConfig:

@@ -8,7 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.fake_servers import wait_until
 from tests.support.llama import LlamaServer, generate, generate_in_background
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.servers.llamacpp import API_KEY_REJECTED, API_KEY_REQUIRED, LlamaCppProbe
 from trayapp.core.model import ModelFacts, ServerReading, SlotReading
 
@@ -34,9 +36,16 @@ def test_reads_the_real_server(llama_server: LlamaServer, model_path: Path) -> N
         calls.append(path)
         return FACTS
 
-    probe = LlamaCppProbe(llama_server.url, facts_loader=loader, metrics_interval_s=0.0)
+    probe = LlamaCppProbe(llama_server.url, facts_loader=ModelFactsLoader(loader), metrics_interval_s=0.0)
     try:
-        readings = [probe.poll(float(t)) for t in range(3)]
+        readings: list[ServerReading] = []
+
+        def facts_arrived() -> bool:  # the model file is read off the poll thread
+            readings.append(probe.poll(float(len(readings))))
+            return readings[-1].models[0].facts is not None
+
+        wait_until(facts_arrived, timeout_s=30.0)
+        readings += [probe.poll(float(len(readings) + t)) for t in range(3)]
     finally:
         probe.close()
     reading = readings[-1]

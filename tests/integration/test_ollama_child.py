@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import free_port, generate_in_background
-from trayapp.adapters.modelfile import read_model_facts
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.processes import find_ollama_children
 from trayapp.adapters.servers.ollama import OllamaProbe
 
@@ -147,7 +147,7 @@ def test_probe_reads_the_ollama_child_slots(ollama_child: tuple[FakeOllamaParent
                 "gemma3.embedding_length": 640,
             },
         }
-        probe = OllamaProbe(ollama.url, facts_loader=read_model_facts)
+        probe = OllamaProbe(ollama.url, facts_loader=ModelFactsLoader())
         try:
             idle = probe.poll(0.0)
             [model] = idle.models

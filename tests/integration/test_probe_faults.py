@@ -6,6 +6,8 @@ Every fault must come back as a clear status + reason, quickly, and never as an 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +26,11 @@ from tests.support.fake_http import (
     text_reply,
     truncated,
 )
+from tests.support.fake_servers import wait_until
 from tests.support.llama import free_port
+from trayapp.adapters.facts_loader import STILL_READING, ModelFactsLoader
 from trayapp.adapters.http import MAX_BODY_BYTES
+from trayapp.adapters.servers import llamacpp
 from trayapp.adapters.servers.llamacpp import (
     API_KEY_REJECTED,
     API_KEY_REQUIRED,
@@ -199,6 +204,18 @@ def _facts() -> ModelFacts:
     return ModelFacts(weights_bytes=246587904, bytes_per_token=200_000_000, exact=True, source="test")
 
 
+def poll_until_facts_known(probe: LlamaCppProbe, timeout_s: float = 10.0) -> list[ServerReading]:
+    """Poll until the background read of the model file is over (facts, or why not)."""
+    readings: list[ServerReading] = []
+
+    def read_done() -> bool:
+        readings.append(probe.poll(float(len(readings))))
+        return probe.facts_reason != STILL_READING
+
+    wait_until(read_done, timeout_s=timeout_s)
+    return readings
+
+
 def test_facts_loader_called_once_per_path(fake: FakeServer, captured: Path, tmp_path: Path) -> None:
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(b"GGUF")
@@ -209,9 +226,10 @@ def test_facts_loader_called_once_per_path(fake: FakeServer, captured: Path, tmp
         calls.append(path)
         return _facts()
 
-    probe = LlamaCppProbe(fake.url, facts_loader=loader)
+    probe = LlamaCppProbe(fake.url, facts_loader=ModelFactsLoader(loader))
     try:
-        readings = [probe.poll(float(t)) for t in range(3)]
+        poll_until_facts_known(probe)
+        readings = [probe.poll(100.0 + t) for t in range(3)]
     finally:
         probe.close()
     assert calls == [str(model_file)]
@@ -229,9 +247,9 @@ def test_failing_facts_loader_is_tolerated(fake: FakeServer, captured: Path, tmp
         calls.append(path)
         raise ValueError("not a GGUF file")
 
-    probe = LlamaCppProbe(fake.url, facts_loader=loader)
+    probe = LlamaCppProbe(fake.url, facts_loader=ModelFactsLoader(loader))
     try:
-        readings = [probe.poll(float(t)) for t in range(3)]
+        readings = poll_until_facts_known(probe) + [probe.poll(100.0 + t) for t in range(2)]
     finally:
         probe.close()
     assert len(calls) == 1
@@ -249,30 +267,73 @@ def test_slow_facts_loader_does_not_stall_polls(fake: FakeServer, captured: Path
         release.wait(timeout=10.0)
         return _facts()
 
-    probe = LlamaCppProbe(fake.url, facts_loader=loader, facts_wait_s=0.05)
+    probe = LlamaCppProbe(fake.url, facts_loader=ModelFactsLoader(loader))
     try:
         first = probe.poll(0.0)
         assert first.models[0].facts is None and probe.facts_reason == "still reading the model file"
         assert first.elapsed_s is not None and first.elapsed_s < 1.5
         release.set()
-        deadline = time.monotonic() + 5.0
-        facts = None
-        while facts is None and time.monotonic() < deadline:
-            facts = probe.poll(1.0).models[0].facts
+        facts = wait_until(lambda: probe.poll(1.0).models[0].facts, timeout_s=5.0)
     finally:
         release.set()
         probe.close()
     assert facts == _facts()
 
 
+def test_a_model_file_changed_on_disk_is_read_again(tmp_path: Path) -> None:
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"GGUF")
+    calls: list[str] = []
+
+    def loader(path: str) -> ModelFacts:
+        calls.append(path)
+        return _facts()
+
+    facts = ModelFactsLoader(loader)
+    assert facts.lookup(str(model_file)) == (None, STILL_READING)
+    assert wait_until(lambda: facts.get(str(model_file))) == _facts()
+    model_file.write_bytes(b"GGUF v2")  # another size: another version of the file
+    os.utime(model_file, ns=(1_000_000_000, 1_000_000_000))
+    assert facts.lookup(str(model_file)) == (None, STILL_READING)
+    assert wait_until(lambda: facts.get(str(model_file))) == _facts()
+    assert calls == [str(model_file)] * 2
+
+
 def test_remote_model_file_gives_a_reason(fake: FakeServer) -> None:
-    probe = LlamaCppProbe(fake.url, facts_loader=lambda path: _facts())
+    probe = LlamaCppProbe(fake.url, facts_loader=ModelFactsLoader(lambda path: _facts()))
     try:
         model = probe.poll(0.0).models[0]
     finally:
         probe.close()
     assert model.facts is None
     assert probe.facts_reason == "model file not readable here: /models/gemma-3-270m-q4_k_m.gguf"
+
+
+# --------------------------------------------------------------------------- a bug in the probe
+
+
+def test_a_bug_in_a_probe_is_an_error_reading_with_its_traceback_logged_once(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_parse_slots(data: Any) -> Any:
+        return data[0]["no such key"]  # a KeyError, as a parser bug would raise
+
+    monkeypatch.setattr(llamacpp, "parse_slots", broken_parse_slots)
+    caplog.set_level(logging.INFO, logger="trayapp.adapters.servers.common")
+    probe = LlamaCppProbe(fake.url)
+    try:
+        readings = [probe.poll(float(t)) for t in range(3)]
+    finally:
+        probe.close()
+    assert all(r.status == "error" for r in readings)
+    assert readings[0].reason == "internal error: KeyError: 'no such key'"
+    assert readings[0].elapsed_s is not None
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert len(logged) == 1  # once for three polls with the same failure
+    assert logged[0].levelno == logging.ERROR and fake.url in logged[0].getMessage()
+    assert "Traceback" in caplog.text and "broken_parse_slots" in caplog.text
+    transitions = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
+    assert transitions == [f"llamacpp {fake.url}: None -> error (internal error: KeyError: 'no such key')"]
 
 
 # --------------------------------------------------------------------------- faults

@@ -10,7 +10,6 @@ run concurrently with short timeouts and are repeated every
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -22,8 +21,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError, auth_headers, fetch, make_client
-from trayapp.core.model import HardwareProfile, ModelFacts, ServerReading, ServerState
+from trayapp.adapters.servers.common import HttpProbe
+from trayapp.adapters.servers.llamacpp import LlamaCppProbe
+from trayapp.adapters.servers.lmstudio import LmStudioProbe
+from trayapp.adapters.servers.ollama import OllamaProbe
+from trayapp.adapters.servers.openai_compat import MlxProbe, OpenAiProbe, SglangProbe, VllmProbe
+from trayapp.core.model import HardwareProfile, ServerReading, ServerState
 from trayapp.core.probe import ServerProbe
 
 log = logging.getLogger(__name__)
@@ -42,7 +47,6 @@ IDENTIFY_MAX_BYTES = 2 * 1024 * 1024
 _ANY_STATUS = tuple(range(100, 600))
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
-FactsLoader = Callable[[str], "ModelFacts | None"]
 ProbeFactory = Callable[..., ServerProbe]
 
 
@@ -178,30 +182,30 @@ class UnidentifiedProbe:
         pass
 
 
-_PROBE_CLASSES: dict[str, tuple[str, str]] = {
-    "llamacpp": ("trayapp.adapters.servers.llamacpp", "LlamaCppProbe"),
-    "ollama": ("trayapp.adapters.servers.ollama", "OllamaProbe"),
-    "lmstudio": ("trayapp.adapters.servers.lmstudio", "LmStudioProbe"),
-    "vllm": ("trayapp.adapters.servers.openai_compat", "VllmProbe"),
-    "sglang": ("trayapp.adapters.servers.openai_compat", "SglangProbe"),
-    "mlx": ("trayapp.adapters.servers.openai_compat", "MlxProbe"),
-    "openai": ("trayapp.adapters.servers.openai_compat", "OpenAiProbe"),
+_OPENAI_COMPATIBLE: dict[str, type[HttpProbe]] = {
+    "vllm": VllmProbe,
+    "sglang": SglangProbe,
+    "mlx": MlxProbe,
+    "openai": OpenAiProbe,
 }
 
 
 def make_probe(
-    kind: str, url: str, api_key: str | None = None, facts_loader: FactsLoader | None = None
+    kind: str, url: str, api_key: str | None = None, facts_loader: ModelFactsLoader | None = None
 ) -> ServerProbe:
-    """A probe for a server of `kind` at `url` (module imported on first use).
+    """A probe for a server of `kind` at `url`. Raises ValueError for an unknown kind.
 
-    Raises ValueError for an unknown kind, ImportError when its module is missing.
+    Only the probes that can read a local model file get `facts_loader`.
     """
-    if kind not in _PROBE_CLASSES:
-        raise ValueError(f"unknown server kind {kind!r}")
-    module_name, class_name = _PROBE_CLASSES[kind]
-    probe_class = getattr(importlib.import_module(module_name), class_name)
-    probe: ServerProbe = probe_class(url, api_key=api_key, facts_loader=facts_loader)
-    return probe
+    if kind == "llamacpp":
+        return LlamaCppProbe(url, api_key=api_key, facts_loader=facts_loader)
+    if kind == "ollama":
+        return OllamaProbe(url, api_key=api_key, facts_loader=facts_loader)
+    if kind == "lmstudio":
+        return LmStudioProbe(url, api_key=api_key, facts_loader=facts_loader)
+    if kind in _OPENAI_COMPATIBLE:
+        return _OPENAI_COMPATIBLE[kind](url, api_key=api_key)
+    raise ValueError(f"unknown server kind {kind!r}")
 
 
 def env_api_key(endpoint: Endpoint) -> str | None:
@@ -251,7 +255,7 @@ class Discovery:
         *,
         scan_ports: Iterable[int] | None = None,
         scan_host: str = SCAN_HOST,
-        facts_loader: FactsLoader | None = None,
+        facts_loader: ModelFactsLoader | None = None,
         api_key_lookup: Callable[[Endpoint], str | None] = env_api_key,
         scan_wait_s: float = 5.0,
         max_workers: int = 4,
@@ -331,8 +335,8 @@ class Discovery:
             return self._probe_factory(
                 kind, endpoint.url, api_key=self._api_key(endpoint), facts_loader=self._facts_loader
             )
-        except Exception as exc:  # e.g. a probe module that is missing or broken
-            log.warning("discovery: no probe for %s at %s: %s", kind, endpoint.url, exc)
+        except Exception as exc:  # a bug in a probe's constructor: show it on that server, keep discovering
+            log.exception("discovery: no probe for %s at %s", kind, endpoint.url)
             return UnidentifiedProbe(
                 endpoint.url, "error", f"no probe for {kind}: {type(exc).__name__}: {exc}"
             )

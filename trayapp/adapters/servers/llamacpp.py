@@ -19,20 +19,18 @@ copies them.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 
 from trayapp.adapters import promtext
-from trayapp.adapters.http import FetchError, Response, auth_headers, fetch, make_client
-from trayapp.adapters.servers.common import FactsLoader, load_in_background
+from trayapp.adapters.facts_loader import ModelFactsLoader
+from trayapp.adapters.http import FetchError
+from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_float, as_int, as_str
 from trayapp.core.model import (
     CounterReading,
@@ -45,12 +43,9 @@ from trayapp.core.model import (
 )
 from trayapp.core.quants import normalize_quant_name
 
-log = logging.getLogger(__name__)
-
 HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a llama-server
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
 API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
-_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
 
 # --------------------------------------------------------------------------- pure parsers
 
@@ -259,16 +254,17 @@ def parse_timings(
 # --------------------------------------------------------------------------- the probe
 
 
-class LlamaCppProbe:
-    """Polls one llama-server. `poll` never raises; every failure is a status plus a reason.
+class LlamaCppProbe(HttpProbe):
+    """Polls one llama-server (the `HttpProbe` skeleton maps failures, times and logs).
 
     `counters` is set only on polls that scraped `/metrics` (rates come from
-    differencing successive scrapes). `facts` come from `facts_loader(model_path)`
-    when the model file is readable here; the loader runs once per path in a
-    background thread, and a poll waits for it at most `facts_wait_s`.
+    differencing successive scrapes). `facts` come from `facts_loader` when the
+    model file is readable here; they are read off the poll thread, so the first
+    polls after a load may come without them (`facts_reason` says why).
     """
 
     kind = "llamacpp"
+    default_port = 8080
 
     def __init__(
         self,
@@ -276,22 +272,15 @@ class LlamaCppProbe:
         *,
         client: httpx.Client | None = None,
         api_key: str | None = None,
-        facts_loader: FactsLoader | None = None,
+        facts_loader: ModelFactsLoader | None = None,
         metrics_interval_s: float = 10.0,
         props_refresh_s: float = 30.0,
-        facts_wait_s: float = 2.0,
     ) -> None:
-        self.url = url
-        self._base = url.rstrip("/")
-        self._client = client if client is not None else make_client(self._base)
-        self._owns_client = client is None
-        self._prefix = "" if str(self._client.base_url) else self._base  # a client may come without base_url
-        self._headers = auth_headers(api_key)
+        super().__init__(url, client=client, api_key=api_key)
         self._has_key = bool(api_key)
         self._facts_loader = facts_loader
         self.metrics_interval_s = metrics_interval_s
         self.props_refresh_s = props_refresh_s
-        self.facts_wait_s = facts_wait_s
 
         self._props: PropsInfo | None = None
         self._props_at_s = 0.0
@@ -300,55 +289,22 @@ class LlamaCppProbe:
         self._metrics_at_s: float | None = None
         self._metrics_disabled = False
         self._slots_disabled = False
-        self._facts: dict[str, Future[ModelFacts | None]] = {}
         self.facts_reason: str | None = None  # why the current model has no facts, when so
-        self._last_status: str | None = None
 
-    # ------------------------------------------------------------------ plumbing
-
-    def _get(self, path: str, **kwargs: Any) -> Response:
-        return fetch(self._client, self._prefix + path, headers=self._headers, **kwargs)
-
-    def _get_json(self, path: str, **kwargs: Any) -> Any:
-        response = self._get(path, **kwargs)
-        try:
-            return response.json()
-        except FetchError as exc:
-            raise FetchError("error", f"{path}: {exc.reason}") from exc
-
-    # ------------------------------------------------------------------ poll
-
-    def poll(self, now_mono_s: float) -> ServerReading:
-        started = time.monotonic()
-        try:
-            reading = self._poll(now_mono_s)
-        except Exception as exc:  # a bug, but poll must never raise
-            log.exception("llamacpp %s: poll failed", self.url)
-            reading = ServerReading(
-                self.kind, self.url, "error", f"internal error: {type(exc).__name__}: {exc}"
-            )
-        reading = _with_elapsed(reading, time.monotonic() - started)
-        if reading.status != self._last_status:
-            log.info(
-                "llamacpp %s: %s -> %s (%s)", self.url, self._last_status, reading.status, reading.reason
-            )
-            self._last_status = reading.status
-        return reading
-
-    def _fail(self, exc: FetchError, version: str | None = None) -> ServerReading:
+    def _key_hint(self, exc: FetchError) -> FetchError:
+        """A copy of `exc`; an unauthorized answer says whether the key is missing or wrong."""
         reason = exc.reason
         if exc.status == "unauthorized":
             reason = API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED
-        status: ServerState = exc.status if exc.status in _STATES else "error"  # type: ignore[assignment]
-        return ServerReading(self.kind, self.url, status, reason, version=version)
+        return FetchError(exc.status, reason, exc.http_status)
 
-    def _poll(self, now_s: float) -> ServerReading:
+    def _poll(self, now_mono_s: float) -> ServerReading:
         # 1. /health: is it up, and done loading?
         try:
-            health = self._get_json("/health", max_bytes=HEALTH_MAX_BYTES)
+            health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
         except FetchError as exc:
             self._forget_load()
-            return self._fail(exc)
+            raise self._key_hint(exc) from exc
         if not isinstance(health, dict) or health.get("status") != "ok":
             self._forget_load()
             answer = health.get("status") if isinstance(health, dict) else health
@@ -356,9 +312,9 @@ class LlamaCppProbe:
 
         # 2. /props: cached; refreshed occasionally, every poll while asleep, and after a restart.
         try:
-            props = self._current_props(now_s)
+            props = self._current_props(now_mono_s)
         except FetchError as exc:
-            return self._fail(exc)
+            raise self._key_hint(exc) from exc
         problems: list[str] = []
         status: ServerState = "ok"
 
@@ -366,10 +322,10 @@ class LlamaCppProbe:
         slots: tuple[SlotReading, ...] = ()
         if props.endpoint_slots and not props.is_sleeping and not self._slots_disabled:
             try:
-                slots = parse_slots(self._get_json("/slots"))
+                slots = parse_slots(self._fetch_json("/slots"))
             except FetchError as exc:
                 if exc.status == "unauthorized":
-                    return self._fail(exc, props.build_info)
+                    return replace(self._failure_reading(self._key_hint(exc)), version=props.build_info)
                 if exc.http_status == 501:
                     self._slots_disabled = True
                 else:
@@ -378,10 +334,10 @@ class LlamaCppProbe:
 
         # 4. /metrics: counters, rarely (each scrape resets the server's gauges for others).
         counters: CounterReading | None = None
-        if props.endpoint_metrics and not self._metrics_disabled and self._metrics_due(now_s):
-            self._metrics_at_s = now_s
+        if props.endpoint_metrics and not self._metrics_disabled and self._metrics_due(now_mono_s):
+            self._metrics_at_s = now_mono_s
             try:
-                response = self._get("/metrics")
+                response = self._fetch("/metrics")
                 counters = parse_metrics(response.text, response.headers)
             except FetchError as exc:
                 if exc.http_status == 501:
@@ -390,10 +346,10 @@ class LlamaCppProbe:
                     problems.append(exc.reason)
 
         # 5. /v1/models meta: once per model load (retried after props_refresh_s when it failed).
-        if self._meta_due(now_s):
-            self._meta_at_s = now_s
+        if self._meta_due(now_mono_s):
+            self._meta_at_s = now_mono_s
             try:
-                self._meta = _pick_meta(parse_v1_models(self._get_json("/v1/models")), props)
+                self._meta = _pick_meta(parse_v1_models(self._fetch_json("/v1/models")), props)
             except FetchError as exc:
                 problems.append(exc.reason)
 
@@ -406,7 +362,7 @@ class LlamaCppProbe:
         if props is not None and not props.is_sleeping and now_s - self._props_at_s < self.props_refresh_s:
             return props
         try:
-            data = self._get_json("/props")
+            data = self._fetch_json("/props")
         except FetchError as exc:
             if exc.http_status == 404:
                 raise FetchError("error", f"{exc.reason} (not a llama-server?)", 404) from exc
@@ -461,32 +417,12 @@ class LlamaCppProbe:
             live_rate_reason=live_reason,
         )
 
-    # ------------------------------------------------------------------ model facts
-
     def _model_facts(self, path: str | None) -> ModelFacts | None:
         if self._facts_loader is None or not path:
             self.facts_reason = "no model file known" if not path else None
             return None
-        future = self._facts.get(path)
-        if future is None:
-            if not (os.path.isfile(path) and os.access(path, os.R_OK)):
-                self.facts_reason = f"model file not readable here: {path}"
-                return None
-            future = self._facts[path] = load_in_background(self._facts_loader, path, "llamacpp-facts")
-        try:
-            facts = future.result(timeout=self.facts_wait_s)
-        except FutureTimeout:
-            self.facts_reason = "still reading the model file"
-            return None
-        except Exception as exc:
-            self.facts_reason = f"could not read model facts: {type(exc).__name__}: {exc}"
-            return None
-        self.facts_reason = None if facts is not None else "model facts unavailable"
+        facts, self.facts_reason = self._facts_loader.lookup(path)
         return facts
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
 
 
 def _pick_meta(metas: tuple[ModelMeta, ...], props: PropsInfo) -> ModelMeta | None:
@@ -494,7 +430,3 @@ def _pick_meta(metas: tuple[ModelMeta, ...], props: PropsInfo) -> ModelMeta | No
         if meta.id in (props.model_alias, props.model_path):
             return meta
     return metas[0] if len(metas) == 1 else None
-
-
-def _with_elapsed(reading: ServerReading, elapsed_s: float) -> ServerReading:
-    return replace(reading, elapsed_s=elapsed_s)

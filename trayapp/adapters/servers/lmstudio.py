@@ -28,8 +28,9 @@ from typing import Any
 
 import httpx
 
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError
-from trayapp.adapters.servers.common import FactsLoader, HttpProbe
+from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.adapters.servers.ollama import parse_parameter_size
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
@@ -427,7 +428,11 @@ def _end_process(proc: subprocess.Popen[bytes]) -> None:
 
 
 class LmStudioProbe(HttpProbe):
-    """Polls one LM Studio server. `poll` never raises."""
+    """Polls one LM Studio server (the `HttpProbe` skeleton maps failures, times and logs).
+
+    With the `lms` CLI, finished requests ride on every reading, whatever the
+    REST status: none is lost while the REST port fails.
+    """
 
     kind = "lmstudio"
 
@@ -437,7 +442,7 @@ class LmStudioProbe(HttpProbe):
         *,
         client: httpx.Client | None = None,
         api_key: str | None = None,
-        facts_loader: FactsLoader | None = None,
+        facts_loader: ModelFactsLoader | None = None,
         lms_path: str | None = None,
         use_lms: bool = True,
         ps_interval_s: float = 3.0,
@@ -454,18 +459,6 @@ class LmStudioProbe(HttpProbe):
     @property
     def lms(self) -> LmsCli | None:
         return self._lms
-
-    def poll(self, now_mono_s: float) -> ServerReading:
-        started = time.perf_counter()
-        reading = self._read(now_mono_s)
-        finished: tuple[FinishedRequest, ...] = ()
-        if self._lms is not None:
-            self._lms.set_enabled(reading.status == "ok")
-            if reading.status == "ok":
-                self._lms.start()
-            # Finished requests are handed over whatever the REST status: none is lost.
-            finished = self._lms.drain()
-        return replace(reading, finished=finished, elapsed_s=time.perf_counter() - started)
 
     def close(self) -> None:
         if self._lms is not None:
@@ -486,7 +479,21 @@ class LmStudioProbe(HttpProbe):
         self._api = "v0"
         return models
 
-    def _poll(self, now: float) -> ServerReading:
+    def _poll(self, now_mono_s: float) -> ServerReading:
+        lms = self._lms
+        if lms is None:
+            return self._rest_reading()
+        try:
+            reading = self._rest_reading()
+        except (FetchError, ValueError) as exc:
+            reading = self._failure_reading(exc)
+        # `lms` may launch LM Studio: run it only while LM Studio answers.
+        lms.set_enabled(reading.status == "ok")
+        if reading.status == "ok":
+            lms.start()
+        return replace(reading, finished=lms.drain())
+
+    def _rest_reading(self) -> ServerReading:
         models = self._models()
         ps = {m.name: m for m in (self._lms.latest_ps() or [])} if self._lms is not None else {}
         reason = LMS_REASON if self._lms is not None else NO_LMS_REASON if self._local else REMOTE_REASON
@@ -510,26 +517,24 @@ class LmStudioProbe(HttpProbe):
         return ServerReading(self.kind, self.url, "ok", models=tuple(readings))
 
     def _facts_for(self, model: ModelReading) -> ModelFacts | None:
+        """Exact facts once the local model file has been read (off the poll thread), else an estimate."""
+        local = _local_model_file(model.model_path)
+        if local is not None and self._facts_loader is not None:
+            exact = self._facts_loader.get(local)
+            if exact is not None:
+                return exact
         key = (model.name, model.model_path)
         if key in self._facts:
             return self._facts[key]
-        facts = None
-        local = _local_model_file(model.model_path)
-        if local is not None and self._facts_loader is not None:
-            try:
-                facts = self._facts_loader(local)
-            except Exception:  # an unreadable file or a loader bug: fall back to the estimate
-                facts = None
-        if facts is None:
-            metadata = {"general.architecture": model.architecture} if model.architecture else {}
-            facts = facts_from_metadata_estimate(
-                metadata,
-                model.parameter_count,
-                model.quantization,
-                size_bytes=model.weights_bytes,
-                active_parameter_count=self._active.get(model.name),
-                source="lmstudio-estimate",
-            )
+        metadata = {"general.architecture": model.architecture} if model.architecture else {}
+        facts = facts_from_metadata_estimate(
+            metadata,
+            model.parameter_count,
+            model.quantization,
+            size_bytes=model.weights_bytes,
+            active_parameter_count=self._active.get(model.name),
+            source="lmstudio-estimate",
+        )
         # Only cache once something is known: the size may arrive with a later `lms ps`.
         if facts is not None:
             self._facts[key] = facts

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError, fetch, make_client
 from trayapp.adapters.processes import ChildServer, find_ollama_children
-from trayapp.adapters.servers.common import FactsLoader, HttpProbe, load_in_background
+from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_dict, as_int, as_str
 from trayapp.adapters.servers.llamacpp import parse_slots
 from trayapp.core.model import ModelFacts, ModelReading, ServerReading
@@ -174,7 +174,7 @@ def match_children(
 
 
 class OllamaProbe(HttpProbe):
-    """Polls one Ollama server. `poll` never raises."""
+    """Polls one Ollama server (the `HttpProbe` skeleton maps failures, times and logs)."""
 
     kind = "ollama"
     default_port = 11434
@@ -185,7 +185,7 @@ class OllamaProbe(HttpProbe):
         *,
         client: httpx.Client | None = None,
         api_key: str | None = None,
-        facts_loader: FactsLoader | None = None,
+        facts_loader: ModelFactsLoader | None = None,
         find_children: Callable[[], list[ChildServer]] | None = None,
     ) -> None:
         super().__init__(url, client=client, api_key=api_key)  # a key is for a reverse proxy in front
@@ -194,7 +194,6 @@ class OllamaProbe(HttpProbe):
         self._facts: dict[tuple[str, str | None], ModelFacts | None] = {}
         self._blob_paths: dict[tuple[str, str | None], str | None] = {}
         self._show_retry_at: dict[tuple[str, str | None], float] = {}
-        self._exact: dict[str, Future[ModelFacts | None]] = {}
         self._children: list[ChildServer] = []
         self._children_for: frozenset[tuple[str, str | None]] | None = None
         self._children_scanned_at: float | None = None
@@ -289,16 +288,10 @@ class OllamaProbe(HttpProbe):
         return replace(reading, slots=slots, server_pid=child.pid, model_path=child.model_path)
 
     def _exact_facts(self, path: str | None) -> ModelFacts | None:
-        """Exact facts from the child's GGUF via `facts_loader`, read once in a background thread.
+        """Exact facts from the child's GGUF, once `facts_loader` has read them off the poll thread.
 
-        Until they are ready (or when the file cannot be read) the `/api/show` estimate stands.
+        Until then (or when the file cannot be read here) the `/api/show` estimate stands.
         """
-        loader = self._facts_loader
-        if not path or loader is None:
+        if not path or self._facts_loader is None:
             return None
-        future = self._exact.get(path)
-        if future is None:
-            future = self._exact[path] = load_in_background(loader, path, "ollama-facts")
-        if not future.done() or future.exception() is not None:
-            return None
-        return future.result()
+        return self._facts_loader.get(path)

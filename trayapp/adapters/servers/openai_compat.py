@@ -10,7 +10,6 @@ probes say so instead of inventing a rate.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 
 from trayapp.adapters import promtext
-from trayapp.adapters.http import FetchError, fetch
+from trayapp.adapters.http import FetchError
 from trayapp.adapters.promtext import Sample
 from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_dict, as_int
@@ -155,44 +154,14 @@ def parse_version_body(data: Any) -> str | None:
 # --------------------------------------------------------------------------- probes
 
 
-class _BaseProbe(HttpProbe):
-    """An OpenAI-compatible server; an answering one's reading carries the pid listening on its port."""
-
-    kind = "openai"
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        client: httpx.Client | None = None,
-        api_key: str | None = None,
-        facts_loader: object = None,  # accepted for a uniform constructor; no local model file here
-    ) -> None:
-        super().__init__(url, client=client, api_key=api_key)
-
-    def poll(self, now_mono_s: float) -> ServerReading:
-        started = time.perf_counter()
-        reading = self._read(now_mono_s)
-        if reading.status == "ok":
-            reading = replace(reading, pid=self._server_pid(now_mono_s))
-        return replace(reading, elapsed_s=time.perf_counter() - started)
-
-
-class _MetricsProbe(_BaseProbe):
+class _MetricsProbe(HttpProbe):
     """vLLM / SGLang: `/metrics` every poll, `/v1/models` and `/version` now and then."""
 
     prefix = ""
     no_metrics_reason: str | None = None
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        client: httpx.Client | None = None,
-        api_key: str | None = None,
-        facts_loader: object = None,
-    ) -> None:
-        super().__init__(url, client=client, api_key=api_key, facts_loader=facts_loader)
+    def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
+        super().__init__(url, client=client, api_key=api_key)
         self._listed: list[ModelReading] | None = None
         self._listed_at: float | None = None
         self._version: str | None = None
@@ -219,14 +188,15 @@ class _MetricsProbe(_BaseProbe):
 
     def _poll(self, now: float) -> ServerReading:
         try:
-            text = fetch(self._client, "/metrics", headers=self._headers).text
+            text = self._fetch("/metrics").text
         except FetchError as exc:
             if exc.http_status != 404 or self.no_metrics_reason is None:
                 self._listed = None  # it may come back with another model
                 raise
             self._refresh_models(now, force=True)  # is it up at all?
             listed = tuple(replace(m, live_rate_reason=self.no_metrics_reason) for m in self._listed or [])
-            return ServerReading(self.kind, self.url, "ok", version=self._version, models=listed)
+            pid = self._server_pid(now)
+            return ServerReading(self.kind, self.url, "ok", version=self._version, models=listed, pid=pid)
         self._refresh_models(now)
         samples = [s for s in promtext.parse(text) if s.name.startswith(self.prefix)]
         if not samples:
@@ -249,7 +219,9 @@ class _MetricsProbe(_BaseProbe):
                     busy=None if running is None else running > 0,
                 )
             )
-        return ServerReading(self.kind, self.url, "ok", version=self._version, models=tuple(models))
+        return ServerReading(
+            self.kind, self.url, "ok", version=self._version, models=tuple(models), pid=self._server_pid(now)
+        )
 
 
 class VllmProbe(_MetricsProbe):
@@ -273,7 +245,7 @@ class SglangProbe(_MetricsProbe):
         return _sglang_counters(samples)
 
 
-class OpenAiProbe(_BaseProbe):
+class OpenAiProbe(HttpProbe):
     """Any OpenAI-compatible server: `/v1/models` only; no live rate."""
 
     kind = "openai"
@@ -286,10 +258,11 @@ class OpenAiProbe(_BaseProbe):
             self.url,
             "ok",
             models=tuple(replace(m, live_rate_reason=self.reason) for m in models),
+            pid=self._server_pid(now),
         )
 
 
-class MlxProbe(_BaseProbe):
+class MlxProbe(HttpProbe):
     """`mlx_lm.server`: `/health` every poll, `/v1/models` now and then; no timings at all.
 
     `/v1/models` lists every MLX model in the Hugging Face cache, not what is
@@ -299,15 +272,8 @@ class MlxProbe(_BaseProbe):
 
     kind = "mlx"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        client: httpx.Client | None = None,
-        api_key: str | None = None,
-        facts_loader: object = None,
-    ) -> None:
-        super().__init__(url, client=client, api_key=api_key, facts_loader=facts_loader)
+    def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
+        super().__init__(url, client=client, api_key=api_key)
         self._listed: list[ModelReading] = []
         self._listed_at: float | None = None
 
@@ -331,7 +297,7 @@ class MlxProbe(_BaseProbe):
             )
             for m in self._listed
         )
-        return ServerReading(self.kind, self.url, "ok", models=models)
+        return ServerReading(self.kind, self.url, "ok", models=models, pid=self._server_pid(now))
 
 
 __all__ = [
