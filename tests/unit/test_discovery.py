@@ -21,8 +21,12 @@ from trayapp.adapters.discovery import (
     identify_kind,
     make_probe,
 )
+from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import make_client
 from trayapp.adapters.servers.llamacpp import LlamaCppProbe
+from trayapp.adapters.servers.lmstudio import LmStudioProbe
+from trayapp.adapters.servers.ollama import OllamaProbe
+from trayapp.adapters.servers.openai_compat import MlxProbe, OpenAiProbe, SglangProbe, VllmProbe
 from trayapp.core.model import ServerReading
 
 UNAUTHORIZED = json_reply(
@@ -314,11 +318,26 @@ def test_hung_ports_do_not_delay_the_others(fixtures_dir: Path) -> None:
     assert elapsed_s < 3.5  # one read timeout (1.5 s), not three in a row
 
 
-def test_make_probe() -> None:
-    probe = make_probe("llamacpp", "http://127.0.0.1:8080/", api_key="k")
+@pytest.mark.parametrize(
+    ("kind", "probe_class"),
+    [
+        ("llamacpp", LlamaCppProbe),
+        ("ollama", OllamaProbe),
+        ("lmstudio", LmStudioProbe),
+        ("vllm", VllmProbe),
+        ("sglang", SglangProbe),
+        ("mlx", MlxProbe),
+        ("openai", OpenAiProbe),
+    ],
+)
+def test_each_server_kind_gets_its_probe_with_the_url_as_given(kind: str, probe_class: type) -> None:
+    probe = make_probe(kind, "http://127.0.0.1:8080/", api_key="k", facts_loader=ModelFactsLoader())
     try:
-        assert isinstance(probe, LlamaCppProbe) and probe.url == "http://127.0.0.1:8080/"
+        assert type(probe) is probe_class and probe.kind == kind and probe.url == "http://127.0.0.1:8080/"
     finally:
         probe.close()
+
+
+def test_an_unknown_server_kind_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown server kind"):
         make_probe("koboldcpp", "http://127.0.0.1:5001")

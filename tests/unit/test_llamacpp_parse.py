@@ -32,7 +32,7 @@ def load(directory: Path, name: str) -> Any:
 # --------------------------------------------------------------------------- /props
 
 
-def test_props_hand_built(llama_dir: Path) -> None:
+def test_props_give_model_quantization_context_slots_and_draft_types(llama_dir: Path) -> None:
     props = parse_props(load(llama_dir, "props.json"))
     assert props == PropsInfo(
         model_path="/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
@@ -51,7 +51,7 @@ def test_props_hand_built(llama_dir: Path) -> None:
     assert props.model_name == "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
 
-def test_props_captured_alias_is_the_path(llama_dir: Path) -> None:
+def test_a_model_alias_that_is_the_path_is_shown_as_the_file_name(llama_dir: Path) -> None:
     props = parse_props(load(llama_dir / "captured", "props.json"))
     assert props.model_alias == props.model_path == "/models/gemma-3-270m-q4_k_m.gguf"
     assert props.model_name == "gemma-3-270m-q4_k_m.gguf"  # the file name, not the whole path
@@ -63,7 +63,7 @@ def test_props_captured_alias_is_the_path(llama_dir: Path) -> None:
     assert not props.speculative
 
 
-def test_props_sleeping_and_endpoints_off() -> None:
+def test_props_report_sleep_disabled_endpoints_and_speculative_types() -> None:
     props = parse_props(
         {
             "model_path": "/m/x.gguf",
@@ -79,7 +79,7 @@ def test_props_sleeping_and_endpoints_off() -> None:
 
 
 @pytest.mark.parametrize("garbage", [None, [], "text", 3, {"model_path": 7, "total_slots": "4"}])
-def test_props_garbage_gives_unknowns(garbage: Any) -> None:
+def test_props_of_unexpected_shape_give_unknowns(garbage: Any) -> None:
     props = parse_props(garbage)
     assert props.model_path is None and props.total_slots is None
     assert props.model_name == "unknown"
@@ -88,7 +88,7 @@ def test_props_garbage_gives_unknowns(garbage: Any) -> None:
 # --------------------------------------------------------------------------- /slots
 
 
-def test_slots_idle_keeps_previous_task(llama_dir: Path) -> None:
+def test_an_idle_slot_keeps_the_counts_of_its_previous_task(llama_dir: Path) -> None:
     slots = parse_slots(load(llama_dir, "slots_idle.json"))
     assert len(slots) == 4
     assert slots[0] == SlotReading(
@@ -105,7 +105,7 @@ def test_slots_idle_keeps_previous_task(llama_dir: Path) -> None:
     assert slots[1] == SlotReading(slot_id=1, is_processing=False, n_ctx=32768, speculative=True)
 
 
-def test_slots_busy(llama_dir: Path) -> None:
+def test_a_processing_slot_reports_decoded_tokens_and_context_depth(llama_dir: Path) -> None:
     slots = parse_slots(load(llama_dir, "slots_busy.json"))
     generating, prefilled = slots[0], slots[1]
     assert generating.is_processing and generating.n_decoded == 319 and generating.context_tokens == 2604
@@ -113,7 +113,7 @@ def test_slots_busy(llama_dir: Path) -> None:
     assert [s.is_processing for s in slots] == [True, True, False, False]
 
 
-def test_slots_captured_fresh_busy_after(llama_dir: Path) -> None:
+def test_real_slots_before_during_and_after_a_request(llama_dir: Path) -> None:
     fresh = parse_slots(load(llama_dir / "captured", "slots_fresh.json"))
     assert [s.slot_id for s in fresh] == [0, 1, 2, 3]
     assert all(not s.is_processing and s.task_id is None and s.n_decoded is None for s in fresh)
@@ -128,12 +128,12 @@ def test_slots_captured_fresh_busy_after(llama_dir: Path) -> None:
     assert not after.is_processing and after.context_tokens == 309 and after.task_id == 2
 
 
-def test_slots_spec_idle(llama_dir: Path) -> None:
+def test_a_slot_with_a_draft_model_is_marked_speculative(llama_dir: Path) -> None:
     (slot,) = parse_slots(load(llama_dir / "captured", "slots_spec_idle.json"))
     assert slot.speculative and slot.n_ctx == 4096 and slot.context_tokens == 78
 
 
-def test_debug_slots_text_is_dropped(llama_dir: Path) -> None:
+def test_prompt_and_completion_text_in_debug_slots_is_never_kept(llama_dir: Path) -> None:
     data = load(llama_dir / "captured", "slots_busy.json")
     secret_prompt = "MY-SECRET-PROMPT tell me about the launch codes"
     secret_output = "MY-SECRET-COMPLETION the codes are 0000"
@@ -146,14 +146,14 @@ def test_debug_slots_text_is_dropped(llama_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("garbage", [None, {}, "x", [1, "two", None]])
-def test_slots_garbage_is_empty(garbage: Any) -> None:
+def test_slots_of_unexpected_shape_give_no_slots(garbage: Any) -> None:
     assert parse_slots(garbage) == ()
 
 
 # --------------------------------------------------------------------------- /metrics
 
 
-def test_metrics_with_spec_decoding(llama_dir: Path) -> None:
+def test_metrics_give_token_time_and_draft_counters_and_start_time(llama_dir: Path) -> None:
     counters = parse_metrics(
         (llama_dir / "metrics.txt").read_text(), {"Process-Start-Time-Unix": "1790771000"}
     )
@@ -171,7 +171,7 @@ def test_metrics_with_spec_decoding(llama_dir: Path) -> None:
     assert counters.process_start_s == 1790771000.0
 
 
-def test_metrics_g_format_and_lowercase_header(llama_dir: Path) -> None:
+def test_metrics_in_g_format_and_a_lowercase_start_header_are_read(llama_dir: Path) -> None:
     counters = parse_metrics(
         (llama_dir / "metrics_no_spec.txt").read_text(), {"process-start-time-unix": "1.79e+09"}
     )
@@ -191,7 +191,7 @@ def test_metrics_g_format_and_lowercase_header(llama_dir: Path) -> None:
         ("metrics_spec_low_acceptance.txt", 120, 6.16456, 222, 43),
     ],
 )
-def test_metrics_captured(
+def test_real_metrics_give_decoded_tokens_seconds_and_drafts(
     llama_dir: Path, name: str, predicted: float, seconds: float, drafts: float, accepted: float
 ) -> None:
     counters = parse_metrics((llama_dir / "captured" / name).read_text(), {})
@@ -202,12 +202,12 @@ def test_metrics_captured(
     assert counters.process_start_s is None
 
 
-def test_metrics_garbage_gives_unknowns() -> None:
+def test_metrics_that_are_not_prometheus_text_give_unknowns() -> None:
     counters = parse_metrics("<html>not metrics</html>\nllamacpp:tokens_predicted_total abc\n", None)
     assert counters.tokens_predicted_total is None and counters.prompt_tokens_total is None
 
 
-def test_metrics_bad_start_header_is_ignored(llama_dir: Path) -> None:
+def test_an_unparseable_start_time_header_is_ignored(llama_dir: Path) -> None:
     counters = parse_metrics((llama_dir / "metrics.txt").read_text(), {"Process-Start-Time-Unix": "soon"})
     assert counters.process_start_s is None and counters.tokens_predicted_total == 21544
 
@@ -215,7 +215,7 @@ def test_metrics_bad_start_header_is_ignored(llama_dir: Path) -> None:
 # --------------------------------------------------------------------------- /v1/models
 
 
-def test_v1_models_hand_built(llama_dir: Path) -> None:
+def test_v1_models_meta_gives_weights_size_and_parameter_count(llama_dir: Path) -> None:
     (meta,) = parse_v1_models(load(llama_dir, "v1_models.json"))
     assert meta == ModelMeta(
         id="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
@@ -229,14 +229,14 @@ def test_v1_models_hand_built(llama_dir: Path) -> None:
     )
 
 
-def test_v1_models_captured(llama_dir: Path) -> None:
+def test_real_v1_models_give_the_served_model_size(llama_dir: Path) -> None:
     (meta,) = parse_v1_models(load(llama_dir / "captured", "v1_models.json"))
     assert meta.id == "/models/gemma-3-270m-q4_k_m.gguf"
     assert meta.size_bytes == 246587904 and meta.parameter_count == 268098176
     assert meta.n_ctx_train == 32768 and meta.n_vocab == 262144
 
 
-def test_v1_models_meta_null_while_loading() -> None:
+def test_v1_models_without_meta_while_loading_give_only_the_id() -> None:
     (meta,) = parse_v1_models({"data": [{"id": "m", "meta": None}]})
     assert meta == ModelMeta(id="m")
     assert parse_v1_models({"object": "list"}) == ()
@@ -246,7 +246,7 @@ def test_v1_models_meta_null_while_loading() -> None:
 # --------------------------------------------------------------------------- timings
 
 
-def test_timings_completion_with_drafts(llama_dir: Path) -> None:
+def test_completion_timings_give_rates_ttft_cached_and_draft_counts(llama_dir: Path) -> None:
     done = parse_timings(load(llama_dir, "completion_final.json"), finished_wall_s=100.0)
     assert done is not None
     assert done.model == "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -261,7 +261,7 @@ def test_timings_completion_with_drafts(llama_dir: Path) -> None:
     assert "Rayleigh" not in repr(done)  # no completion or prompt text
 
 
-def test_timings_chat_without_drafts(llama_dir: Path) -> None:
+def test_chat_timings_without_a_draft_model_have_no_draft_counts(llama_dir: Path) -> None:
     done = parse_timings(load(llama_dir, "chat_completion.json"), finished_wall_s=1.0)
     assert done is not None
     assert done.draft_tokens is None and done.draft_accepted is None
@@ -269,7 +269,7 @@ def test_timings_chat_without_drafts(llama_dir: Path) -> None:
     assert "sky" not in repr(done)
 
 
-def test_timings_stream_last_chunk_and_bare_object(llama_dir: Path) -> None:
+def test_timings_from_the_last_stream_chunk_or_a_bare_object(llama_dir: Path) -> None:
     chunk = load(llama_dir, "chat_stream_last_chunk.json")
     done = parse_timings(chunk, finished_wall_s=1.0, model="override", source="proxy")
     assert done is not None and done.model == "override" and done.source == "proxy"
@@ -287,7 +287,7 @@ def test_timings_stream_last_chunk_and_bare_object(llama_dir: Path) -> None:
         ("chat_completion.json", 79.939, None, None),
     ],
 )
-def test_timings_captured(
+def test_real_completion_timings_give_decode_rate_and_drafts(
     llama_dir: Path, name: str, tok_s: float, drafts: int | None, accepted: int | None
 ) -> None:
     data = load(llama_dir / "captured", name)
@@ -299,7 +299,7 @@ def test_timings_captured(
     assert done.model == "/models/gemma-3-270m-q4_k_m.gguf"
 
 
-def test_timings_absent() -> None:
+def test_a_response_without_timings_gives_no_record() -> None:
     assert parse_timings({"choices": []}, finished_wall_s=0.0) is None
     assert parse_timings("garbage", finished_wall_s=0.0) is None
     assert parse_timings({"timings": None}, finished_wall_s=0.0) is None

@@ -24,7 +24,7 @@ def load(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 
 
-def test_models_v0_loaded_only() -> None:
+def test_v0_models_list_only_loaded_llms_with_loaded_context() -> None:
     models = {m.name: m for m in parse_models_v0(load("api_v0_models.json"))}
     assert set(models) == {"qwen3-30b-a3b", "qwen3-0.6b"}  # not-loaded ones are left out
     qwen = models["qwen3-30b-a3b"]
@@ -34,7 +34,7 @@ def test_models_v0_loaded_only() -> None:
     assert qwen.architecture == "qwen3moe"
 
 
-def test_models_v0_without_loaded_context_length() -> None:
+def test_v0_model_without_loaded_context_has_unknown_context() -> None:
     data = {
         "object": "list",
         "data": [{"id": "m", "type": "llm", "state": "loaded", "max_context_length": 9}],
@@ -43,7 +43,7 @@ def test_models_v0_without_loaded_context_length() -> None:
     assert only.context_length is None  # the trained maximum is not the loaded context
 
 
-def test_models_v1_loaded_instances() -> None:
+def test_v1_models_give_one_reading_per_loaded_instance() -> None:
     [qwen] = parse_models_v1(load("api_v1_models.json"))
     assert qwen.name == "qwen/qwen3-30b-a3b"
     assert qwen.context_length == 16384
@@ -54,7 +54,7 @@ def test_models_v1_loaded_instances() -> None:
     assert qwen.parameter_count == 30_000_000_000
 
 
-def test_models_v1_two_instances_of_one_model() -> None:
+def test_two_instances_of_one_model_are_two_readings() -> None:
     data = load("api_v1_models.json")
     entry = data["models"][0]
     entry["loaded_instances"].append({"id": "qwen/qwen3-30b-a3b:2", "config": {"context_length": 4096}})
@@ -63,7 +63,7 @@ def test_models_v1_two_instances_of_one_model() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"data": []}, [], "x", None])
-def test_models_wrong_shape(bad: object) -> None:
+def test_models_of_unexpected_shape_are_an_error(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_models_v1(bad)
     if not (isinstance(bad, dict) and "data" in bad):
@@ -75,11 +75,13 @@ def test_models_wrong_shape(bad: object) -> None:
     ("text", "expected"),
     [("30B-A3B", (30_000_000_000, 3_000_000_000)), ("8B", (8_000_000_000, None)), (None, (None, None))],
 )
-def test_params_string(text: str | None, expected: tuple[int | None, int | None]) -> None:
+def test_params_string_gives_total_and_active_parameters(
+    text: str | None, expected: tuple[int | None, int | None]
+) -> None:
     assert parse_params_string(text) == expected
 
 
-def test_lms_ps_busy() -> None:
+def test_lms_ps_status_says_whether_a_model_is_busy() -> None:
     [qwen] = parse_lms_ps(load("lms_ps.json"))  # the embedding model is left out
     assert qwen.name == "qwen/qwen3-30b-a3b"
     assert qwen.busy is True  # status "generating"
@@ -115,7 +117,7 @@ def test_chat_stats_draft_counts_in_stats() -> None:
     assert record.draft_accepted == 157
 
 
-def test_chat_stats_plain_and_v1() -> None:
+def test_chat_stats_without_drafts_and_from_the_v1_api() -> None:
     plain = parse_chat_stats(load("api_v0_chat_completion_plain.json"))
     assert plain.draft_tokens is None and plain.draft_accepted is None
     assert plain.decode_tokens == 53
@@ -129,7 +131,7 @@ def test_chat_stats_plain_and_v1() -> None:
         parse_chat_stats(load("api_v1_chat.json"))  # no `created` to derive a time from
 
 
-def test_chat_stats_never_keep_text() -> None:
+def test_chat_stats_never_keep_the_completion_text() -> None:
     for name in ("api_v0_chat_completion.json", "api_v0_chat_completion_plain.json"):
         data = load(name)
         text = data["choices"][0]["message"]["content"]
@@ -138,7 +140,7 @@ def test_chat_stats_never_keep_text() -> None:
         parse_chat_stats({"choices": []})
 
 
-def test_lms_log_lines() -> None:
+def test_an_lms_log_output_event_gives_a_finished_request() -> None:
     lines = (FIXTURES / "lms_log_stream.ndjson").read_text(encoding="utf-8").splitlines()
     assert parse_lms_log_line(lines[0]) is None  # the input event
     record = parse_lms_log_line(lines[1])
@@ -155,7 +157,7 @@ def test_lms_log_lines() -> None:
     assert record.source == "lms-log"
 
 
-def test_lms_log_text_is_dropped() -> None:
+def test_lms_log_prompt_and_completion_text_is_never_kept() -> None:
     lines = (FIXTURES / "lms_log_stream.ndjson").read_text(encoding="utf-8").splitlines()
     prompt = json.loads(lines[0])["data"]["input"]
     completion = json.loads(lines[1])["data"]["output"]
@@ -178,5 +180,5 @@ def test_lms_log_text_is_dropped() -> None:
         b'{"data": "weird"}',
     ],
 )
-def test_lms_log_other_lines(line: str | bytes) -> None:
+def test_other_lms_log_lines_give_nothing(line: str | bytes) -> None:
     assert parse_lms_log_line(line) is None

@@ -34,7 +34,7 @@ def gpu_percent(size: int, size_vram: int) -> int:
     return 100 - cpu
 
 
-def test_version() -> None:
+def test_api_version_gives_the_version_string() -> None:
     assert parse_version(load("api_version.json")) == "0.32.15"
     assert parse_version({"nope": 1}) is None
     assert parse_version("garbage") is None
@@ -44,16 +44,16 @@ def test_version() -> None:
     ("text", "expected"),
     [("8.0B", 8_000_000_000), ("30.5B", 30_500_000_000), ("270M", 270_000_000), ("1.5T", 1_500_000_000_000)],
 )
-def test_parameter_size(text: str, expected: int) -> None:
+def test_parameter_size_text_becomes_a_count(text: str, expected: int) -> None:
     assert parse_parameter_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "big", "B8", None, 8])
-def test_parameter_size_garbage(text: object) -> None:
+def test_unparseable_parameter_size_gives_none(text: object) -> None:
     assert parse_parameter_size(text) is None
 
 
-def test_ps_dense_fully_on_gpu() -> None:
+def test_a_dense_model_fully_on_gpu_reports_size_context_and_quant() -> None:
     models = {m.name: m for m in parse_ps(load("api_ps.json"))}
     llama = models["llama3.1:8b"]
     assert llama.loaded is True
@@ -76,7 +76,7 @@ def test_ps_moe_partial_offload_is_48_percent_gpu() -> None:
     assert qwen.vram_bytes / qwen.size_bytes == pytest.approx(0.48, abs=0.005)
 
 
-def test_ps_empty_and_digests() -> None:
+def test_no_loaded_models_give_an_empty_list_and_digests_are_kept() -> None:
     assert parse_ps(load("api_ps_empty.json")) == []
     digests = parse_ps_digests(load("api_ps.json"))
     assert digests["qwen3:30b"] == "5aeddff9a7b8d1acb705ab15933a12aee63f7397b78e4169ffbc05457427b119"
@@ -88,19 +88,19 @@ def test_ps_wrong_shape_is_a_clear_error(bad: object) -> None:
         parse_ps(bad)
 
 
-def test_ps_skips_broken_entries() -> None:
+def test_broken_ps_entries_are_skipped() -> None:
     data = {"models": [{"size": 1}, "x", {"name": "ok:1b", "size": "big", "details": None}]}
     [only] = parse_ps(data)
     assert only.name == "ok:1b"
     assert only.size_bytes is None
 
 
-def test_tags_sizes() -> None:
+def test_tags_give_each_models_size_on_disk() -> None:
     sizes = parse_tags_sizes(load("api_tags.json"))
     assert sizes == {"qwen3:30b": 18556701111, "llama3.1:8b": 4920753328}
 
 
-def test_show_dense_facts() -> None:
+def test_show_gives_estimated_facts_of_a_dense_model() -> None:
     facts = parse_show(load("api_show.json"), size_bytes=4920753328)
     assert facts is not None
     assert facts.exact is False  # the tensor list in /api/show is truncated
@@ -115,14 +115,14 @@ def test_show_dense_facts() -> None:
     assert facts.kv.full_elems_per_token == 32 * 8 * 256
 
 
-def test_show_without_size_estimates_from_quant() -> None:
+def test_show_without_a_size_estimates_weights_from_the_quantization() -> None:
     facts = parse_show(load("api_show.json"))
     assert facts is not None
     # 8.03e9 params × ~4.9 bits ÷ 8 ≈ 4.9 GB
     assert 4.5e9 < facts.weights_bytes < 5.3e9
 
 
-def test_show_moe_facts() -> None:
+def test_show_gives_active_parameters_and_experts_of_a_moe_model() -> None:
     facts = parse_show(load("api_show_moe.json"), size_bytes=18556701111)
     assert facts is not None
     assert facts.architecture == "qwen3moe"
@@ -139,13 +139,13 @@ def test_show_moe_facts() -> None:
     assert facts.context_train == 40960
 
 
-def test_show_garbage() -> None:
+def test_show_of_unexpected_shape_is_an_error_or_no_facts() -> None:
     with pytest.raises(ValueError):
         parse_show(["not", "an", "object"])
     assert parse_show({"model_info": {}, "details": {}}) is None  # nothing to go on
 
 
-def test_show_model_path_and_blob_digest() -> None:
+def test_show_names_the_gguf_blob_and_its_digest() -> None:
     path = parse_show_model_path(load("api_show.json"))
     assert path == (
         "/usr/share/ollama/.ollama/models/blobs/"
@@ -177,7 +177,7 @@ def test_match_children_by_manifest_digest_when_no_show() -> None:
     assert matched == {"m": children[0]}
 
 
-def test_match_single_child_single_model_fallback() -> None:
+def test_one_model_and_one_child_are_paired_without_a_digest_match() -> None:
     child = ChildServer(pid=10, port=40000, model_path="/elsewhere/model.gguf", parent_pid=1)
     assert match_children([("m", "c" * 64, BLOB_A)], [child]) == {"m": child}
     # two models, one unmatched child: no guessing
@@ -196,5 +196,7 @@ def test_match_single_child_single_model_fallback() -> None:
         (["llama-server"], (None, None)),
     ],
 )
-def test_parse_server_args(cmdline: list[str], expected: tuple[int | None, str | None]) -> None:
+def test_child_command_line_gives_port_and_model_path(
+    cmdline: list[str], expected: tuple[int | None, str | None]
+) -> None:
     assert parse_server_args(cmdline) == expected

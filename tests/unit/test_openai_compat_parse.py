@@ -21,7 +21,7 @@ VLLM = (FIXTURES / "vllm" / "metrics.txt").read_text(encoding="utf-8")
 SGLANG = (FIXTURES / "sglang" / "metrics.txt").read_text(encoding="utf-8")
 
 
-def test_vllm_counters() -> None:
+def test_vllm_metrics_give_token_request_kv_and_ttft_counters() -> None:
     c = parse_vllm_metrics(VLLM)
     assert c.tokens_predicted_total == 284117.0
     assert c.prompt_tokens_total == 918432.0
@@ -33,7 +33,7 @@ def test_vllm_counters() -> None:
     assert c.requests_total == 1288 + 41 + 3 + 0  # summed over finished_reason
 
 
-def test_vllm_spec_decode_acceptance() -> None:
+def test_vllm_draft_counters_give_acceptance_and_mean_length() -> None:
     c = parse_vllm_metrics(VLLM)
     assert c.spec_draft_tokens_total == 285642.0
     assert c.spec_accepted_tokens_total == 188855.0
@@ -46,11 +46,11 @@ def test_vllm_spec_decode_acceptance() -> None:
     assert mean_length == pytest.approx(2.98, abs=0.01)
 
 
-def test_vllm_model_name() -> None:
+def test_vllm_metrics_name_the_served_model() -> None:
     assert metrics_model_names(VLLM) == ["Qwen/Qwen3-8B"]
 
 
-def test_vllm_per_model_and_engine_sum() -> None:
+def test_vllm_counters_are_per_model_and_summed_over_engines() -> None:
     two = (
         'vllm:generation_tokens_total{model_name="a",engine="0"} 10\n'
         'vllm:generation_tokens_total{model_name="a",engine="1"} 5\n'
@@ -66,7 +66,7 @@ def test_vllm_per_model_and_engine_sum() -> None:
     assert parse_vllm_metrics(two, model_name="b").tokens_predicted_total == 7
 
 
-def test_vllm_without_spec_decoding_or_garbage() -> None:
+def test_vllm_metrics_without_drafts_or_garbage_give_unknowns() -> None:
     c = parse_vllm_metrics("garbage\n# HELP nothing\nvllm:num_requests_running 0\n")
     assert c.requests_running == 0
     assert c.spec_draft_tokens_total is None
@@ -74,7 +74,7 @@ def test_vllm_without_spec_decoding_or_garbage() -> None:
     assert parse_vllm_metrics("") == type(c)()
 
 
-def test_sglang_counters() -> None:
+def test_sglang_metrics_give_counters_and_acceptance_only_when_drafting() -> None:
     c = parse_sglang_metrics(SGLANG)
     assert c.tokens_predicted_total == pytest.approx(7.557572e6)  # exponent notation
     assert c.prompt_tokens_total == pytest.approx(8.128902e6)
@@ -91,7 +91,7 @@ def test_sglang_counters() -> None:
     assert parse_sglang_metrics(spec_off).spec_accept_rate is None  # off: the gauges read 0
 
 
-def test_sglang_gauges() -> None:
+def test_sglang_gauges_give_throughput_acceptance_and_cache_hits() -> None:
     g = parse_sglang_gauges(SGLANG)
     assert g.gen_throughput_tok_s == pytest.approx(612.508, abs=1e-3)
     assert g.spec_accept_rate == pytest.approx(0.6366)
@@ -100,7 +100,7 @@ def test_sglang_gauges() -> None:
     assert parse_sglang_gauges("").spec_accept_rate is None
 
 
-def test_openai_models_context_lengths() -> None:
+def test_openai_models_give_ids_and_context_lengths() -> None:
     data = {
         "object": "list",
         "data": [
@@ -114,18 +114,18 @@ def test_openai_models_context_lengths() -> None:
     assert [(m.name, m.context_length) for m in models] == [("Qwen/Qwen3-8B", 32768), ("plain", None)]
 
 
-def test_openai_models_llama_server_meta() -> None:
+def test_openai_models_read_llama_server_context_from_meta() -> None:
     data = json.loads((FIXTURES / "llama-server" / "v1_models.json").read_text(encoding="utf-8"))
     [model] = parse_openai_models(data)
     assert model.context_length == data["data"][0]["meta"]["n_ctx"]
 
 
 @pytest.mark.parametrize("bad", [{}, [], "x", {"data": "x"}])
-def test_openai_models_wrong_shape(bad: object) -> None:
+def test_openai_models_of_unexpected_shape_are_an_error(bad: object) -> None:
     with pytest.raises(ValueError, match="/v1/models"):
         parse_openai_models(bad)
 
 
-def test_version_body() -> None:
+def test_version_endpoint_gives_the_version_string() -> None:
     assert parse_version_body({"version": "0.11.0"}) == "0.11.0"
     assert parse_version_body([]) is None
