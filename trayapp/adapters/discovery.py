@@ -302,6 +302,7 @@ class Discovery:
                 try:
                     kind, why = future.result()
                 except Exception as exc:  # a bug in identification must not stop discovery
+                    log.error("discovery: identifying %s failed", target.endpoint.url, exc_info=exc)
                     kind, why = None, f"identification failed: {type(exc).__name__}: {exc}"
                 self._apply(target, kind, why)
         return [target.probe for target in self._targets if target.probe is not None]
