@@ -1,11 +1,12 @@
 """GUI-thread stalls of the real tray app while a real llama-server is frozen and while it generates.
 
-    python bench/gui_stall.py [--seconds 20] [--json]
+    python bench/gui_stall.py [--seconds 20] [--beat-ms 10] [--phases idle,frozen,generating] [--json]
+                              [--server-url URL --server-pid PID]
 
 Runs the real app (`trayapp.app.run_tray`) in this process on a real X display (Xvfb +
 trayer; offscreen when those tools are missing), with its dashboard open (a second start,
-as a user would), and a 10 ms QTimer heartbeat on the GUI thread recording when it fires.
-A stall is how late a beat comes: gap between beats − 10 ms. Phases, `--seconds` each:
+as a user would), and a QTimer heartbeat (10 ms; `--beat-ms`) on the GUI thread recording when
+it fires. A stall is how late a beat comes: gap between beats − the beat. Phases, `--seconds` each:
 
 * idle       the server is up and idle (reference)
 * frozen     the server is stopped with SIGSTOP: it accepts connections and never answers,
@@ -14,6 +15,8 @@ A stall is how late a beat comes: gap between beats − 10 ms. Phases, `--second
              second, redraws the icon and the dashboard's plots
 
 Reports p50 / p99 / max stall per phase in ms. Target (issue 5): p99 ≤ 50 ms.
+`--server-url` / `--server-pid` use a llama-server the caller started (and SIGCONTs, whatever
+happens here): tests/e2e/test_gui_stall.py runs this script that way.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,8 @@ sys.path.insert(0, str(REPO))
 from tests.support.llama import LlamaServer  # noqa: E402
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing  # noqa: E402
 
-BEAT_MS = 10
+BEAT_MS = 10.0
+PHASES = ("idle", "frozen", "generating")
 TARGET_P99_MS = 50.0
 CLIENT = """
 import sys, time
@@ -101,13 +106,39 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[rank]
 
 
-def stalls_ms(beats_s: list[float], start_s: float, end_s: float) -> list[float]:
+def stalls_ms(beats_s: list[float], start_s: float, end_s: float, beat_ms: float = BEAT_MS) -> list[float]:
     """How late each beat inside [start, end] came, in ms (0 when on time)."""
     inside = [t for t in beats_s if start_s <= t <= end_s]
-    return [max((b - a) * 1000 - BEAT_MS, 0.0) for a, b in itertools.pairwise(inside)]
+    return [max((b - a) * 1000 - beat_ms, 0.0) for a, b in itertools.pairwise(inside)]
 
 
-def run(seconds: float, server: LlamaServer, env: dict[str, str], home: Path) -> dict[str, dict[str, float]]:
+@dataclass(frozen=True)
+class Target:
+    """The llama-server to freeze and to make generate."""
+
+    url: str
+    pid: int
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """SIGSTOP for the block, SIGCONT afterwards, always."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def run(
+    seconds: float,
+    server: Target,
+    env: dict[str, str],
+    home: Path,
+    *,
+    beat_ms: float = BEAT_MS,
+    phases: Sequence[str] = PHASES,
+) -> dict[str, dict[str, float]]:
     """Run the app in this process; a controller thread drives the phases. Returns stats per phase."""
     os.environ.update(env)
     from PySide6.QtCore import QMetaObject, Qt, QTimer
@@ -119,7 +150,7 @@ def run(seconds: float, server: LlamaServer, env: dict[str, str], home: Path) ->
     beats: list[float] = []
     heartbeat = QTimer()
     heartbeat.setTimerType(Qt.TimerType.PreciseTimer)
-    heartbeat.setInterval(BEAT_MS)
+    heartbeat.setInterval(round(beat_ms))
     heartbeat.timeout.connect(lambda: beats.append(time.perf_counter()))
     heartbeat.start()
 
@@ -143,21 +174,19 @@ def run(seconds: float, server: LlamaServer, env: dict[str, str], home: Path) ->
             subprocess.run(second, cwd=REPO, env={**os.environ}, timeout=60, check=True, capture_output=True)
             events.wait_for("the dashboard", lambda e: e["event"] == "dashboard_shown", 30)
             time.sleep(2.0)  # let the first full redraw settle
-            mark("idle")
-
-            os.kill(server.pid or 0, signal.SIGSTOP)
-            try:
-                mark("frozen")
-            finally:
-                os.kill(server.pid or 0, signal.SIGCONT)
-
-            events.skip_to_end()
-            client = subprocess.Popen(
-                [sys.executable, "-c", CLIENT, server.url, str(seconds + 60)], cwd=REPO,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            events.wait_for("decoding", _phase_models("decoding"), 90)
-            mark("generating")
+            if "idle" in phases:
+                mark("idle")
+            if "frozen" in phases:
+                with frozen(server.pid):
+                    mark("frozen")
+            if "generating" in phases:
+                events.skip_to_end()
+                client = subprocess.Popen(
+                    [sys.executable, "-c", CLIENT, server.url, str(seconds + 60)], cwd=REPO,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                events.wait_for("decoding", _phase_models("decoding"), 90)
+                mark("generating")
         except BaseException as exc:
             failure.append(exc)
         finally:
@@ -175,7 +204,7 @@ def run(seconds: float, server: LlamaServer, env: dict[str, str], home: Path) ->
         raise RuntimeError(f"the app exited with {code}")
     results: dict[str, dict[str, float]] = {}
     for phase, (start, end) in windows.items():
-        stalls = stalls_ms(beats, start, end)
+        stalls = stalls_ms(beats, start, end, beat_ms)
         results[phase] = {
             "beats": len(stalls),
             "p50_ms": percentile(stalls, 50),
@@ -192,8 +221,15 @@ def run(seconds: float, server: LlamaServer, env: dict[str, str], home: Path) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
+    parser.add_argument("--beat-ms", type=float, default=BEAT_MS, help="heartbeat interval (10)")
+    parser.add_argument("--phases", default=",".join(PHASES), help="which phases, in this order")
+    parser.add_argument("--server-url", help="a running llama-server (the caller SIGCONTs it, always)")
+    parser.add_argument("--server-pid", type=int, help="its pid, to freeze it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    phases = [p for p in args.phases.split(",") if p]
+    if set(phases) - set(PHASES) or bool(args.server_url) != bool(args.server_pid):
+        parser.error(f"--phases is a list of {','.join(PHASES)}; --server-url needs --server-pid")
     with ExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-tray-stall-")))
         env = {"LLM_TRAY_HOME": str(home / "home"), "LLM_TRAY_TEST_EVENTS": str(home / "events.jsonl")}
@@ -204,17 +240,19 @@ def main() -> None:
             display = stack.enter_context(XDisplay())
             env.update(DISPLAY=display.display, QT_QPA_PLATFORM="xcb")
             where = f"Xvfb {display.display} + trayer"
-        server = stack.enter_context(LlamaServer(threads=1, log_dir=home))
-        try:
-            results = run(args.seconds, server, env, home)
-        finally:
-            if server.pid:
-                os.kill(server.pid, signal.SIGCONT)  # never leave it frozen
+        if args.server_url:
+            target = Target(args.server_url, args.server_pid)
+        else:
+            server = stack.enter_context(LlamaServer(threads=1, log_dir=home))
+            target = Target(server.url, server.pid or 0)
+            stack.callback(os.kill, target.pid, signal.SIGCONT)  # never leave it frozen
+        results = run(args.seconds, target, env, home, beat_ms=args.beat_ms, phases=phases)
     if args.json:
-        print(json.dumps({"display": where, "beat_ms": BEAT_MS, "phases": results}))
+        print(json.dumps({"display": where, "beat_ms": args.beat_ms, "phases": results}))
         return
     print(
-        f"GUI-thread stalls, {BEAT_MS} ms heartbeat, {args.seconds:.0f} s per phase, {where}, dashboard open"
+        f"GUI-thread stalls, {args.beat_ms:g} ms heartbeat, {args.seconds:.0f} s per phase, {where}, "
+        "dashboard open"
     )
     print(f"{'phase':<11} {'beats':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'>50 ms':>7}  snapshots")
     for phase, r in results.items():
