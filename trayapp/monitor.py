@@ -23,15 +23,14 @@ from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.hardware import HardwareProbe
 from trayapp.adapters.hwtable import gpu_lookup
 from trayapp.config import EndpointConfig, Settings
-from trayapp.core.diagnose import Baseline
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
+    Baseline,
     HardwareProfile,
     HardwareSnapshot,
-    ModelStatus,
     ServerReading,
-    ServerStatus,
     Snapshot,
+    is_busy,
 )
 from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
 
@@ -87,7 +86,6 @@ class Monitor:
             settings.thresholds,
             idle_gap_s=settings.monitor.session_idle_gap_s,
             one_shot=one_shot,
-            baseline_lookup=self._baseline if self._store is not None else None,
         )
         self._discovery = self._make_discovery()
         self._last_status: dict[str, str] = {}
@@ -115,14 +113,21 @@ class Monitor:
         )
 
     def _measure_ram_bandwidth(self) -> None:
-        from trayapp.adapters.host import default_ram_bandwidth
+        from trayapp.adapters.host import RamBandwidthKeeper, default_cache_path
 
+        self._ram_keeper = RamBandwidthKeeper(default_cache_path(), clock=self._clock, wall_clock=self._wall)
         try:
-            gbps, source = default_ram_bandwidth()
+            record = self._ram_keeper.load_or_measure()
         except Exception as exc:  # a failed benchmark only costs the CPU-side ceiling
             self.warnings.append(f"RAM bandwidth measurement failed: {exc}")
             return
-        self._hardware.set_ram_bandwidth(gbps, source)  # type: ignore[arg-type]
+        self._hardware.set_measured_ram_bandwidth(record)
+
+    def _recheck_ram_bandwidth(self, snapshot: Snapshot) -> None:
+        """Measure an untrusted RAM bandwidth again in the background (busy machine, contradicted)."""
+        keeper = getattr(self, "_ram_keeper", None)
+        if keeper is not None and keeper.current is not None and not self.options.one_shot:
+            keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)
 
     def _open_store(self) -> None:
         from trayapp.adapters.store import Store, StoreLockedError
@@ -212,20 +217,22 @@ class Monitor:
         readings = self._poll_all(probes, now_mono, budget_s)
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
+        baselines = self._baselines(machines, default_machine)
         output = self.pipeline.process(
-            readings, hardware, machines, default_machine, self._clock(), self._wall()
+            readings, hardware, machines, default_machine, self._clock(), self._wall(), baselines
         )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
             self._record(output)
         self.last_snapshot = output.snapshot
+        self._recheck_ram_bandwidth(output.snapshot)
         return output.snapshot
 
     def next_interval_s(self) -> float:
         """About 1 s while something generates, slower when idle."""
         snap = self.last_snapshot
         cfg = self.settings.monitor
-        if snap is not None and any(m.phase in ("prefill", "decoding", "loading") for _, m in snap.models()):
+        if snap is not None and any(m.phase == "loading" or is_busy(m.phase) for _, m in snap.models()):
             return cfg.poll_active_s
         return cfg.poll_idle_s
 
@@ -305,30 +312,29 @@ class Monitor:
         except Exception as exc:  # the store reports disk-full itself; anything else must not stop us
             log.error("store: %s", exc)
 
-    def _baseline(self, server: ServerStatus, model: ModelStatus, machine: Machine) -> Baseline | None:
-        if self._store is None:
-            return None
-        try:
-            found = self._store.baseline(
-                model=model.name,
-                quantization=model.quantization,
-                hardware=hardware_label(machine),
-                context_tokens=model.context_tokens,
-                before_wall_s=self._wall(),
-                exclude_session=model.session_id,
-            )
-        except Exception as exc:
-            log.warning("baseline lookup failed: %s", exc)
-            return None
-        if found is None:
-            return None
-        return Baseline(
-            decode_tok_s=found.decode_tok_s,
-            context_tokens=found.context_tokens,
-            server_version=found.server_version,
-            session_id=found.session_id,
-            when_wall_s=found.when_wall_s,
-        )
+    def _baselines(self, machines: dict[str, Machine], default: Machine) -> dict[tuple[str, str], Baseline]:
+        """The store's baseline of every model that was decoding at the last tick (the store caches them)."""
+        if self._store is None or self.last_snapshot is None:
+            return {}
+        found: dict[tuple[str, str], Baseline] = {}
+        for server, model in self.last_snapshot.models():
+            if model.phase != "decoding" or model.session_id is None:
+                continue
+            try:
+                baseline = self._store.baseline(
+                    model=model.name,
+                    quantization=model.quantization,
+                    hardware=hardware_label(machines.get(server.url, default)),
+                    context_tokens=model.context_tokens,
+                    before_wall_s=self._wall(),
+                    exclude_session=model.session_id,
+                )
+            except Exception as exc:  # a store problem must not stop monitoring; the store logs it too
+                log.warning("baseline lookup failed: %s", exc)
+                continue
+            if baseline is not None:
+                found[(server.url, model.name)] = baseline
+        return found
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
         for server in snapshot.servers:

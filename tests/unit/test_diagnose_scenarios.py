@@ -14,11 +14,11 @@ from datetime import datetime
 import pytest
 
 from trayapp.core import physics
-from trayapp.core.diagnose import Baseline
 from trayapp.core.jsonview import alert_json
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
     Alert,
+    Baseline,
     CounterReading,
     FinishedRequest,
     GpuProcess,
@@ -192,7 +192,11 @@ def ollama_size(model_facts: ModelFacts, n_ctx: int) -> int:
 
 @dataclass
 class Run:
-    """A Pipeline fed one tick per second; keeps every snapshot."""
+    """A Pipeline fed one tick per second; keeps every snapshot.
+
+    Like the monitor, it looks up the baselines of the models decoding at the last tick (with
+    `baseline_lookup`, standing in for the store) and passes them into the next tick as data.
+    """
 
     baseline_lookup: Callable[[ServerStatus, ModelStatus, Machine], Baseline | None] | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -200,12 +204,19 @@ class Run:
     snapshots: list[Snapshot] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.pipeline = Pipeline(self.thresholds, baseline_lookup=self.baseline_lookup)
+        self.pipeline = Pipeline(self.thresholds)
 
     def tick(self, readings: ServerReading | Sequence[ServerReading], hw: HardwareSnapshot) -> Snapshot:
         batch = [readings] if isinstance(readings, ServerReading) else list(readings)
         self.t += 1.0
-        out = self.pipeline.process(batch, hw, {}, resolve_machine(hw), self.t, WALL0 + self.t)
+        machine = resolve_machine(hw)
+        baselines: dict[tuple[str, str], Baseline] = {}
+        if self.baseline_lookup is not None and self.snapshots:
+            for server, model in self.snapshots[-1].models():
+                found = self.baseline_lookup(server, model, machine) if model.phase == "decoding" else None
+                if found is not None:
+                    baselines[(server.url, model.name)] = found
+        out = self.pipeline.process(batch, hw, {}, machine, self.t, WALL0 + self.t, baselines)
         self.snapshots.append(out.snapshot)
         return out.snapshot
 

@@ -8,6 +8,7 @@ from tests.support import snapshots
 from tests.support.snapshots import LLAMA, OLLAMA
 from trayapp.core.glance import GlanceTracker, IconState, choose_model, format_rate, format_tokens, icon_state
 from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.thresholds import Thresholds
 
 HW = HardwareSnapshot(
     gpus=(),
@@ -150,7 +151,7 @@ def test_number_hysteresis_keeps_the_icon_still() -> None:
 
 
 def test_degraded_has_hysteresis() -> None:
-    tracker = GlanceTracker(low_efficiency_ratio=0.45)
+    tracker = GlanceTracker(Thresholds(low_efficiency_ratio=0.45))
     assert tracker.update(snap(llama(model(decode_tok_s=27.0)), t=1)).health == "degraded"  # 0.435
     assert tracker.update(snap(llama(model(decode_tok_s=29.0)), t=2)).health == "degraded"  # 0.468 < 0.50
     assert tracker.update(snap(llama(model(decode_tok_s=32.0)), t=3)).health == "ok"  # 0.516

@@ -1,24 +1,57 @@
-"""The session engine on synthetic llama-server / vLLM sample streams (pure, time passed in)."""
+"""The rates and sessions stages on synthetic llama-server / vLLM sample streams (pure, time passed in).
+
+They run as the pipeline runs them (`Pipeline.process`, one server, no GPU), so a status is
+checked as the user gets it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pytest
 
+from trayapp.core.machine import resolve_machine
 from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
+    HardwareSnapshot,
+    HostReading,
     ModelReading,
     ModelStatus,
+    RequestRecord,
     ServerReading,
+    SessionRecord,
     SlotReading,
 )
-from trayapp.core.session import SessionEngine, TickResult
+from trayapp.core.pipeline import Pipeline
 
 URL = "http://127.0.0.1:8080"
 MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 WALL0 = 1_750_000_000.0  # wall clock at mono 0
+NO_GPU = HardwareSnapshot(gpus=(), host=HostReading(None, None, None))
+
+
+@dataclass(frozen=True)
+class TickResult:
+    models: tuple[ModelStatus, ...]
+    requests: tuple[RequestRecord, ...]
+    sessions: tuple[SessionRecord, ...]
+
+
+class Stages:
+    """The pipeline's rates → placement → sessions → statuses stages for one server."""
+
+    def __init__(self, idle_gap_s: float = 60.0) -> None:
+        self.pipeline = Pipeline(idle_gap_s=idle_gap_s)
+
+    def update(self, r: ServerReading, now_mono_s: float, now_wall_s: float) -> TickResult:
+        out = self.pipeline.process([r], NO_GPU, {}, resolve_machine(NO_GPU), now_mono_s, now_wall_s)
+        server = out.snapshot.servers[0]
+        return TickResult(server.models, out.snapshot.requests, out.sessions)
+
+    def open_sessions(self) -> list[SessionRecord]:
+        return self.pipeline.sessions.open_sessions()
 
 
 def slot(
@@ -67,7 +100,7 @@ def reading(
     )
 
 
-def tick(engine: SessionEngine, r: ServerReading, t: float, wall: float | None = None) -> TickResult:
+def tick(engine: Stages, r: ServerReading, t: float, wall: float | None = None) -> TickResult:
     return engine.update(r, t, WALL0 + t if wall is None else wall)
 
 
@@ -76,9 +109,7 @@ def only(result: TickResult) -> ModelStatus:
     return result.models[0]
 
 
-def decode_run(
-    engine: SessionEngine, start_t: float, seconds: int, rate: float, task: int = 1
-) -> list[ModelStatus]:
+def decode_run(engine: Stages, start_t: float, seconds: int, rate: float, task: int = 1) -> list[ModelStatus]:
     """A request: one poll in prefill at `start_t`, then `seconds` polls 1 s apart decoding at `rate`."""
     out = [only(tick(engine, reading(slot(0, task=task)), start_t))]
     for i in range(1, seconds + 1):
@@ -90,7 +121,7 @@ def decode_run(
 
 
 def test_steady_decode_is_measured_from_n_decoded_and_flagged_estimated() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     statuses = decode_run(engine, 0.0, 8, 50.0)
     last = statuses[-1]
     assert last.phase == "decoding"
@@ -102,7 +133,7 @@ def test_steady_decode_is_measured_from_n_decoded_and_flagged_estimated() -> Non
 
 
 def test_first_poll_after_prefill_gives_no_rate_and_prefill_never_leaks_in() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     # A 2 s prefill: the first poll sees n_decoded = 0, the next (2 s later) already 30.
     assert only(tick(engine, reading(slot(0, ctx=4000)), 0.0)).phase == "prefill"
     first = only(tick(engine, reading(slot(30, ctx=4030)), 2.0))
@@ -113,7 +144,7 @@ def test_first_poll_after_prefill_gives_no_rate_and_prefill_never_leaks_in() -> 
 
 
 def test_phase_sequence_and_request_record_on_completion() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     phases = [s.phase for s in decode_run(engine, 0.0, 5, 50.0)]
     done = tick(engine, reading(slot(260, processing=False)), 6.0)
     phases.append(only(done).phase)
@@ -134,13 +165,13 @@ def test_phase_sequence_and_request_record_on_completion() -> None:
 
 
 def test_finished_slot_seen_at_start_up_is_not_reported() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     result = tick(engine, reading(slot(500, processing=False, task=41)), 0.0)
     assert result.requests == () and only(result).phase == "idle" and only(result).session_id is None
 
 
 def test_a_task_that_ends_between_polls_is_reported_when_the_next_one_starts() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     decode_run(engine, 0.0, 4, 40.0, task=1)
     result = tick(engine, reading(slot(10, task=2)), 5.0)
     assert [r.decode_tok_s for r in result.requests] == [pytest.approx(40.0)]
@@ -148,7 +179,7 @@ def test_a_task_that_ends_between_polls_is_reported_when_the_next_one_starts() -
 
 
 def test_prompt_rate_from_prefill_progress() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     tick(engine, reading(slot(0, ctx=3000, prompt_done=500)), 0.0)
     tick(engine, reading(slot(0, ctx=3000, prompt_done=2500)), 1.0)
     tick(engine, reading(slot(20, ctx=3020, prompt_done=3000)), 2.0)
@@ -170,7 +201,7 @@ def _assert_sane(statuses: Sequence[ModelStatus], limit: float = 200.0) -> None:
 
 
 def test_n_decoded_going_backwards_resets_without_a_bogus_rate() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     statuses = decode_run(engine, 0.0, 4, 50.0, task=7)
     # Same task id, counter back to 5: the server restarted (task ids start again).
     after = only(tick(engine, reading(slot(5, task=7)), 5.0))
@@ -181,7 +212,7 @@ def test_n_decoded_going_backwards_resets_without_a_bogus_rate() -> None:
 
 
 def test_new_task_id_starts_a_fresh_rate() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     decode_run(engine, 0.0, 3, 50.0, task=7)
     # A new request that decoded 400 tokens before we saw it: not (400 - 150) / 1 s.
     jump = only(tick(engine, reading(slot(400, task=8)), 4.0))
@@ -191,7 +222,7 @@ def test_new_task_id_starts_a_fresh_rate() -> None:
 
 
 def test_a_server_outage_never_lets_a_rate_span_it() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     decode_run(engine, 0.0, 3, 50.0, task=3)
     down = tick(engine, reading(status="unreachable"), 4.0)
     assert down.models == ()
@@ -221,7 +252,7 @@ def vllm(
 
 
 def test_counters_going_backwards_give_no_rate_then_recover() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     statuses = [
         only(tick(engine, vllm(10_000, 1), 0.0)),
         only(tick(engine, vllm(10_100, 1), 1.0)),
@@ -235,7 +266,7 @@ def test_counters_going_backwards_give_no_rate_then_recover() -> None:
 
 
 def test_vllm_counters_give_total_and_per_stream_throughput() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     first = only(tick(engine, vllm(0, 0), 0.0))
     assert first.phase == "idle" and first.decode_tok_s is None
     waiting = only(tick(engine, vllm(0, 3), 1.0))
@@ -258,7 +289,7 @@ def test_vllm_counters_give_total_and_per_stream_throughput() -> None:
 
 
 def test_two_slots_report_per_stream_and_total_throughput() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     for i in range(5):
         status = only(
             tick(
@@ -274,7 +305,7 @@ def test_two_slots_report_per_stream_and_total_throughput() -> None:
 
 
 def test_no_progress_for_a_while_is_stalled() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     decode_run(engine, 0.0, 3, 50.0)
     phases = [only(tick(engine, reading(slot(150)), 3.0 + s)).phase for s in (1, 5, 9, 10, 14)]
     assert phases == ["decoding", "decoding", "decoding", "stalled", "stalled"]
@@ -287,7 +318,7 @@ def test_no_progress_for_a_while_is_stalled() -> None:
 
 
 def test_finished_request_with_server_timings_is_exact() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     fin = FinishedRequest(
         model=MODEL,
         finished_wall_s=WALL0 + 1.5,
@@ -315,7 +346,7 @@ def test_finished_request_with_server_timings_is_exact() -> None:
 
 
 def test_llama_server_counters_give_an_exact_last_rate_and_draft_acceptance() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     before = CounterReading(
         tokens_predicted_total=1000,
         tokens_predicted_seconds_total=20.0,
@@ -340,7 +371,7 @@ def test_llama_server_counters_give_an_exact_last_rate_and_draft_acceptance() ->
 
 
 def test_sessions_span_requests_closer_than_the_idle_gap_and_end_after_it() -> None:
-    engine = SessionEngine(idle_gap_s=60.0)
+    engine = Stages(idle_gap_s=60.0)
     assert only(tick(engine, reading(slot(0, processing=False, task=0)), -1.0)).session_id is None
 
     started = tick(engine, reading(slot(0, task=1)), 0.0)
@@ -372,7 +403,7 @@ def test_sessions_span_requests_closer_than_the_idle_gap_and_end_after_it() -> N
 
 
 def test_activity_after_an_unpolled_gap_starts_a_new_session() -> None:
-    engine = SessionEngine(idle_gap_s=60.0)
+    engine = Stages(idle_gap_s=60.0)
     decode_run(engine, 0.0, 3, 50.0, task=1)
     first = only(tick(engine, reading(slot(200, task=1)), 4.0)).session_id
     # Nothing polled for 5 minutes, then a new request decodes.
@@ -383,7 +414,7 @@ def test_activity_after_an_unpolled_gap_starts_a_new_session() -> None:
 
 
 def test_an_unloaded_model_ends_its_session() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     decode_run(engine, 0.0, 3, 50.0)
     gone = engine.update(ServerReading(kind="llamacpp", url=URL, status="ok", models=()), 4.0, WALL0 + 4.0)
     assert len(gone.sessions) == 1 and gone.sessions[0].ended_wall_s == pytest.approx(WALL0 + 3.0)
@@ -394,7 +425,7 @@ def test_an_unloaded_model_ends_its_session() -> None:
 
 
 def test_a_stale_reading_changes_nothing() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     statuses = decode_run(engine, 0.0, 3, 50.0)
     stale = tick(engine, reading(slot(9999), age_s=2.5), 3.5)
     assert stale.models == (statuses[-1],)
@@ -404,8 +435,8 @@ def test_a_stale_reading_changes_nothing() -> None:
 
 
 def test_wall_clock_jumps_do_not_matter() -> None:
-    steady = SessionEngine()
-    jumpy = SessionEngine()
+    steady = Stages()
+    jumpy = Stages()
     walls = [WALL0, WALL0 + 1, WALL0 - 3600, WALL0 + 86_400, WALL0 + 86_401, WALL0 + 5, WALL0 + 6]
     for i, wall in enumerate(walls):
         r = reading(slot(40 * i))
@@ -417,7 +448,7 @@ def test_wall_clock_jumps_do_not_matter() -> None:
 
 
 def test_rates_use_the_time_the_answer_arrived() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     # Answers arrive 1 s apart, but the ticks that process them are uneven.
     for i, tick_t in enumerate([0.3, 1.9, 2.2, 3.95, 4.1]):
         status = only(engine.update(reading(slot(60 * i), t_mono_s=float(i)), tick_t, WALL0 + tick_t))
@@ -425,7 +456,7 @@ def test_rates_use_the_time_the_answer_arrived() -> None:
 
 
 def test_ttft_is_estimated_from_prompt_tokens_and_the_servers_prompt_speed() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     before = CounterReading(prompt_tokens_total=1000, prompt_seconds_total=4.0)
     after = CounterReading(prompt_tokens_total=3000, prompt_seconds_total=8.0)  # 2000 tokens in 4 s
     tick(engine, reading(slot(0, processing=False, task=None), counters=before), 0.0)
@@ -438,7 +469,7 @@ def test_ttft_is_estimated_from_prompt_tokens_and_the_servers_prompt_speed() -> 
 
 
 def test_server_reported_ttft_is_exact() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     fin = FinishedRequest(
         model=MODEL, finished_wall_s=WALL0 + 1, decode_tokens=10, decode_tok_s=40.0, ttft_s=0.8
     )
@@ -447,7 +478,7 @@ def test_server_reported_ttft_is_exact() -> None:
 
 
 def test_sglang_acceptance_gauge_becomes_draft_acceptance() -> None:
-    engine = SessionEngine()
+    engine = Stages()
     counters = CounterReading(tokens_predicted_total=100.0, spec_accept_rate=0.31)
     status = only(tick(engine, reading(counters=counters, kind="sglang"), 0.0))
     assert status.draft_acceptance == pytest.approx(0.31)

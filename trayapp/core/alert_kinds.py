@@ -36,25 +36,52 @@ class AlertKind:
 ALERT_KINDS: dict[str, AlertKind] = {
     kind.name: kind
     for kind in (
-        AlertKind("offload", "part of a model spilled to system RAM",
-                  "{model} spilled to the CPU ({cpu_pct} %)", instant=True),
-        AlertKind("kv_slowdown", "decode slows as the context grows",
-                  "{model} slows as its context grows", instant=True),
-        AlertKind("context_full", "the context is nearly full",
-                  "{model}'s context is nearly full", instant=True),
-        AlertKind("below_floor", "decode under the usable floor",
-                  "{model} is below the usable speed", instant=False),
-        AlertKind("low_efficiency", "fully on GPU yet well under the realistic band",
-                  "{model} runs far below its ceiling", instant=False),
-        AlertKind("draft_acceptance", "speculative decoding accepts few drafts",
-                  "Speculative decoding is not paying off on {model}", instant=True),
+        AlertKind(
+            "offload",
+            "part of a model spilled to system RAM",
+            "{model} spilled to the CPU ({cpu_pct} %)",
+            instant=True,
+        ),
+        AlertKind(
+            "kv_slowdown",
+            "decode slows as the context grows",
+            "{model} slows as its context grows",
+            instant=True,
+        ),
+        AlertKind(
+            "context_full", "the context is nearly full", "{model}'s context is nearly full", instant=True
+        ),
+        AlertKind(
+            "below_floor", "decode under the usable floor", "{model} is below the usable speed", instant=False
+        ),
+        AlertKind(
+            "low_efficiency",
+            "fully on GPU yet well under the realistic band",
+            "{model} runs far below its ceiling",
+            instant=False,
+        ),
+        AlertKind(
+            "draft_acceptance",
+            "speculative decoding accepts few drafts",
+            "Speculative decoding is not paying off on {model}",
+            instant=True,
+        ),
         AlertKind("vram_pressure", "VRAM nearly full", "GPU memory is almost full", instant=True),
-        AlertKind("regression", "slower than this model's baseline",
-                  "{model} is slower than its baseline", instant=True),
-        AlertKind("server_down", "a server stopped answering",
-                  "An LLM server stopped answering", instant=False),
-        AlertKind("cold_load", "a request paid for loading the model",
-                  "{model} waited for a model load", instant=True),
+        AlertKind(
+            "regression",
+            "slower than this model's baseline",
+            "{model} is slower than its baseline",
+            instant=True,
+        ),
+        AlertKind(
+            "server_down", "a server stopped answering", "An LLM server stopped answering", instant=False
+        ),
+        AlertKind(
+            "cold_load",
+            "a request paid for loading the model",
+            "{model} waited for a model load",
+            instant=True,
+        ),
     )
 }
 

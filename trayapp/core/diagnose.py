@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from trayapp.core import physics
+from trayapp.core.alert_kinds import SUPPRESSED_BY_OFFLOAD
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
+    Baseline,
     Finding,
     GpuProcess,
     HardwareSnapshot,
@@ -22,54 +24,15 @@ from trayapp.core.model import (
     ModelStatus,
     ServerStatus,
     Severity,
+    server_label,
 )
+from trayapp.core.placement import ceiling_for
 from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import GB, format_gb, format_rate, format_spill_pct, format_tokens
 
-GB = 1_000_000_000
-FULL_GPU = 0.98  # at or above this share in GPU memory counts as "fully on the GPU"
-
-# Every alert kind, with what it means (settings: per-kind mute).
-ALERT_KINDS: dict[str, str] = {
-    "offload": "part of a model spilled to system RAM",
-    "kv_slowdown": "decode slows as the context grows",
-    "context_full": "the context is nearly full",
-    "below_floor": "decode under the usable floor",
-    "low_efficiency": "fully on GPU yet well under the realistic band",
-    "draft_acceptance": "speculative decoding accepts few drafts",
-    "vram_pressure": "VRAM nearly full",
-    "regression": "slower than this model's baseline",
-    "server_down": "a server stopped answering",
-    "cold_load": "a request paid for loading the model",
-}
-
-# Which findings an offload on the same model explains (one root cause per model): the
-# offload message already gives the speed to expect, so "slow", "inefficient" and "slower
-# than last week" would only repeat it.
-SUPPRESSED_BY_OFFLOAD = frozenset({"below_floor", "low_efficiency", "regression"})
-
-
-SERVER_NAMES = {
-    "llamacpp": "llama-server",
-    "ollama": "Ollama",
-    "lmstudio": "LM Studio",
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "mlx": "MLX-LM",
-    "openai": "The server",
-    "unknown": "The server",
-}
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The best comparable earlier session of the same model, quant and hardware."""
-
-    decode_tok_s: float
-    context_tokens: int | None
-    server_version: str | None
-    session_id: str | None
-    when_wall_s: float | None = None
+NOTABLE_VRAM_HOLDER_BYTES = GB // 2  # a holder this large is worth naming as a cause of an offload
+GPU_WORKLOAD_BYTES = GB  # holding this much VRAM marks a real GPU workload (another model, a game)
 
 
 @dataclass(frozen=True)
@@ -88,23 +51,6 @@ class ModelView:
     throttle_reasons: Sequence[str] = ()
     gpu_fraction_source: str | None = None  # "ollama", "nvml", ...
     fields_extra: dict[str, object] = field(default_factory=dict)
-
-
-def _fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
-
-
-def _fmt_gb(n_bytes: float) -> str:
-    return f"{n_bytes / GB:.1f} GB"
-
-
-def _fmt_tokens(n: int) -> str:
-    """Token counts as people say them: 4096 → "4k" (a context size), 6130 → "6.1k", 800 → "800"."""
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}k"
-    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
 # --------------------------------------------------------------------------- per model
@@ -154,7 +100,7 @@ def _offload(view: ModelView, t: Thresholds) -> Finding | None:
     speed = ""
     if full and split:
         speed = (
-            f": expect at most ~{_fmt_rate(split)} tok/s instead of ~{_fmt_rate(full)} tok/s "
+            f": expect at most ~{format_rate(split)} tok/s instead of ~{format_rate(full)} tok/s "
             "fully in GPU memory"
         )
     cause = _offload_cause(view)
@@ -163,7 +109,9 @@ def _offload(view: ModelView, t: Thresholds) -> Finding | None:
     severity: Severity = (
         "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
     )
-    message = f"{model.name} is {_fmt_pct(cpu_share)} on the CPU (it spilled out of GPU memory){speed}."
+    message = (
+        f"{model.name} is {format_spill_pct(cpu_share)} on the CPU (it spilled out of GPU memory){speed}."
+    )
     if cause:
         message += f" {cause}"
     return Finding(
@@ -177,16 +125,6 @@ def _offload(view: ModelView, t: Thresholds) -> Finding | None:
         cause=cause,
         score=cpu_share,
     )
-
-
-def _fmt_pct(share: float) -> str:
-    """A share as a whole percentage that never rounds a real spill to 0 % or 100 %."""
-    pct = share * 100
-    if 0 < pct < 1:
-        return "<1 %"
-    if 99 < pct < 100:
-        return ">99 %"
-    return f"{pct:.0f} %"
 
 
 def _offload_cause(view: ModelView) -> str | None:
@@ -204,26 +142,25 @@ def _offload_cause(view: ModelView) -> str | None:
         and model.context_length > previous.context_length
     ):
         raised = (
-            f"The context was raised from {_fmt_tokens(previous.context_length)} to "
-            f"{_fmt_tokens(model.context_length)} tokens"
+            f"The context was raised from {format_tokens(previous.context_length)} to "
+            f"{format_tokens(model.context_length)} tokens"
         )
         if model.facts is not None and model.facts.kv is not None:
             kv_type = view.machine.kv_type
             grew = physics.kv_cache_bytes(
                 model.facts.kv, model.context_length, kv_type
             ) - physics.kv_cache_bytes(model.facts.kv, previous.context_length, kv_type)
-            return f"{raised} and the KV cache grew by {_fmt_gb(grew)}."
+            return f"{raised} and the KV cache grew by {format_gb(grew)}."
         if model.size_bytes and previous.size_bytes and model.size_bytes > previous.size_bytes:
-            return (
-                f"{raised} and the model's memory grew by {_fmt_gb(model.size_bytes - previous.size_bytes)}."
-            )
+            grown = format_gb(model.size_bytes - previous.size_bytes)
+            return f"{raised} and the model's memory grew by {grown}."
         return f"{raised}."
-    holders = [h for h in _vram_holders(view) if h[1] >= 0.5 * GB]
+    holders = [h for h in _vram_holders(view) if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
     if holders:
         name, held, is_model = max(holders, key=lambda h: h[1])
         if is_model:
-            return f"{name}, also loaded, holds {_fmt_gb(held)} of VRAM."
-        return f"Another process, {name}, holds {_fmt_gb(held)} of VRAM."
+            return f"{name}, also loaded, holds {format_gb(held)} of VRAM."
+        return f"Another process, {name}, holds {format_gb(held)} of VRAM."
     return None
 
 
@@ -263,14 +200,14 @@ def _offload_fix(view: ModelView) -> str:
     kv_type = machine.kv_type
     options: list[str] = []
 
-    big = [h for h in holders if h[1] >= 0.5 * GB]
+    big = [h for h in holders if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
     if big:
         name, held, is_model = max(big, key=lambda h: h[1])
         verb = "unload" if is_model else "close"
-        options.append(f"{verb} {name}, which holds {_fmt_gb(held)} of VRAM")
+        options.append(f"{verb} {name}, which holds {format_gb(held)} of VRAM")
     max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
     if max_ctx is not None and 2048 <= max_ctx < context:
-        options.append(f"lower the context to {_fmt_tokens(_round_down_ctx(max_ctx))} tokens")
+        options.append(f"lower the context to {format_tokens(_round_down_ctx(max_ctx))} tokens")
     if kv_type == "f16" and facts.kv is not None:
         kv_q8 = physics.kv_cache_bytes(facts.kv, context, "q8_0")
         if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
@@ -280,7 +217,7 @@ def _offload_fix(view: ModelView) -> str:
         # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.
         shorter = _q4_with_shorter_context(facts, context, kv_type, free_for_model)
         if shorter is not None:
-            options.append(f"{shorter[0]} with a context of {_fmt_tokens(shorter[1])} tokens fits")
+            options.append(f"{shorter[0]} with a context of {format_tokens(shorter[1])} tokens fits")
     if quant is not None:
         text = f"{quant} fits at this context"
         note = quant_note(quant)
@@ -289,7 +226,7 @@ def _offload_fix(view: ModelView) -> str:
         options.append(text)
     if not options:
         return (
-            f"No common quantization of this model fits in the {_fmt_gb(free_for_model)} of GPU memory "
+            f"No common quantization of this model fits in the {format_gb(free_for_model)} of GPU memory "
             "available at this context: use a smaller model (or accept the CPU speed)."
         )
     text = "; or ".join(options) + "."
@@ -377,15 +314,8 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
     model = view.model
     expected_drop = None
     if model.facts is not None:
-        bw = view.machine.fast_bandwidth_gbps
-        fraction = model.gpu_fraction if model.gpu_fraction is not None else 1.0
-        ram_bw = view.machine.ram_bandwidth_gbps
-        c_short = physics.ceiling_at_context_tok_s(
-            model.facts, short_ctx, bw, view.machine.kv_type, fraction, ram_bw
-        )
-        c_long = physics.ceiling_at_context_tok_s(
-            model.facts, long_ctx, bw, view.machine.kv_type, fraction, ram_bw
-        )
+        c_short = ceiling_for(model.facts, short_ctx, view.machine, model.gpu_fraction)
+        c_long = ceiling_for(model.facts, long_ctx, view.machine, model.gpu_fraction)
         if c_short and c_long:
             expected_drop = 1.0 - c_long / c_short
     explained = (expected_drop / drop) if expected_drop is not None and drop > 0 else None
@@ -404,9 +334,9 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
         explain = f" The KV-cache reads explain about {share:.0f} % of the drop"
         explain += "; attention compute adds the rest." if explained < 0.9 else "."
     message = (
-        f"{model.name} decodes {drop * 100:.0f} % slower at {_fmt_tokens(long_ctx)} tokens of context "
-        f"({_fmt_rate(long_rate)} tok/s) than at {_fmt_tokens(short_ctx)} tokens "
-        f"({_fmt_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
+        f"{model.name} decodes {drop * 100:.0f} % slower at {format_tokens(long_ctx)} tokens of context "
+        f"({format_rate(long_rate)} tok/s) than at {format_tokens(short_ctx)} tokens "
+        f"({format_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
     )
     fix = "Start a fresh conversation or trim the context"
     if view.machine.kv_type in ("f16", "bf16", "f32"):
@@ -427,8 +357,8 @@ def _context_full(view: ModelView, t: Thresholds) -> Finding | None:
         return None
     severity: Severity = "critical" if fill >= 0.97 else "warning"
     message = (
-        f"{model.name}'s context is {fill * 100:.0f} % full ({_fmt_tokens(model.context_tokens)} of "
-        f"{_fmt_tokens(model.context_length)} tokens): the server will truncate or shift it soon."
+        f"{model.name}'s context is {fill * 100:.0f} % full ({format_tokens(model.context_tokens)} of "
+        f"{format_tokens(model.context_length)} tokens): the server will truncate or shift it soon."
     )
     fix = "Start a new conversation, or raise the context size (num_ctx / -c) if memory allows."
     evidence = {
@@ -461,7 +391,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         return None
     if model.active_streams > 1:
         return None  # batching lowers the per-stream rate by design (DOMAIN.md §6)
-    if model.gpu_fraction is not None and model.gpu_fraction < FULL_GPU:
+    if model.gpu_fraction is not None and model.gpu_fraction < t.offload_gpu_fraction:
         return None
     rate, ceiling = model.decode_tok_s, model.ceiling_tok_s
     if rate is None or not ceiling or rate >= t.low_efficiency_ratio * ceiling:
@@ -470,7 +400,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     if view.throttle_reasons:
         clues.append("the GPU is throttling (" + ", ".join(view.throttle_reasons) + ")")
     # Holding ≥ 1 GB of VRAM marks a real GPU workload (another model, a game), not a desktop.
-    busy = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= 1 * GB]
+    busy = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= GPU_WORKLOAD_BYTES]
     if busy:
         clues.append("other processes use the GPU: " + ", ".join(f"{p.name or p.pid}" for p in busy[:3]))
     if view.cpu_percent is not None and view.cpu_percent >= 90:
@@ -480,8 +410,8 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     cause = "; ".join(clues) if clues else None
     share = rate / ceiling
     message = (
-        f"{model.name} decodes at {_fmt_rate(rate)} tok/s, {share * 100:.0f} % of its "
-        f"{_fmt_rate(ceiling)} tok/s ceiling; a healthy GPU reaches 60–75 %."
+        f"{model.name} decodes at {format_rate(rate)} tok/s, {share * 100:.0f} % of its "
+        f"{format_rate(ceiling)} tok/s ceiling; a healthy GPU reaches 60–75 %."
     )
     if cause:
         message += f" Likely: {cause}."
@@ -539,8 +469,8 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     if old_v and new_v and old_v != new_v:
         versions = f" The server changed from {old_v} to {new_v}."
     message = (
-        f"{model.name} decodes at {_fmt_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
-        f"{_fmt_rate(base.decode_tok_s)} tok/s baseline on this hardware at a comparable context.{versions}"
+        f"{model.name} decodes at {format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
+        f"{format_rate(base.decode_tok_s)} tok/s baseline on this hardware at a comparable context.{versions}"
     )
     fix = (
         f"Compare with the earlier server version ({old_v}) or check its release notes; report it upstream "
@@ -580,7 +510,7 @@ def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
 
 def diagnose_server(server: ServerStatus, was_up: bool) -> list[Finding]:
     if server.status in ("unreachable", "error") and was_up:
-        name = SERVER_NAMES.get(server.kind, server.kind)
+        name = server_label(server.kind)
         message = f"{name} at {server.url} stopped answering: {server.reason or server.status}."
         fix = "Check that the server is running; llm-tray reconnects by itself when it is back."
         evidence = {"status": server.status, "reason": server.reason}
@@ -598,9 +528,9 @@ def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding
         if free_pct >= t.vram_free_min_pct:
             continue
         holders = sorted(gpu.processes, key=lambda p: p.used_bytes or 0, reverse=True)[:3]
-        who = ", ".join(f"{p.name or p.pid} {_fmt_gb(p.used_bytes or 0)}" for p in holders if p.used_bytes)
+        who = ", ".join(f"{p.name or p.pid} {format_gb(p.used_bytes or 0)}" for p in holders if p.used_bytes)
         message = (
-            f"{gpu.name} has only {_fmt_gb(free)} free ({free_pct:.1f} %): the next context growth or "
+            f"{gpu.name} has only {format_gb(free)} free ({free_pct:.1f} %): the next context growth or "
             "model load will spill to the CPU."
         )
         if who:

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from trayapp import __version__
-from trayapp.core.glance import format_pct, format_rate, format_tokens, kind_label
+from trayapp.core.glance import kind_label
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
 
 REDACTED = "<redacted>"
-GB = 1_000_000_000
 
 _URL = re.compile(
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/@?#]*@)?(?P<rest>[^\s?#]*)(?P<tail>[?#]\S*)?"
@@ -44,10 +44,6 @@ def redact(text: str) -> str:
     return _KEY_LIKE.sub(REDACTED, text)
 
 
-def _gb(value: int | None) -> str:
-    return "—" if value is None else f"{value / GB:.1f} GB"
-
-
 def _add(parts: list[str], value: float | None, template: str) -> None:
     """Append `template.format(value)`, unless the value is missing."""
     if value is not None:
@@ -60,7 +56,7 @@ def _when(t_wall_s: float) -> str:
 
 def _gpu_line(gpu: GpuReading) -> str:
     parts = [f"GPU {gpu.index}: {gpu.name} ({gpu.vendor})"]
-    parts.append(f"VRAM {_gb(gpu.vram_used_bytes)} used of {_gb(gpu.vram_total_bytes)}")
+    parts.append(f"VRAM {format_gb(gpu.vram_used_bytes)} used of {format_gb(gpu.vram_total_bytes)}")
     if gpu.unified_memory:
         parts.append("unified memory")
     if gpu.bandwidth_gbps is not None:
@@ -80,7 +76,7 @@ def _hardware_lines(hardware: HardwareSnapshot) -> list[str]:
     if not hardware.gpus:
         lines.append(f"  GPU: none ({hardware.gpu_reason or 'no reason given'})")
     host = hardware.host
-    ram = f"  RAM: {_gb(host.ram_total_bytes)} total, {_gb(host.ram_available_bytes)} available"
+    ram = f"  RAM: {format_gb(host.ram_total_bytes)} total, {format_gb(host.ram_available_bytes)} available"
     if host.ram_bandwidth_gbps is not None:
         ram += f" · {host.ram_bandwidth_gbps:.0f} GB/s ({host.ram_bandwidth_source})"
     if host.cpu_percent is not None:
@@ -115,10 +111,10 @@ def _model_line(model: ModelStatus) -> str:
     if model.gpu_fraction is not None:
         parts.append(f"GPU {format_pct(model.gpu_fraction)}")
     if model.size_bytes is not None:
-        parts.append(f"size {_gb(model.size_bytes)}")
+        parts.append(f"size {format_gb(model.size_bytes)}")
     if model.bytes_per_token is not None:
         exact = "exact" if model.bytes_per_token_exact else "estimated"
-        parts.append(f"bytes/token {_gb(model.bytes_per_token)} ({exact})")
+        parts.append(f"bytes/token {format_gb(model.bytes_per_token)} ({exact})")
     _add(parts, model.ttft_s, "TTFT {:.2f} s")
     _add(parts, model.prompt_tok_s, "prompt {:.0f} tok/s")
     if model.draft_acceptance is not None:

@@ -13,12 +13,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from trayapp.core.alert_kinds import is_instant
 from trayapp.core.model import Alert, Finding, Severity
-
-# Facts about state, not noisy rates: they hold the moment they are seen.
-INSTANT_KINDS = frozenset(
-    {"offload", "context_full", "vram_pressure", "draft_acceptance", "regression", "cold_load", "kv_slowdown"}
-)
 
 
 @dataclass
@@ -59,7 +55,7 @@ class EpisodeTracker:
             episode.last_seen_wall_s = now_wall_s
             episode.finding = finding
             episode.peak = max(episode.peak, finding.score)
-            confirm = 0.0 if finding.kind in INSTANT_KINDS else self.confirm_s
+            confirm = 0.0 if is_instant(finding.kind) else self.confirm_s
             if episode.alert is None and now_mono_s - episode.first_seen_mono_s >= confirm:
                 episode.alert = _new_alert(finding, episode.first_seen_wall_s, episode.peak)
             elif episode.alert is not None:

@@ -24,29 +24,22 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot, server_label
+from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import format_pct, format_tokens
+from trayapp.core.units import format_rate_short as format_rate
+
+kind_label = server_label  # what the tray, menu and tooltip call a kind of server
 
 Health = Literal["ok", "degraded", "alert", "idle", "none"]
 ModelKey = tuple[str, str]  # (server url, model name)
 
-OFFLOAD_GPU_FRACTION = 0.98  # below this share in GPU memory the icon shows the offload mark
 RING_STEPS = 20  # the ring is quantized to 5 % steps
 RING_HYSTERESIS = 0.04  # keep the previous ring until the share moves this much
 NUMBER_HYSTERESIS = 0.03  # keep the previous number until the rate moves 3 %
 HEALTH_HYSTERESIS = 0.05  # leave "degraded" only this far above the threshold
-DEFAULT_LOW_EFFICIENCY = 0.45
-FLOOR_TOK_S = 3.0  # below this interactive use feels broken
+DEFAULT_THRESHOLDS = Thresholds()
 
-KIND_LABELS: dict[str, str] = {
-    "ollama": "Ollama",
-    "llamacpp": "llama-server",
-    "lmstudio": "LM Studio",
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "mlx": "MLX-LM",
-    "openai": "OpenAI-compatible",
-    "unknown": "server",
-}
 _REACHABLE = ("ok", "loading")
 _ALERTING = ("warning", "critical")
 
@@ -73,10 +66,6 @@ class IconState:
 # --------------------------------------------------------------------------- formatting
 
 
-def kind_label(kind: str) -> str:
-    return KIND_LABELS.get(kind, kind)
-
-
 def host_port(url: str) -> str:
     """'http://user:pw@127.0.0.1:8080/x?y' → '127.0.0.1:8080' (no credentials, no path)."""
     parts = urlsplit(url)
@@ -88,30 +77,6 @@ def host_port(url: str) -> str:
     except ValueError:
         port = None
     return f"{host}:{port}" if port else host
-
-
-def format_rate(tok_s: float) -> str:
-    """A rate in at most 3 characters: '9.4', '42', '142', '2k'."""
-    if tok_s < 9.95:
-        return f"{max(tok_s, 0.0):.1f}"
-    if tok_s < 999.5:
-        return f"{tok_s:.0f}"
-    return f"{min(tok_s / 1000, 99):.0f}k"
-
-
-def format_tokens(count: int) -> str:
-    """Token counts for humans: 850, '6.1k', '8k' (powers of two sizes stay round), '128k'."""
-    if count < 1000:
-        return str(count)
-    if count % 1024 == 0:
-        return f"{count // 1024}k"
-    if count < 10_000:
-        return f"{count / 1000:.1f}k"
-    return f"{count / 1000:.0f}k"
-
-
-def format_pct(share: float) -> str:
-    return f"{share * 100:.0f} %"
 
 
 # --------------------------------------------------------------------------- choosing the model
@@ -178,22 +143,22 @@ def _number(rate: float, key: ModelKey, previous: IconState | None) -> tuple[str
     return format_rate(rate), rate
 
 
-def _is_offloaded(model: ModelStatus) -> bool:
-    return model.gpu_fraction is not None and model.gpu_fraction < OFFLOAD_GPU_FRACTION
+def _is_offloaded(model: ModelStatus, t: Thresholds) -> bool:
+    return model.gpu_fraction is not None and model.gpu_fraction < t.offload_gpu_fraction
 
 
-def _model_health(model: ModelStatus, previous: IconState | None, low_efficiency: float) -> Health:
-    if model.phase == "stalled" or (_is_offloaded(model) and model.phase != "idle"):
+def _model_health(model: ModelStatus, previous: IconState | None, t: Thresholds) -> Health:
+    if model.phase == "stalled" or (_is_offloaded(model, t) and model.phase != "idle"):
         return "degraded"
     if model.phase != "decoding":
         return "idle" if model.phase == "idle" else "ok"
-    if model.decode_tok_s is not None and model.decode_tok_s < FLOOR_TOK_S:
+    if model.decode_tok_s is not None and model.decode_tok_s < t.below_floor_tok_s:
         return "degraded"
-    fully_on_gpu = model.gpu_fraction is not None and model.gpu_fraction >= OFFLOAD_GPU_FRACTION
+    fully_on_gpu = model.gpu_fraction is not None and not _is_offloaded(model, t)
     efficiency = model.efficiency
     if not fully_on_gpu or efficiency is None:
         return "ok"  # like the low_efficiency detector: judged only for models fully on a GPU
-    threshold = low_efficiency
+    threshold = t.low_efficiency_ratio
     if previous is not None and previous.health == "degraded":
         threshold += HEALTH_HYSTERESIS
     return "degraded" if efficiency < threshold else "ok"
@@ -229,7 +194,7 @@ def _rate_line(model: ModelStatus) -> str:
     return " · ".join(parts)
 
 
-def _context_line(model: ModelStatus) -> str | None:
+def _context_line(model: ModelStatus, t: Thresholds) -> str | None:
     parts = []
     if model.context_length:
         depth = format_tokens(model.context_tokens) if model.context_tokens is not None else "—"
@@ -238,7 +203,7 @@ def _context_line(model: ModelStatus) -> str | None:
         parts.append(f"context {format_tokens(model.context_tokens)}")
     if model.gpu_fraction is not None:
         gpu = min(max(model.gpu_fraction, 0.0), 1.0)
-        if gpu < OFFLOAD_GPU_FRACTION:
+        if gpu < t.offload_gpu_fraction:
             parts.append(f"{format_pct(gpu)} GPU · {format_pct(1 - gpu)} CPU ⚠")
         else:
             parts.append(f"{format_pct(gpu)} GPU")
@@ -282,7 +247,7 @@ def icon_state(
     snapshot: Snapshot | None,
     previous: IconState | None = None,
     decoding_since: Mapping[ModelKey, float] | None = None,
-    low_efficiency_ratio: float = DEFAULT_LOW_EFFICIENCY,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> IconState:
     """The icon and tooltip for one snapshot (pure; `previous` gives hysteresis)."""
     if snapshot is None:
@@ -304,7 +269,7 @@ def icon_state(
     server, model = chosen
     key = _key(server, model)
     lines = [model_title(server, model), _rate_line(model)]
-    context = _context_line(model)
+    context = _context_line(model, thresholds)
     if context:
         lines.append(context)
     others = [m for s, m in snapshot.models() if m.phase == "decoding" and _key(s, m) != key]
@@ -322,13 +287,13 @@ def icon_state(
     elif model.phase == "idle" and model.last_decode_tok_s is not None and model.ceiling_tok_s:
         ring_raw = model.last_decode_tok_s / model.ceiling_tok_s
         faint = True
-    health = "alert" if alerting else _model_health(model, previous, low_efficiency_ratio)
+    health = "alert" if alerting else _model_health(model, previous, thresholds)
     return IconState(
         health=health,
         text=text,
         ring=_ring(ring_raw, previous),
         ring_faint=faint,
-        offload=_is_offloaded(model),
+        offload=_is_offloaded(model, thresholds),
         tooltip_lines=tuple(lines),
         model_key=key,
         rate_tok_s=rate,
@@ -345,8 +310,8 @@ def paused_state(previous: IconState | None = None) -> IconState:
 class GlanceTracker:
     """Feeds `icon_state` the memory it needs: the last state and when models started decoding."""
 
-    def __init__(self, low_efficiency_ratio: float = DEFAULT_LOW_EFFICIENCY) -> None:
-        self.low_efficiency_ratio = low_efficiency_ratio
+    def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+        self.thresholds = thresholds
         self.state: IconState | None = None
         self._decoding_since: dict[ModelKey, float] = {}
 
@@ -357,5 +322,5 @@ class GlanceTracker:
                 del self._decoding_since[key]
         for key in decoding:
             self._decoding_since.setdefault(key, snapshot.t_mono_s)
-        self.state = icon_state(snapshot, self.state, self._decoding_since, self.low_efficiency_ratio)
+        self.state = icon_state(snapshot, self.state, self._decoding_since, self.thresholds)
         return self.state

@@ -48,6 +48,22 @@ SERVER_KINDS: tuple[str, ...] = (
     "unknown",
 )
 
+SERVER_LABELS: dict[str, str] = {
+    "ollama": "Ollama",
+    "llamacpp": "llama-server",
+    "lmstudio": "LM Studio",
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "mlx": "MLX-LM",
+    "openai": "OpenAI-compatible server",
+    "unknown": "server",
+}
+
+
+def server_label(kind: str) -> str:
+    """What users call a kind of server: "llama-server", "LM Studio", "OpenAI-compatible server"."""
+    return SERVER_LABELS.get(kind, kind)
+
 
 # --------------------------------------------------------------------------- model facts
 
@@ -125,6 +141,8 @@ class HostReading:
     ram_bandwidth_source: ValueSource = "unknown"
     cpu_percent: float | None = None
     cpu_count: int | None = None
+    ram_bandwidth_measured_wall_s: float | None = None  # when a measured figure was measured
+    ram_bandwidth_confidence: str | None = None  # measured: "quiet" | "provisional" (busy) | "suspect"
 
 
 @dataclass(frozen=True)
@@ -256,6 +274,7 @@ class ModelStatus:
     weights_bytes: int | None = None
     vram_bytes: int | None = None
     gpu_fraction: float | None = None
+    gpu_fraction_source: str | None = None  # "server" (its own sizes) | "nvml"; None when unknown
     context_length: int | None = None
     context_tokens: int | None = None
     quantization: str | None = None

@@ -1,24 +1,29 @@
-"""One tick: readings → statuses with ceilings → findings → alerts → Snapshot.
+"""One tick as explicit stages: rates → placement → sessions → statuses → diagnosis → episodes.
 
-Pure: the monitor does the I/O (polling servers, reading the GPU, the store)
-and hands this module readings and times; this module never blocks.
+Each stage is a small pure module that decides its facts once and returns immutable results:
+`rates.RateTracker` (speeds, phases, finished requests), `placement.place` (facts, GPU share,
+ceiling), `session.SessionTracker` (sessions), `diagnose` (findings), `episodes.EpisodeTracker`
+(alerts). `ModelStatus` is built exactly once per model and tick, by `model_status`.
+
+Pure: the monitor does the I/O (polling servers, reading the GPU, looking up baselines in the
+store) and hands this module readings, baselines and times; nothing here blocks.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from trayapp.core import physics
-from trayapp.core.diagnose import Baseline, ModelView, diagnose_hardware, diagnose_model, diagnose_server
+from trayapp.core.diagnose import ModelView, diagnose_hardware, diagnose_model, diagnose_server
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Alert,
+    Baseline,
     Finding,
     HardwareSnapshot,
-    ModelFacts,
+    ModelReading,
     ModelStatus,
     RequestRecord,
     ServerReading,
@@ -26,14 +31,15 @@ from trayapp.core.model import (
     SessionRecord,
     Snapshot,
 )
-from trayapp.core.session import SessionEngine
+from trayapp.core.placement import Placement, ceiling_for, place
+from trayapp.core.rates import RateEstimate, RateTracker
+from trayapp.core.session import SessionInput, SessionTracker
 from trayapp.core.thresholds import Thresholds
 
 TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
-BASELINE_REFRESH_S = 120.0
-FULL_GPU_SNAP = 0.9  # NVML-derived GPU shares above this are read as "all on the GPU"
+MAX_TRENDS = 64  # sessions whose trend is kept; the oldest are forgotten beyond this
 
-BaselineLookup = Callable[[ServerStatus, ModelStatus, Machine], "Baseline | None"]
+ModelKey = tuple[str, str]  # (server URL, model name)
 
 
 @dataclass(frozen=True)
@@ -42,25 +48,26 @@ class TickOutput:
     sessions: tuple[SessionRecord, ...]  # started, changed or ended at this tick
 
 
+@dataclass(frozen=True)
+class _ServerTick:
+    status: ServerStatus
+    requests: tuple[RequestRecord, ...]
+    sessions: tuple[SessionRecord, ...]
+
+
 class Pipeline:
     def __init__(
-        self,
-        thresholds: Thresholds | None = None,
-        *,
-        idle_gap_s: float = 60.0,
-        one_shot: bool = False,
-        baseline_lookup: BaselineLookup | None = None,
-    ) -> None:
+        self, thresholds: Thresholds | None = None, *, idle_gap_s: float = 60.0, one_shot: bool = False
+    ):
         self.thresholds = thresholds or Thresholds()
         self.one_shot = one_shot
-        self.baseline_lookup = baseline_lookup
-        self.sessions = SessionEngine(idle_gap_s=idle_gap_s)
+        self.rates = RateTracker()
+        self.sessions = SessionTracker(idle_gap_s=idle_gap_s)
         self.episodes = EpisodeTracker(self.thresholds.confirm_s, self.thresholds.clear_s)
         self._trends: dict[str, deque[tuple[int, float]]] = {}
-        self._last_status: dict[tuple[str, str], ModelStatus] = {}
-        self._before_change: dict[tuple[str, str], ModelStatus] = {}
+        self._last_status: dict[ModelKey, ModelStatus] = {}
+        self._before_change: dict[ModelKey, ModelStatus] = {}
         self._was_up: dict[str, bool] = {}
-        self._baselines: dict[str, tuple[float, Baseline | None]] = {}
 
     def set_thresholds(self, thresholds: Thresholds) -> None:
         self.thresholds = thresholds
@@ -75,47 +82,20 @@ class Pipeline:
         default_machine: Machine,
         now_mono_s: float,
         now_wall_s: float,
+        baselines: Mapping[ModelKey, Baseline] | None = None,
     ) -> TickOutput:
+        """One tick. `baselines` are the store's baselines of the models that were decoding."""
         servers: list[ServerStatus] = []
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
         findings: list[Finding] = []
-
         for reading in readings:
             machine = machines.get(reading.url, default_machine)
-            result = self.sessions.update(reading, now_mono_s, now_wall_s)
-            sessions.extend(result.sessions)
-            models: list[ModelStatus] = []
-            share_sources: dict[str, str | None] = {}
-            for status in result.models:
-                status, share_sources[status.name] = self._with_gpu_share(status, hardware, machine)
-                status = self._with_ceilings(status, machine)
-                models.append(status)
-            server = ServerStatus(
-                kind=reading.kind,
-                url=reading.url,
-                status=reading.status,
-                reason=reading.reason,
-                version=reading.version,
-                models=tuple(models),
-                pid=reading.pid,
-                age_s=reading.age_s,
-            )
-            servers.append(server)
-            by_name = {m.name: m for m in models}
-            server_requests = [
-                self._complete_request(r, by_name.get(r.model), machine) for r in result.requests
-            ]
-            requests.extend(server_requests)
-
-            findings.extend(diagnose_server(server, self._was_up.get(server.url, False)))
-            if server.status == "ok":
-                self._was_up[server.url] = True
-            for status in models:
-                self._remember(server.url, status)  # first: a context change seen now explains now
-                view = self._view(server, status, machine, hardware, server_requests, now_mono_s)
-                view = replace(view, gpu_fraction_source=share_sources.get(status.name))
-                findings.extend(diagnose_model(view, self.thresholds))
+            tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s)
+            servers.append(tick.status)
+            requests.extend(tick.requests)
+            sessions.extend(tick.sessions)
+            findings.extend(self._diagnose(tick, machine, hardware, baselines or {}))
 
         hardware_findings = diagnose_hardware(hardware, self.thresholds)
         local = {r.url for r in readings if r.url not in machines}
@@ -123,14 +103,12 @@ class Pipeline:
             # A local model already spilled: that alert says the VRAM is full, and why.
             hardware_findings = [f for f in hardware_findings if f.kind != "vram_pressure"]
         findings.extend(hardware_findings)
-        alerts: tuple[Alert, ...]
         ended: tuple[Alert, ...] = ()
         if self.one_shot:
             alerts = alerts_now(findings, now_wall_s)
         else:
             alerts, ended = self.episodes.update(findings, now_mono_s, now_wall_s)
 
-        sessions = self._annotate_sessions(sessions, servers, machines, default_machine, alerts)
         snapshot = Snapshot(
             t_wall_s=now_wall_s,
             t_mono_s=now_mono_s,
@@ -140,106 +118,100 @@ class Pipeline:
             requests=tuple(requests),
             ended_alerts=ended,
         )
-        return TickOutput(snapshot, tuple(sessions))
+        return TickOutput(snapshot, tuple(self._with_alert_kinds(sessions, alerts)))
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ stages per server
 
-    def _with_gpu_share(
-        self, status: ModelStatus, hardware: HardwareSnapshot, machine: Machine
-    ) -> tuple[ModelStatus, str | None]:
-        if status.gpu_fraction is not None:
-            return status, "server"
-        if not machine.has_gpu or machine.unified_memory or not hardware.gpus or status.server_pid is None:
-            return status, None
-        if not any(g.vendor == "nvidia" for g in hardware.gpus):
-            return status, None
-        facts = status.facts
-        if facts is None:
-            return status, None
-        used = [
-            p.used_bytes
-            for g in hardware.gpus
-            for p in g.processes
-            if p.pid == status.server_pid and p.used_bytes is not None
-        ]
-        if not used:
-            # NVML often cannot see a server's process (containers, WSL, other users): that is
-            # "unknown", not "all on the CPU".
-            return status, None
-        kv = physics.kv_cache_bytes(facts.kv, status.context_length or 0, machine.kv_type)
-        share = sum(used) / physics.required_bytes(facts.weights_bytes, kv)
-        share = 1.0 if share >= FULL_GPU_SNAP else max(0.0, share)
-        return replace(status, gpu_fraction=share, vram_bytes=sum(used)), "nvml"
-
-    def _with_ceilings(self, status: ModelStatus, machine: Machine) -> ModelStatus:
-        facts = _facts_or_size(status)
-        if facts is None:
-            return status
-        context = status.context_tokens or 0
-        fraction = status.gpu_fraction if (machine.has_gpu and status.gpu_fraction is not None) else 1.0
-        if machine.unified_memory:
-            fraction = 1.0
-        ceiling = physics.ceiling_at_context_tok_s(
-            facts, context, machine.fast_bandwidth_gbps, machine.kv_type, fraction, machine.ram_bandwidth_gbps
-        )
-        full = physics.ceiling_at_context_tok_s(facts, context, machine.fast_bandwidth_gbps, machine.kv_type)
-        return replace(
-            status,
-            ceiling_tok_s=ceiling,
-            full_gpu_ceiling_tok_s=full,
-            bytes_per_token=status.bytes_per_token or facts.bytes_per_token,
-            facts=facts,
-        )
-
-    def _complete_request(
-        self, record: RequestRecord, status: ModelStatus | None, machine: Machine
-    ) -> RequestRecord:
-        if status is None or status.facts is None:
-            return replace(record, gpu_fraction=status.gpu_fraction if status else None)
-        fraction = status.gpu_fraction if status.gpu_fraction is not None and machine.has_gpu else 1.0
-        ceiling = physics.ceiling_at_context_tok_s(
-            status.facts,
-            record.context_tokens or 0,
-            machine.fast_bandwidth_gbps,
-            machine.kv_type,
-            fraction,
-            machine.ram_bandwidth_gbps,
-        )
-        return replace(record, ceiling_tok_s=ceiling, gpu_fraction=status.gpu_fraction)
-
-    def _view(
+    def _server_tick(
         self,
-        server: ServerStatus,
-        status: ModelStatus,
+        reading: ServerReading,
+        hardware: HardwareSnapshot,
+        machine: Machine,
+        now_mono_s: float,
+        now_wall_s: float,
+    ) -> _ServerTick:
+        rates = self.rates.update(reading, now_mono_s, now_wall_s)
+        by_model: dict[str, list[RequestRecord]] = {}
+        for record in rates.requests:
+            by_model.setdefault(record.model, []).append(record)
+        label = hardware_label(machine)
+        placed: list[tuple[ModelReading, RateEstimate, Placement]] = []
+        inputs: list[SessionInput] = []
+        for model in reading.models:
+            rate = rates.models.get(model.name, RateEstimate())
+            placement = place(model, rate.context_tokens, model.server_pid or reading.pid, hardware, machine)
+            placed.append((model, rate, placement))
+            inputs.append(
+                SessionInput(
+                    name=model.name,
+                    rate=rate,
+                    quantization=_quantization(model),
+                    gpu_fraction=placement.gpu_fraction,
+                    ceiling_tok_s=ceiling_for(placement.facts, 0, machine, placement.gpu_fraction),
+                    hardware=label,
+                    requests=tuple(by_model.get(model.name, ())),
+                )
+            )
+        session_changes: tuple[SessionRecord, ...] = ()
+        if reading.age_s is not None:  # a repeated earlier reading: sessions stay as they are
+            ids = self.sessions.ids(reading.url)
+        else:
+            session_tick = self.sessions.update(reading, inputs, now_mono_s, now_wall_s)
+            ids, session_changes = session_tick.ids, session_tick.sessions
+
+        statuses = tuple(
+            model_status(model, rate, placement, ids.get(model.name), model.server_pid or reading.pid)
+            for model, rate, placement in placed
+        )
+        placements = {model.name: placement for model, _, placement in placed}
+        records = tuple(
+            _complete_request(r, ids.get(r.model), placements.get(r.model), machine) for r in rates.requests
+        )
+        status = ServerStatus(
+            kind=reading.kind,
+            url=reading.url,
+            status=reading.status,
+            reason=reading.reason,
+            version=reading.version,
+            models=statuses,
+            pid=reading.pid,
+            age_s=reading.age_s,
+        )
+        return _ServerTick(status, records, session_changes)
+
+    def _diagnose(
+        self,
+        tick: _ServerTick,
         machine: Machine,
         hardware: HardwareSnapshot,
-        requests: Sequence[RequestRecord],
-        now_mono_s: float,
-    ) -> ModelView:
-        key = (server.url, status.name)
-        trend = self._trend(
-            status, [r for r in requests if r.model == status.name], fresh=server.age_s is None
-        )
-        others = [
-            p
-            for g in hardware.gpus
-            for p in g.processes
-            if p.pid != status.server_pid and p.pid != server.pid
-        ]
+        baselines: Mapping[ModelKey, Baseline],
+    ) -> list[Finding]:
+        server = tick.status
+        findings = diagnose_server(server, self._was_up.get(server.url, False))
+        if server.status == "ok":
+            self._was_up[server.url] = True
+        others = [p for g in hardware.gpus for p in g.processes if p.pid != server.pid]
         throttles = tuple(reason for g in hardware.gpus for reason in g.throttle_reasons)
-        load_s = max((r.load_s for r in requests if r.model == status.name and r.load_s), default=None)
-        return ModelView(
-            server=server,
-            model=status,
-            machine=machine,
-            previous=self._before_change.get(key),
-            trend=tuple(trend),
-            baseline=self._baseline(server, status, machine, now_mono_s),
-            other_gpu_processes=others,
-            load_s=load_s,
-            cpu_percent=hardware.host.cpu_percent,
-            throttle_reasons=throttles,
-        )
+        for status in server.models:
+            key = (server.url, status.name)
+            self._remember(key, status)  # first: a context change seen now explains now
+            own = [r for r in tick.requests if r.model == status.name]
+            decoding = status.phase == "decoding" and status.session_id is not None
+            view = ModelView(
+                server=server,
+                model=status,
+                machine=machine,
+                previous=self._before_change.get(key),
+                trend=tuple(self._trend(status, own, fresh=server.age_s is None)),
+                baseline=baselines.get(key) if decoding else None,
+                other_gpu_processes=[p for p in others if p.pid != status.server_pid],
+                load_s=max((r.load_s for r in own if r.load_s), default=None),
+                cpu_percent=hardware.host.cpu_percent,
+                throttle_reasons=throttles,
+                gpu_fraction_source=status.gpu_fraction_source,
+            )
+            findings.extend(diagnose_model(view, self.thresholds))
+        return findings
 
     def _trend(
         self, status: ModelStatus, requests: Sequence[RequestRecord], fresh: bool = True
@@ -266,70 +238,76 @@ class Pipeline:
             and status.context_tokens is not None
         ):
             trend.append((status.context_tokens, status.decode_tok_s))
-        # Forget trends of sessions that are gone.
-        if len(self._trends) > 64:
-            for old in list(self._trends)[:-32]:
+        if len(self._trends) > MAX_TRENDS:  # forget trends of sessions that are gone
+            for old in list(self._trends)[: -MAX_TRENDS // 2]:
                 del self._trends[old]
         return trend
 
-    def _baseline(
-        self, server: ServerStatus, status: ModelStatus, machine: Machine, now_mono_s: float
-    ) -> Baseline | None:
-        if self.baseline_lookup is None or status.session_id is None or status.phase != "decoding":
-            return None
-        cached = self._baselines.get(status.session_id)
-        if cached is not None and now_mono_s - cached[0] < BASELINE_REFRESH_S:
-            return cached[1]
-        baseline = self.baseline_lookup(server, status, machine)
-        self._baselines[status.session_id] = (now_mono_s, baseline)
-        return baseline
-
-    def _remember(self, url: str, status: ModelStatus) -> None:
+    def _remember(self, key: ModelKey, status: ModelStatus) -> None:
         """Keep the model as it was before its context size last changed (to explain an offload)."""
         if not status.context_length:
             return  # unknown (e.g. while loading): neither a change nor a new reference
-        key = (url, status.name)
         last = self._last_status.get(key)
         if last is not None and last.context_length != status.context_length:
             self._before_change[key] = last
         self._last_status[key] = status
 
-    def _annotate_sessions(
-        self,
-        sessions: list[SessionRecord],
-        servers: Sequence[ServerStatus],
-        machines: Mapping[str, Machine],
-        default_machine: Machine,
-        alerts: Sequence,
+    def _with_alert_kinds(
+        self, sessions: Sequence[SessionRecord], alerts: Sequence[Alert]
     ) -> list[SessionRecord]:
-        statuses = {(s.url, m.name): m for s in servers for m in s.models}
-        out: list[SessionRecord] = []
-        for session in sessions:
-            status = statuses.get((session.server, session.model))
-            machine = machines.get(session.server, default_machine)
-            kinds = {a.kind for a in alerts if a.server == session.server and a.model == session.model}
-            changes: dict[str, object] = {"hardware": hardware_label(machine)}
-            if status is not None and status.facts is not None:
-                fraction = status.gpu_fraction if status.gpu_fraction is not None and machine.has_gpu else 1.0
-                changes["ceiling_tok_s"] = physics.ceiling_at_context_tok_s(
-                    status.facts,
-                    0,
-                    machine.fast_bandwidth_gbps,
-                    machine.kv_type,
-                    fraction,
-                    machine.ram_bandwidth_gbps,
-                )
-            merged = replace(session, **changes, alerts=tuple(sorted(set(session.alerts) | kinds)))  # type: ignore[arg-type]
-            if session.ended_wall_s is None:
-                self.sessions.set_session_details(
-                    session.server,
-                    session.model,
-                    hardware=merged.hardware,
-                    ceiling_tok_s=merged.ceiling_tok_s,
-                    alerts=merged.alerts,
-                )
-            out.append(merged)
-        return out
+        """The changed sessions, with the kinds of the alerts raised on their model now."""
+        changed = {s.id: s for s in sessions}
+        kinds: dict[ModelKey, set[str]] = {}
+        for alert in alerts:
+            if alert.model is not None:
+                kinds.setdefault((alert.server, alert.model), set()).add(alert.kind)
+        for (server, model), found in kinds.items():
+            record = self.sessions.note_alerts(server, model, found)
+            if record is not None:
+                changed[record.id] = record
+        return list(changed.values())
+
+
+def model_status(
+    model: ModelReading,
+    rate: RateEstimate,
+    placement: Placement,
+    session_id: str | None,
+    server_pid: int | None,
+) -> ModelStatus:
+    """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session."""
+    file_facts = model.facts  # exact facts, when the server or the model file gave them
+    return ModelStatus(
+        name=model.name,
+        phase=rate.phase,
+        size_bytes=model.size_bytes,
+        weights_bytes=model.weights_bytes or (file_facts.weights_bytes if file_facts else None),
+        vram_bytes=placement.vram_bytes,
+        gpu_fraction=placement.gpu_fraction,
+        gpu_fraction_source=placement.gpu_fraction_source,
+        context_length=model.context_length,
+        context_tokens=rate.context_tokens,
+        quantization=_quantization(model),
+        parameter_count=model.parameter_count or (file_facts.parameter_count if file_facts else None),
+        bytes_per_token=placement.facts.bytes_per_token if placement.facts else None,
+        bytes_per_token_exact=bool(file_facts and file_facts.exact),
+        ceiling_tok_s=placement.ceiling_tok_s,
+        full_gpu_ceiling_tok_s=placement.full_gpu_ceiling_tok_s,
+        decode_tok_s=rate.decode_tok_s,
+        decode_total_tok_s=rate.decode_total_tok_s,
+        active_streams=rate.active_streams,
+        decode_exact=rate.decode_exact,
+        last_decode_tok_s=rate.last_decode_tok_s,
+        last_decode_context_tokens=rate.last_decode_context_tokens,
+        prompt_tok_s=rate.prompt_tok_s,
+        ttft_s=rate.ttft_s,
+        ttft_exact=rate.ttft_exact,
+        draft_acceptance=rate.draft_acceptance,
+        session_id=session_id,
+        live_rate_reason=model.live_rate_reason,
+        server_pid=server_pid,
+        facts=placement.facts,
+    )
 
 
 def hardware_label(machine: Machine) -> str:
@@ -340,10 +318,19 @@ def hardware_label(machine: Machine) -> str:
     return " @ ".join(parts)
 
 
-def _facts_or_size(status: ModelStatus) -> ModelFacts | None:
-    if status.facts is not None:
-        return status.facts
-    weights = status.weights_bytes or status.size_bytes
-    if not weights:
-        return None
-    return ModelFacts(weights_bytes=weights, bytes_per_token=weights, exact=False, source="size")
+def _quantization(model: ModelReading) -> str | None:
+    return model.quantization or (model.facts.quantization if model.facts else None)
+
+
+def _complete_request(
+    record: RequestRecord, session_id: str | None, placement: Placement | None, machine: Machine
+) -> RequestRecord:
+    """A finished request with its session and the ceiling at its own context depth."""
+    if placement is None:
+        return replace(record, session_id=session_id)
+    return replace(
+        record,
+        session_id=session_id,
+        ceiling_tok_s=ceiling_for(placement.facts, record.context_tokens, machine, placement.gpu_fraction),
+        gpu_fraction=placement.gpu_fraction,
+    )

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
+from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
-
-GB = 1_000_000_000
-
-
-def rate(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
-
-
-def tokens(n: int | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
-
-
-def gbytes(n: int | None) -> str:
-    return "—" if n is None else f"{n / GB:.1f} GB"
+from trayapp.core.units import format_gb, format_rate, format_tokens
 
 
 def model_line(model: ModelStatus) -> str:
@@ -30,11 +14,11 @@ def model_line(model: ModelStatus) -> str:
     head = " ".join(parts)
     if model.decode_tok_s is not None:
         exact = "exact" if model.decode_exact else "estimated"
-        speed = f"{rate(model.decode_tok_s)} tok/s ({exact})"
+        speed = f"{format_rate(model.decode_tok_s)} tok/s ({exact})"
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
-            speed += f" ×{model.active_streams} streams = {rate(model.decode_total_tok_s)} total"
+            speed += f" ×{model.active_streams} streams = {format_rate(model.decode_total_tok_s)} total"
     elif model.last_decode_tok_s is not None:
-        speed = f"last {rate(model.last_decode_tok_s)} tok/s"
+        speed = f"last {format_rate(model.last_decode_tok_s)} tok/s"
     elif model.phase in ("prefill", "loading"):
         speed = "no decode rate yet"
     else:
@@ -42,10 +26,10 @@ def model_line(model: ModelStatus) -> str:
     ceiling = ""
     if model.ceiling_tok_s:
         share = f"{model.efficiency * 100:.0f} % of " if model.efficiency is not None else ""
-        ceiling = f" · {share}{rate(model.ceiling_tok_s)} tok/s ceiling"
+        ceiling = f" · {share}{format_rate(model.ceiling_tok_s)} tok/s ceiling"
     context = ""
     if model.context_length:
-        context = f" · ctx {tokens(model.context_tokens or 0)}/{tokens(model.context_length)}"
+        context = f" · ctx {format_tokens(model.context_tokens or 0)}/{format_tokens(model.context_length)}"
     gpu = f" · {model.gpu_fraction * 100:.0f} % GPU" if model.gpu_fraction is not None else ""
     line = f"{head} [{model.phase}] {speed}{ceiling}{context}{gpu}"
     if model.live_rate_reason and model.decode_tok_s is None:
@@ -76,7 +60,7 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
         lines.append(f"Hardware (given): {hardware_note}")
     if hw.gpus:
         for gpu in hw.gpus:
-            used = f"{gbytes(gpu.vram_used_bytes)}/{gbytes(gpu.vram_total_bytes)}"
+            used = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
             bw = f" · {gpu.bandwidth_gbps:.0f} GB/s" if gpu.bandwidth_gbps else ""
             lines.append(f"GPU {gpu.index}: {gpu.name} · {used}{bw}")
     else:
@@ -84,9 +68,9 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
     host = hw.host
     ram_bw = ""
     if host.ram_bandwidth_gbps:
-        ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({host.ram_bandwidth_source})"
-    avail = gbytes(host.ram_available_bytes)
-    lines.append(f"RAM: {avail} free of {gbytes(host.ram_total_bytes)}{ram_bw}")
+        ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({ram_bandwidth_note(host)})"
+    avail = format_gb(host.ram_available_bytes)
+    lines.append(f"RAM: {avail} free of {format_gb(host.ram_total_bytes)}{ram_bw}")
     for alert in snapshot.alerts:
         lines.append(f"⚠ [{alert.severity}] {alert.message}")
         lines.append(f"    {alert.fix}")
@@ -104,9 +88,9 @@ def format_watch_line(snapshot: Snapshot) -> str:
             continue
         for model in server.models:
             parts.append(
-                f"{model.name} {model.phase} {rate(model.decode_tok_s)} tok/s"
-                f" ctx {tokens(model.context_tokens)}"
-                + (f" / {rate(model.ceiling_tok_s)} ceiling" if model.ceiling_tok_s else "")
+                f"{model.name} {model.phase} {format_rate(model.decode_tok_s)} tok/s"
+                f" ctx {format_tokens(model.context_tokens)}"
+                + (f" / {format_rate(model.ceiling_tok_s)} ceiling" if model.ceiling_tok_s else "")
                 + (f" ({server.age_s:.0f}s old)" if server.age_s else "")
             )
     if not parts:

@@ -12,15 +12,16 @@ def format_gb(n_bytes: float | None) -> str:
 
 
 def format_tokens(count: int | None) -> str:
-    """Token counts for humans: 850, '6.1k', '8k' (power-of-two sizes stay round), '128k'; '—' unknown."""
+    """Token counts for humans: 850, '6.1k', '16.9k', '8k' (power-of-two sizes stay round), '128k', '150k';
+    '—' unknown."""
     if count is None:
         return "—"
     if count < 1000:
         return str(count)
     if count % 1024 == 0:
         return f"{count // 1024}k"
-    if count < 10_000:
-        return f"{count / 1000:.1f}k"
+    if count < 99_950:
+        return f"{count / 1000:.1f}".removesuffix(".0") + "k"
     return f"{count / 1000:.0f}k"
 
 
@@ -38,6 +39,16 @@ def format_rate_short(tok_s: float) -> str:
     if tok_s < 999.5:
         return f"{tok_s:.0f}"
     return f"{min(tok_s / 1000, 99):.0f}k"
+
+
+def format_spill_pct(share: float) -> str:
+    """A share as a whole percentage that never rounds a real spill to 0 % or 100 % ('<1 %', '>99 %')."""
+    pct = share * 100
+    if 0 < pct < 1:
+        return "<1 %"
+    if 99 < pct < 100:
+        return ">99 %"
+    return f"{pct:.0f} %"
 
 
 def format_pct(share: float | None) -> str:

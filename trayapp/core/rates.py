@@ -1,0 +1,499 @@
+"""The rates stage: live decode / prompt rates, phases and request records from a series of readings.
+
+Pure: readings and times go in, one immutable `RateEstimate` per model comes out. Rates use the
+monotonic clock (`now_mono_s`), so a laptop's suspend or an NTP step never makes a spike; wall time
+(`now_wall_s`) only labels records.
+
+Honesty rules:
+
+* A decode rate is only measured between two polls that both saw the same request already
+  decoding (n_decoded ≥ 1), so prefill and load time never leak into it. Such a rate is
+  *estimated* (from polling).
+* A rate a server reports for a finished request (timings, LM Studio stats) is *exact*.
+* A counter that goes backwards (a server restart, a new task on a slot) resets the baseline; no
+  negative or absurd rate is ever produced.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from trayapp.core.model import (
+    CounterReading,
+    FinishedRequest,
+    ModelReading,
+    Phase,
+    RequestRecord,
+    ServerReading,
+    SlotReading,
+    is_busy,
+)
+
+RATE_WINDOW_S = 4.0  # live decode rate = tokens over (at most) the last few seconds
+STALL_AFTER_S = 10.0  # decoding with no new token for this long → "stalled"
+MAX_PLAUSIBLE_TOK_S = 50_000.0  # anything above is a counter glitch, not a rate
+# Servers whose token counters move only when a request finishes (llama-server's /metrics):
+# no live rate from them, but tokens ÷ busy seconds over finished requests is exact. The
+# others (vLLM, SGLang) count generated tokens as they go: a live throughput.
+FINISH_ONLY_COUNTER_KINDS = frozenset({"llamacpp"})
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    """What the readings say about one model's speed right now (and its last known speeds)."""
+
+    phase: Phase = "idle"
+    decode_tok_s: float | None = None  # per stream, mean over active streams
+    decode_total_tok_s: float | None = None
+    active_streams: int = 0
+    decode_exact: bool | None = None  # True: server-reported timings; False: estimated from polling
+    last_decode_tok_s: float | None = None
+    last_decode_context_tokens: int | None = None
+    context_tokens: int | None = None  # deepest live context among active streams
+    prompt_tok_s: float | None = None
+    ttft_s: float | None = None
+    ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
+    draft_acceptance: float | None = None
+
+
+@dataclass(frozen=True)
+class ServerRates:
+    """One server's rates at one tick: an estimate per listed model, and the requests that finished."""
+
+    models: dict[str, RateEstimate]
+    requests: tuple[RequestRecord, ...]  # no session id or ceiling yet: later stages add them
+
+
+@dataclass
+class _SlotTrack:
+    task_id: int | None
+    first_seen_mono_s: float
+    points: deque[tuple[float, int, int | None]] = field(default_factory=deque)  # (t, n_decoded, context)
+    decode_started_mono_s: float | None = None
+    first_decode_point: tuple[float, int] | None = None
+    last_progress_mono_s: float = 0.0
+    prompt_points: list[tuple[float, int]] = field(default_factory=list)
+    last_n_decoded: int = 0
+    last_context: int | None = None
+    reported: bool = False
+
+
+@dataclass(frozen=True)
+class _StreamRate:
+    decode_tok_s: float | None
+    context_tokens: int | None
+    phase: Phase
+
+
+@dataclass
+class _ModelTrack:
+    slots: dict[int, _SlotTrack] = field(default_factory=dict)
+    counters: CounterReading | None = None
+    counters_mono_s: float | None = None
+    counter_rate_tok_s: float | None = None  # generation throughput from counter deltas (vLLM/SGLang)
+    last_decode_tok_s: float | None = None
+    last_decode_exact: bool | None = None
+    last_decode_context: int | None = None
+    last_prompt_tok_s: float | None = None
+    last_ttft_s: float | None = None
+    last_ttft_exact: bool | None = None
+    draft_acceptance: float | None = None
+
+
+class RateTracker:
+    """Tracks every (server, model)'s slots and counters across ticks. One instance per pipeline."""
+
+    def __init__(self) -> None:
+        self._tracks: dict[tuple[str, str], _ModelTrack] = {}
+        self._last: dict[str, ServerRates] = {}
+
+    def update(self, reading: ServerReading, now_mono_s: float, now_wall_s: float) -> ServerRates:
+        if reading.age_s is not None:
+            # A repeated earlier reading carries no new information: keep the last estimates.
+            last = self._last.get(reading.url)
+            return ServerRates(dict(last.models) if last else {}, ())
+        measured_mono_s = reading.t_mono_s if reading.t_mono_s is not None else now_mono_s
+        rates = self._update(reading, measured_mono_s, now_wall_s)
+        self._last[reading.url] = rates
+        return rates
+
+    def _update(self, reading: ServerReading, now_mono_s: float, now_wall_s: float) -> ServerRates:
+        models: dict[str, RateEstimate] = {}
+        requests: list[RequestRecord] = []
+        finished_by_model: dict[str, list[FinishedRequest]] = {}
+        for fin in reading.finished:
+            finished_by_model.setdefault(fin.model, []).append(fin)
+
+        for model in reading.models:
+            track = self._tracks.setdefault((reading.url, model.name), _ModelTrack())
+            estimate, model_requests = self._update_model(
+                reading, model, track, finished_by_model.pop(model.name, []), now_mono_s, now_wall_s
+            )
+            models[model.name] = estimate
+            requests.extend(model_requests)
+
+        # Finished requests for models the server no longer lists (unloaded right after).
+        for fins in finished_by_model.values():
+            requests.extend(_record_from_finished(reading, fin) for fin in fins)
+
+        seen = {m.name for m in reading.models}
+        for (url, name), track in list(self._tracks.items()):
+            if url != reading.url or name in seen:
+                continue
+            if reading.status in ("unreachable", "error"):
+                # No rate may span an outage: a restarted server counts from zero again.
+                requests.extend(_interrupt_slots(reading, name, track, now_wall_s))
+                continue
+            del self._tracks[(url, name)]  # unloaded
+        return ServerRates(models, tuple(requests))
+
+    # ------------------------------------------------------------------ per model
+
+    def _update_model(
+        self,
+        reading: ServerReading,
+        model: ModelReading,
+        track: _ModelTrack,
+        finished: list[FinishedRequest],
+        now_mono_s: float,
+        now_wall_s: float,
+    ) -> tuple[RateEstimate, list[RequestRecord]]:
+        requests: list[RequestRecord] = []
+        streams: list[_StreamRate] = []
+        for slot in model.slots:
+            stream, record = _update_slot(reading, model, track, slot, now_mono_s, now_wall_s)
+            if stream is not None:
+                streams.append(stream)
+            if record is not None:
+                requests.append(record)
+        live_ids = {s.slot_id for s in model.slots}
+        for slot_id in list(track.slots):
+            if slot_id not in live_ids:
+                del track.slots[slot_id]
+
+        _update_counters(model.counters, track, now_mono_s, reading.kind not in FINISH_ONLY_COUNTER_KINDS)
+
+        for fin in finished:
+            requests.append(_record_from_finished(reading, fin))
+            if fin.decode_tok_s is not None:
+                track.last_decode_tok_s = fin.decode_tok_s
+                track.last_decode_exact = True
+                track.last_decode_context = fin.context_tokens
+            if fin.prompt_tok_s is not None:
+                track.last_prompt_tok_s = fin.prompt_tok_s
+            if fin.ttft_s is not None:
+                track.last_ttft_s = fin.ttft_s
+                track.last_ttft_exact = True
+            if fin.draft_tokens:
+                track.draft_acceptance = (fin.draft_accepted or 0) / fin.draft_tokens
+
+        rates = [s.decode_tok_s for s in streams if s.phase == "decoding" and s.decode_tok_s is not None]
+        decode_total: float | None = sum(rates) if rates else None
+        decode_tok_s = decode_total / len(rates) if decode_total is not None else None
+        contexts = [s.context_tokens for s in streams if is_busy(s.phase) and s.context_tokens is not None]
+        context_tokens = max(contexts) if contexts else None
+
+        phase: Phase = "idle"
+        if reading.status == "loading" or model.loading:
+            phase = "loading"
+        elif any(s.phase == "decoding" for s in streams):
+            phase = "decoding"
+        elif any(s.phase == "prefill" for s in streams):
+            phase = "prefill"
+        elif any(s.phase == "stalled" for s in streams):
+            phase = "stalled"
+        elif model.busy:
+            phase = "decoding"
+
+        # Throughput servers (vLLM/SGLang) give only counters: rate from their deltas.
+        counter_rate = track.counter_rate_tok_s
+        running = model.counters.requests_running if model.counters else None
+        active_streams = len(rates)
+        if decode_tok_s is None and not model.slots and phase != "loading":
+            if counter_rate:
+                streams_now = max(running or 1.0, 1.0)
+                decode_total = counter_rate
+                decode_tok_s = counter_rate / streams_now
+                phase = "decoding"
+                active_streams = int(streams_now)
+            elif running:
+                # Requests are running: with a token counter that did not move since the last
+                # poll they are still in prefill; without one (llama-server counts only finished
+                # requests) all we know is that it is busy.
+                phase = "prefill" if counter_rate == 0.0 else "decoding"
+
+        if decode_tok_s is not None:
+            track.last_decode_tok_s = decode_tok_s
+            track.last_decode_exact = False
+            track.last_decode_context = context_tokens
+
+        estimate = RateEstimate(
+            phase=phase,
+            decode_tok_s=decode_tok_s,
+            decode_total_tok_s=decode_total,
+            active_streams=active_streams,
+            decode_exact=(False if decode_tok_s is not None else track.last_decode_exact),
+            last_decode_tok_s=track.last_decode_tok_s,
+            last_decode_context_tokens=track.last_decode_context,
+            context_tokens=context_tokens,
+            prompt_tok_s=track.last_prompt_tok_s,
+            ttft_s=track.last_ttft_s,
+            ttft_exact=track.last_ttft_exact,
+            draft_acceptance=track.draft_acceptance,
+        )
+        return estimate, requests
+
+
+def _update_slot(
+    reading: ServerReading,
+    model: ModelReading,
+    track: _ModelTrack,
+    slot: SlotReading,
+    now_mono_s: float,
+    now_wall_s: float,
+) -> tuple[_StreamRate | None, RequestRecord | None]:
+    state = track.slots.get(slot.slot_id)
+    n_decoded = slot.n_decoded or 0
+    record: RequestRecord | None = None
+
+    new_task = (
+        state is None
+        or slot.task_id != state.task_id
+        or n_decoded < state.last_n_decoded  # counter went backwards: restart or reused slot
+    )
+    if new_task and state is not None and not state.reported:
+        # The previous task ended between polls (or the server restarted): report it once.
+        record = _record_from_track(reading, model.name, state, now_wall_s)
+        _learn_from_record(track, record)
+    if new_task:
+        if not slot.is_processing:
+            # A finished task seen for the first time (e.g. at start-up): remember, don't report.
+            track.slots[slot.slot_id] = _SlotTrack(
+                task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_n_decoded=n_decoded, reported=True
+            )
+            return None, record
+        state = _SlotTrack(
+            task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_progress_mono_s=now_mono_s
+        )
+        track.slots[slot.slot_id] = state
+    assert state is not None
+
+    if not slot.is_processing:
+        # The task finished between polls: report what we saw of it, once.
+        if not state.reported:
+            state.last_n_decoded = max(state.last_n_decoded, n_decoded)
+            record = _record_from_track(reading, model.name, state, now_wall_s)
+            state.reported = True
+            _learn_from_record(track, record)
+        return None, record
+
+    if n_decoded > state.last_n_decoded:
+        state.last_progress_mono_s = now_mono_s
+    state.last_n_decoded = n_decoded
+    state.last_context = slot.context_tokens
+    if slot.prompt_tokens_processed is not None and n_decoded == 0:
+        state.prompt_points.append((now_mono_s, slot.prompt_tokens_processed))
+
+    if n_decoded >= 1:
+        if state.decode_started_mono_s is None:
+            state.decode_started_mono_s = now_mono_s
+            state.first_decode_point = (now_mono_s, n_decoded)
+            # Polling cannot see the first token arrive; estimate the prompt's time from
+            # its evaluated tokens and the server's own prompt speed (counters).
+            if slot.prompt_tokens_processed and track.last_prompt_tok_s:
+                track.last_ttft_s = slot.prompt_tokens_processed / track.last_prompt_tok_s
+                track.last_ttft_exact = False
+        state.points.append((now_mono_s, n_decoded, slot.context_tokens))
+        while len(state.points) > 2 and now_mono_s - state.points[1][0] >= RATE_WINDOW_S:
+            state.points.popleft()
+
+    rate = _window_rate(state.points)
+    if n_decoded == 0:
+        return _StreamRate(None, slot.context_tokens, "prefill"), record
+    if now_mono_s - state.last_progress_mono_s >= STALL_AFTER_S:
+        return _StreamRate(None, slot.context_tokens, "stalled"), record
+    return _StreamRate(rate, slot.context_tokens, "decoding"), record
+
+
+def _interrupt_slots(
+    reading: ServerReading, name: str, track: _ModelTrack, now_wall_s: float
+) -> list[RequestRecord]:
+    """The server stopped answering: report what was seen of running requests, restart the windows."""
+    records: list[RequestRecord] = []
+    for state in track.slots.values():
+        if not state.reported:
+            record = _record_from_track(reading, name, state, now_wall_s)
+            if record is not None:
+                records.append(record)
+                _learn_from_record(track, record)
+            state.reported = True
+        state.points.clear()
+        state.prompt_points.clear()
+        state.first_decode_point = None
+        state.decode_started_mono_s = None
+    track.counters = None  # counters of a restarted server start from zero
+    track.counters_mono_s = None
+    return records
+
+
+def _learn_from_record(track: _ModelTrack, record: RequestRecord | None) -> None:
+    if record is None:
+        return
+    if record.decode_tok_s is not None:
+        track.last_decode_tok_s = record.decode_tok_s
+        track.last_decode_exact = record.exact
+        track.last_decode_context = record.context_tokens
+    if record.prompt_tok_s is not None:
+        track.last_prompt_tok_s = record.prompt_tok_s
+    if record.ttft_s is not None:
+        track.last_ttft_s = record.ttft_s
+        track.last_ttft_exact = record.exact
+
+
+def _update_counters(
+    counters: CounterReading | None, track: _ModelTrack, now_mono_s: float, live: bool
+) -> None:
+    """Deltas of cumulative counters: live throughput (`live` kinds) or exact finished-request rates."""
+    track.counter_rate_tok_s = None
+    if counters is None:
+        return
+    previous = track.counters
+    if previous is not None and _counters_reset(previous, counters):
+        track.counters = counters
+        track.counters_mono_s = now_mono_s
+        return
+    if (
+        live
+        and previous is not None
+        and track.counters_mono_s is not None
+        and now_mono_s > track.counters_mono_s
+    ):
+        track.counter_rate_tok_s = _throughput(previous, counters, now_mono_s - track.counters_mono_s)
+    if previous is not None:
+        d_draft = _delta(previous.spec_draft_tokens_total, counters.spec_draft_tokens_total)
+        d_acc = _delta(previous.spec_accepted_tokens_total, counters.spec_accepted_tokens_total)
+        if d_draft and d_draft > 0 and d_acc is not None:
+            track.draft_acceptance = max(0.0, min(1.0, d_acc / d_draft))
+        # Token ÷ seconds ratios only where both counters move at the same moment (when a
+        # request finishes); vLLM's token counters run ahead of its per-request timings.
+        d_prompt = _delta(previous.prompt_tokens_total, counters.prompt_tokens_total)
+        d_prompt_s = _delta(previous.prompt_seconds_total, counters.prompt_seconds_total)
+        if not live and d_prompt and d_prompt_s and d_prompt_s > 0:
+            track.last_prompt_tok_s = d_prompt / d_prompt_s
+        d_tok = _delta(previous.tokens_predicted_total, counters.tokens_predicted_total)
+        d_tok_s = _delta(previous.tokens_predicted_seconds_total, counters.tokens_predicted_seconds_total)
+        if not live and d_tok and d_tok_s and d_tok_s > 0 and d_tok / d_tok_s < MAX_PLAUSIBLE_TOK_S:
+            # Busy-time rate measured by the server over finished requests.
+            track.last_decode_tok_s = d_tok / d_tok_s
+            track.last_decode_exact = True
+        d_ttft_sum = _delta(previous.ttft_sum_s, counters.ttft_sum_s)
+        d_ttft_n = _delta(previous.ttft_count, counters.ttft_count)
+        if d_ttft_sum is not None and d_ttft_n and d_ttft_n > 0:
+            track.last_ttft_s = d_ttft_sum / d_ttft_n  # the server's own histogram (vLLM/SGLang)
+            track.last_ttft_exact = True
+    if counters.spec_accept_rate is not None and counters.spec_draft_tokens_total is None:
+        track.draft_acceptance = max(0.0, min(1.0, counters.spec_accept_rate))  # SGLang's own gauge
+    elif (
+        previous is None
+        and counters.spec_draft_tokens_total
+        and counters.spec_accepted_tokens_total is not None
+    ):
+        track.draft_acceptance = counters.spec_accepted_tokens_total / counters.spec_draft_tokens_total
+    track.counters = counters
+    track.counters_mono_s = now_mono_s
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _window_rate(points: deque[tuple[float, int, int | None]]) -> float | None:
+    if len(points) < 2:
+        return None
+    t0, n0, _ = points[0]
+    t1, n1, _ = points[-1]
+    if t1 <= t0 or n1 < n0:
+        return None
+    rate = (n1 - n0) / (t1 - t0)
+    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
+
+
+def _record_from_track(
+    reading: ServerReading, model_name: str, state: _SlotTrack, now_wall_s: float
+) -> RequestRecord | None:
+    """A request as polling saw it: decode rate over the polls that saw it decoding."""
+    if state.first_decode_point is None or not state.points:
+        return None
+    t0, n0 = state.first_decode_point
+    t1, n1, _ = state.points[-1]
+    rate = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
+    prompt_rate = None
+    if len(state.prompt_points) >= 2:
+        (pa, na), (pb, nb) = state.prompt_points[0], state.prompt_points[-1]
+        if pb > pa and nb > na:
+            prompt_rate = (nb - na) / (pb - pa)
+    return RequestRecord(
+        server=reading.url,
+        server_kind=reading.kind,
+        model=model_name,
+        finished_wall_s=now_wall_s,  # seen finished at this poll
+        session_id=None,
+        exact=False,
+        decode_tokens=state.last_n_decoded or None,
+        context_tokens=state.last_context,
+        decode_tok_s=rate,
+        prompt_tok_s=prompt_rate,
+        source="slots",
+    )
+
+
+def _record_from_finished(reading: ServerReading, fin: FinishedRequest) -> RequestRecord:
+    return RequestRecord(
+        server=reading.url,
+        server_kind=reading.kind,
+        model=fin.model,
+        finished_wall_s=fin.finished_wall_s,
+        session_id=None,
+        exact=fin.decode_tok_s is not None,
+        prompt_tokens=fin.prompt_tokens,
+        decode_tokens=fin.decode_tokens,
+        context_tokens=fin.context_tokens,
+        prompt_tok_s=fin.prompt_tok_s,
+        decode_tok_s=fin.decode_tok_s,
+        ttft_s=fin.ttft_s,
+        load_s=fin.load_s,
+        draft_tokens=fin.draft_tokens,
+        draft_accepted=fin.draft_accepted,
+        source=fin.source,
+    )
+
+
+def _throughput(before: CounterReading, after: CounterReading, interval_s: float) -> float | None:
+    """Generation tok/s over wall time from a live token counter (vLLM, SGLang)."""
+    d_tok = _delta(before.tokens_predicted_total, after.tokens_predicted_total)
+    if d_tok is None or d_tok < 0:
+        return None
+    rate = d_tok / interval_s
+    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
+
+
+def _delta(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None:
+        return None
+    return after - before
+
+
+def _counters_reset(before: CounterReading, after: CounterReading) -> bool:
+    if (
+        before.process_start_s is not None
+        and after.process_start_s is not None
+        and abs(after.process_start_s - before.process_start_s) > 1.0
+    ):
+        return True
+    pairs = (
+        (before.tokens_predicted_total, after.tokens_predicted_total),
+        (before.prompt_tokens_total, after.prompt_tokens_total),
+        (before.spec_draft_tokens_total, after.spec_draft_tokens_total),
+        (before.requests_total, after.requests_total),
+    )
+    return any(b is not None and a is not None and a < b for b, a in pairs)
