@@ -1,7 +1,8 @@
 """One `HardwareSnapshot` from every GPU probe and the host probe.
 
-The RAM bandwidth is not measured here: a worker measures it once (see
-`trayapp.adapters.host.cached_ram_bandwidth`) and calls `set_ram_bandwidth()`.
+The RAM bandwidth is not measured here: a worker measures it (see
+`trayapp.adapters.host.RamBandwidthKeeper`) and calls `set_ram_bandwidth()`,
+again whenever a re-measurement replaces the figure.
 Owned by the sampler thread; `set_ram_bandwidth()` may be called from another.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from trayapp.adapters.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
-from trayapp.adapters.host import HostProbe
+from trayapp.adapters.host import HostProbe, RamBandwidth
 from trayapp.core.model import GpuReading, HardwareSnapshot, ValueSource
 
 
@@ -32,11 +33,29 @@ class HardwareProbe:
             apple_probe if apple_probe is not None else AppleProbe(),
         )
         self._host_probe = host_probe if host_probe is not None else HostProbe()
-        self._ram_bandwidth: tuple[float | None, ValueSource] = (ram_bandwidth_gbps, ram_bandwidth_source)
+        self._ram_bandwidth: tuple[float | None, ValueSource, float | None, str | None] = (
+            ram_bandwidth_gbps,
+            ram_bandwidth_source,
+            None,
+            None,
+        )
 
-    def set_ram_bandwidth(self, gbps: float | None, source: ValueSource = "measured") -> None:
-        """Use this RAM bandwidth from now on (one assignment: safe from another thread)."""
-        self._ram_bandwidth = (gbps, source)
+    def set_ram_bandwidth(
+        self,
+        gbps: float | None,
+        source: ValueSource = "measured",
+        measured_wall_s: float | None = None,
+        confidence: str | None = None,
+    ) -> None:
+        """Use this RAM bandwidth from now on (one assignment: safe from another thread).
+
+        `measured_wall_s` and `confidence` ("quiet" | "provisional" | "suspect") describe a measured figure.
+        """
+        self._ram_bandwidth = (gbps, source, measured_wall_s, confidence)
+
+    def set_measured_ram_bandwidth(self, record: RamBandwidth) -> None:
+        """Use a measured figure, with when it was measured and how far to trust it."""
+        self.set_ram_bandwidth(record.gbps, "measured", record.measured_at_wall_s, record.confidence)
 
     def read(self) -> HardwareSnapshot:
         gpus: list[GpuReading] = []
@@ -48,8 +67,8 @@ class HardwareProbe:
         if not gpus:
             reasons = [probe.reason for probe in self._gpu_probes if probe.reason]
             reason = "; ".join(reasons) if reasons else "no GPU found"
-        gbps, source = self._ram_bandwidth
-        return HardwareSnapshot(gpus=tuple(gpus), host=self._host_probe.read(gbps, source), gpu_reason=reason)
+        host = self._host_probe.read(*self._ram_bandwidth)
+        return HardwareSnapshot(gpus=tuple(gpus), host=host, gpu_reason=reason)
 
     def close(self) -> None:
         for probe in self._gpu_probes:

@@ -15,6 +15,10 @@ def iso_utc(wall_s: float) -> str:
     return datetime.fromtimestamp(wall_s, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _iso_or_none(wall_s: float | None) -> str | None:
+    return None if wall_s is None else iso_utc(wall_s)
+
+
 def _num(value: float | None, digits: int = 2) -> float | None:
     return round(value, digits) if value is not None else None
 
@@ -85,6 +89,8 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
         "ram_available_bytes": host.ram_available_bytes,
         "ram_bandwidth_gbps": _num(host.ram_bandwidth_gbps, 1),
         "ram_bandwidth_source": host.ram_bandwidth_source,
+        "ram_bandwidth_measured_at": _iso_or_none(host.ram_bandwidth_measured_wall_s),
+        "ram_bandwidth_confidence": host.ram_bandwidth_confidence,
         "cpu_percent": host.cpu_percent,
     }
 
