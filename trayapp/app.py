@@ -180,6 +180,7 @@ def collect_versions() -> dict[str, str]:
     import PySide6
 
     return {
+        "Python": platform.python_version(),
         "PySide6": str(getattr(PySide6, "__version__", "?")),
         "Qt": qVersion(),
         "pyqtgraph": str(getattr(pyqtgraph, "__version__", "?")),

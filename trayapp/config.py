@@ -163,6 +163,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "thresholds.vram_free_min_pct": (0, 100),
     "thresholds.regression_pct": (1, 95),
     "thresholds.offload_min_cpu_pct": (0, 100),
+    "thresholds.offload_gpu_fraction": (0.5, 1),
     "exporter.port": (1, 65535),
     "store.retention_days": (0.01, 36500),
     "store.max_size_mb": (1, 1_000_000),

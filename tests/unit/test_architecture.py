@@ -75,9 +75,7 @@ CORE_BANNED_METHODS = frozenset(
 
 # Violations in today's tree, allowed until their owners remove them. Each file listed here also has
 # a TID251 per-file ignore in its layer's ruff.toml.
-KNOWN_VIOLATIONS: dict[str, set[str]] = {  # being removed in #9; delete entries as they go
-    "core/diagnostics.py": {"sys"},  # Python version: pass it in through `versions`
-}
+KNOWN_VIOLATIONS: dict[str, set[str]] = {}  # none left; a new entry needs a reason and an issue
 
 
 class Violation(NamedTuple):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trayapp.core.diagnostics import diagnostics_text, redact, redact_url
+from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.model import (
     Alert,
     GpuReading,
@@ -12,6 +12,7 @@ from trayapp.core.model import (
     ServerStatus,
     Snapshot,
 )
+from trayapp.core.redact import redact, redact_url
 
 SECRET_URL = "http://alice:hunter2@127.0.0.1:8080/v1?token=s3cr3t-tok&api_key=abc123#frag"
 API_KEY = "sk-live-0123456789abcdef"

@@ -31,8 +31,8 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from trayapp.adapters.store import redact_url
 from trayapp.core.model import ModelStatus, Snapshot
+from trayapp.core.redact import redact_url
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9464

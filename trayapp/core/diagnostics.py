@@ -8,40 +8,14 @@ without query strings or fragments (where tokens hide).
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from trayapp import __version__
 from trayapp.core.glance import kind_label
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
-from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
-
-REDACTED = "<redacted>"
-
-_URL = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/@?#]*@)?(?P<rest>[^\s?#]*)(?P<tail>[?#]\S*)?"
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_KEY_VALUE = re.compile(
-    r"(?i)\b((?:api|access|auth|bearer|refresh|client)?[_-]?(?:key|token|secret|password|passwd))\b"
-    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"
-)
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|hf|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{8,}\b")
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials, query string or fragment."""
-    return _URL.sub(lambda m: m.group("scheme") + m.group("rest"), url)
-
-
-def redact(text: str) -> str:
-    """Strip credentials from free text: URL userinfo and queries, bearer tokens, key=value secrets."""
-    text = redact_url(text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    return _KEY_LIKE.sub(REDACTED, text)
+from trayapp.core.redact import redact
+from trayapp.core.units import format_gb, format_pct, format_tokens
 
 
 def _add(parts: list[str], value: float | None, template: str) -> None:
@@ -159,7 +133,7 @@ def diagnostics_text(
     versions: Mapping[str, str] | None = None,
 ) -> str:
     """Versions, hardware, servers, models, rates and alerts as redacted plain text."""
-    found = {"llm-tray": __version__, "Python": ".".join(map(str, sys.version_info[:3]))}
+    found = {"llm-tray": __version__}
     found.update(versions or {})
     lines = ["llm-tray diagnostics (redacted: no API keys, no prompt text, URLs without credentials)"]
     lines.append("versions: " + " · ".join(f"{name} {version}" for name, version in found.items()))
@@ -181,6 +155,3 @@ def diagnostics_text(
     lines.append("settings:")
     lines += [f"  {line}" for line in settings_summary.strip().splitlines()]
     return redact("\n".join(lines)) + "\n"
-
-
-__all__ = ["diagnostics_text", "format_rate", "redact", "redact_url"]

@@ -19,9 +19,10 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 
 from trayapp.config import Settings
-from trayapp.core.diagnostics import diagnostics_text, redact_url
+from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
+from trayapp.core.redact import redact_url
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_pct, format_rate, format_tokens
 from trayapp.ui.icons import make_icon

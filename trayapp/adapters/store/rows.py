@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from trayapp.core.model import (
     Alert,
@@ -22,6 +21,7 @@ from trayapp.core.model import (
     ServerStatus,
     SessionRecord,
 )
+from trayapp.core.redact import redact_url
 
 Row = dict[str, object]
 
@@ -31,26 +31,6 @@ SAMPLE_FIELDS = (
     "prompt_tok_s", "ttft_s", "context_tokens", "context_length", "ceiling_tok_s", "full_gpu_ceiling_tok_s",
     "gpu_fraction", "vram_bytes", "draft_acceptance", "ttft_exact",
 )  # fmt: skip
-
-
-def redact_url(url: str) -> str:
-    """The URL with a password and query-string values masked (never store credentials).
-
-    `http://user:pw@host:1/p?key=abc&x=1#f` → `http://user:***@host:1/p?key=***&x=***#f`;
-    the user name, host, port, path and fragment are kept; an unparsable URL is returned as is.
-    """
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            host = netloc.rsplit("@", 1)[1]
-            netloc = f"{parts.username or ''}:***@{host}"
-        query = parts.query
-        if query:
-            query = urlencode([(key, "***") for key, _ in parse_qsl(query, keep_blank_values=True)], safe="*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return url
 
 
 def finite(value: float | None) -> float | None:
