@@ -114,6 +114,23 @@ def test_status_reports_exactly_one_offload_alert(fake_ollama: FakeOllama) -> No
     assert alert["since"].endswith("Z")
 
 
+def test_odd_ollama_sizes_give_unknown_placement_and_no_offload_alert(fake_ollama: FakeOllama) -> None:
+    """`size == 0` (`ollama ps` shows it as unknown) and `size_vram > size` are no GPU share."""
+    fake_ollama.load("llama3.1:8b")
+    fake_ollama.load("qwen3:30b")
+    fake_ollama.set_sizes("llama3.1:8b", size=0, size_vram=6294446080)
+    fake_ollama.set_sizes("qwen3:30b", size=22187335680, size_vram=22187335680 + 1_000_000_000)
+    result = run_cli(
+        "status", "--json", "--endpoint", f"ollama={fake_ollama.url}", "--no-discover", "--gpu", "RTX 4090"
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    models = {m["name"]: m for m in data["servers"][0]["models"]}
+    assert models["llama3.1:8b"]["gpu_fraction"] is None
+    assert models["qwen3:30b"]["gpu_fraction"] is None
+    assert [a for a in data["alerts"] if a["kind"] == "offload"] == []
+
+
 def test_status_with_nothing_running_says_so() -> None:
     result = run_cli("status", "--endpoint", "http://127.0.0.1:9", "--no-discover")
     assert result.returncode == 0, result.stderr

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from tests.support.fake_servers import FakeLms, FakeLmStudio, fixture_json, fixture_text, wait_until
+from trayapp.adapters.http import make_client
 from trayapp.adapters.servers.lmstudio import LMS_REASON, NO_LMS_REASON, LmStudioProbe
 from trayapp.core.model import FinishedRequest, ServerReading
 
@@ -95,11 +96,42 @@ def test_falls_back_to_v0_on_older_builds(monkeypatch: pytest.MonkeyPatch, tmp_p
         probe = LmStudioProbe(old.url)
         try:
             [qwen] = probe.poll(0.0).models
-            assert qwen.name == "qwen/qwen3-30b-a3b"
+            assert qwen.name == "qwen3-30b-a3b"  # v0's id: no publisher prefix
             assert qwen.context_length == 16384
             probe.poll(1.0)
             assert old.count("GET", "/api/v1/models") == 1  # not asked again once v0 is known
             assert old.count("GET", "/api/v0/models") == 2
+        finally:
+            probe.close()
+
+
+def test_fake_v0_list_is_the_fixture() -> None:
+    """The fake's v0 LLM entries, derived from its v1 models, are those of api_v0_models.json."""
+    want = {e["id"]: e for e in fixture_json("lmstudio/api_v0_models.json")["data"]}
+    with FakeLmStudio(v1=False) as old, make_client(old.url) as client:
+        got = [e for e in client.get(old.url + "/api/v0/models").json()["data"] if e["type"] == "llm"]
+    assert {e["id"] for e in got} == {"qwen3-30b-a3b", "meta-llama-3.1-8b-instruct"}
+    for entry in got:
+        assert entry == want[entry["id"]]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LmStudioProbe._rest_reading merges `lms ps` by exact name: v0 id 'qwen3-30b-a3b' never "
+    "matches lms identifier/modelKey 'qwen/qwen3-30b-a3b' (publisher prefix)",
+)
+def test_v0_models_merge_with_lms_ps(fake_lms: FakeLms) -> None:
+    """A pre-0.4 build (REST v0) with `lms`: `lms ps` still says which model is busy and where its file is."""
+    fake_lms.set_ps(fixture_json("lmstudio/lms_ps.json"))  # qwen/qwen3-30b-a3b is generating
+    with FakeLmStudio(v1=False) as old:
+        probe = LmStudioProbe(old.url, ps_interval_s=0.05)
+        try:
+            probe.poll(0.0)  # starts the `lms` readers
+            wait_until(lambda: probe.lms is not None and probe.lms.latest_ps(), timeout_s=10)
+            [qwen] = probe.poll(1.0).models
+            assert qwen.name == "qwen3-30b-a3b"
+            assert qwen.busy is True
+            assert qwen.model_path == "qwen/Qwen3-30B-A3B-GGUF/Qwen3-30B-A3B-Q4_K_M.gguf"
         finally:
             probe.close()
 

@@ -129,7 +129,7 @@ def test_child_slots_are_attached_to_the_matching_model(ollama: FakeOllama) -> N
             assert reading.pid == 7  # the ollama parent
 
             # The child dies: the model stays, with an honest reason.
-            qwen_child.overrides["/slots"] = (503, {"error": {"code": 503, "message": "Loading model"}})
+            qwen_child.overrides["/slots"] = (503, fixture_json("llama-server/loading_503.json"))
             qwen = by_name(probe.poll(1.0))["qwen3:30b"]
             assert qwen.slots == ()
             assert qwen.live_rate_reason is not None and "pid 4343" in qwen.live_rate_reason

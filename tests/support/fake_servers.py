@@ -140,6 +140,12 @@ class FakeOllama(FakeHttpServer):
         with self.lock:
             self.loaded[name].update(context_length=context_length, size=size, size_vram=size_vram)
 
+    def set_sizes(self, name: str, *, size: int, size_vram: int) -> None:
+        """Sizes as `/api/ps` reports them, odd ones included: `size == 0` (which `ollama ps` shows as
+        unknown placement) or `size_vram > size` (no valid GPU share either)."""
+        with self.lock:
+            self.loaded[name].update(size=size, size_vram=size_vram)
+
     def route(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Reply:
         if method == "GET" and path == "/":
             return 200, "Ollama is running"
@@ -159,11 +165,18 @@ class FakeOllama(FakeHttpServer):
         return 404, "404 page not found"
 
 
+def v0_id(key: str) -> str:
+    """REST v0's model id for a v1 `key` (= `lms` modelKey): the key without its `publisher/` prefix."""
+    return key.rsplit("/", 1)[-1]
+
+
 class FakeLmStudio(FakeHttpServer):
     """LM Studio 0.4.x: `GET /api/v1/models` (+ legacy `/api/v0/models`), optional Bearer token.
 
     `models` holds v1 entries (fixture `api_v1_models.json`); the v0 list is derived
-    from them. With `v1=False` it behaves like a pre-0.4 build (404 on `/api/v1/*`).
+    from them, with v0's ids (no publisher prefix: v1 `qwen/qwen3-30b-a3b` is v0
+    `qwen3-30b-a3b`, as in `api_v0_models.json`). With `v1=False` it behaves like a
+    pre-0.4 build (404 on `/api/v1/*`).
     """
 
     def __init__(self, *, v1: bool = True, api_key: str | None = None) -> None:
@@ -198,7 +211,7 @@ class FakeLmStudio(FakeHttpServer):
         data = []
         for m in self.models.values():
             entry = {
-                "id": m["key"],
+                "id": v0_id(m["key"]),
                 "object": "model",
                 "type": "embeddings" if m["type"] == "embedding" else m["type"],
                 "publisher": m["publisher"],
