@@ -17,6 +17,7 @@ from trayapp.adapters.http import make_client
 from trayapp.adapters.processes import ChildServer
 from trayapp.adapters.servers.ollama import NO_CHILD_REASON, OllamaProbe
 from trayapp.core.model import ModelReading, ServerReading
+from trayapp.core.placement import weights_bytes
 
 QWEN_BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-" + (
     "f9edf649d7abdd6cb3d8918af1e0f1ff471e07d3b24926ceaa0be6da8b59258f"
@@ -51,7 +52,8 @@ def test_follows_loads_context_growth_and_unloads(ollama: FakeOllama, probe: Oll
     llama = by_name(probe.poll(1.0))["llama3.1:8b"]
     assert llama.vram_bytes == llama.size_bytes == 6294446080
     assert llama.facts is not None and llama.facts.source == "ollama-show"
-    assert llama.weights_bytes == 4920753328  # size on disk from /api/tags
+    # size on disk from /api/tags, through the facts (weights are decided in one place: placement)
+    assert llama.facts.weights_bytes == 4920753328 and weights_bytes(llama) == 4920753328
     assert llama.live_rate_reason == NO_CHILD_REASON
 
     ollama.load("qwen3:30b")

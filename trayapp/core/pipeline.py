@@ -31,7 +31,7 @@ from trayapp.core.model import (
     SessionRecord,
     Snapshot,
 )
-from trayapp.core.placement import Placement, ceiling_for, place
+from trayapp.core.placement import Placement, ceiling_for, place, weights_bytes
 from trayapp.core.rates import RateEstimate, RateTracker
 from trayapp.core.session import SessionInput, SessionTracker
 from trayapp.core.thresholds import Thresholds
@@ -281,7 +281,7 @@ def model_status(
         name=model.name,
         phase=rate.phase,
         size_bytes=model.size_bytes,
-        weights_bytes=model.weights_bytes or (file_facts.weights_bytes if file_facts else None),
+        weights_bytes=weights_bytes(model),
         vram_bytes=placement.vram_bytes,
         gpu_fraction=placement.gpu_fraction,
         gpu_fraction_source=placement.gpu_fraction_source,

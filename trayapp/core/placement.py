@@ -67,11 +67,19 @@ def server_gpu_fraction(size_bytes: int | None, vram_bytes: int | None) -> float
     return vram_bytes / size_bytes
 
 
+def weights_bytes(model: ModelReading) -> int | None:
+    """The weights' size: exact facts first, then what the server reports, then estimated facts."""
+    facts = model.facts
+    if facts is not None and facts.exact:
+        return facts.weights_bytes
+    return model.weights_bytes or (facts.weights_bytes if facts is not None else None)
+
+
 def model_facts(model: ModelReading) -> ModelFacts | None:
     """Exact facts when the server or the model file gave them; else an estimate from the size."""
     if model.facts is not None:
         return model.facts
-    weights = model.weights_bytes or model.size_bytes
+    weights = weights_bytes(model) or model.size_bytes
     if not weights:
         return None
     return ModelFacts(weights_bytes=weights, bytes_per_token=weights, exact=False, source="size")

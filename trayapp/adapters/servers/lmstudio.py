@@ -512,7 +512,7 @@ class LmStudioProbe(HttpProbe):
                 )
             facts = self._facts_for(model)
             if facts is not None:
-                model = replace(model, facts=facts, weights_bytes=facts.weights_bytes)
+                model = replace(model, facts=facts)
             readings.append(replace(model, live_rate_reason=reason))
         return ServerReading(self.kind, self.url, "ok", models=tuple(readings))
 

@@ -230,7 +230,7 @@ class OllamaProbe(HttpProbe):
             else:
                 reading = replace(reading, live_rate_reason=NO_CHILD_REASON if self._local else REMOTE_REASON)
             if facts is not None:
-                reading = replace(reading, facts=facts, weights_bytes=facts.weights_bytes)
+                reading = replace(reading, facts=facts)
             models.append(reading)
 
         pid = next((c.parent_pid for c in children.values() if c.parent_pid), None) or self._server_pid(now)
