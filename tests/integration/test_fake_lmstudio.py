@@ -115,11 +115,6 @@ def test_fake_v0_list_is_the_fixture() -> None:
         assert entry == want[entry["id"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LmStudioProbe._rest_reading merges `lms ps` by exact name: v0 id 'qwen3-30b-a3b' never "
-    "matches lms identifier/modelKey 'qwen/qwen3-30b-a3b' (publisher prefix)",
-)
 def test_v0_models_merge_with_lms_ps(fake_lms: FakeLms) -> None:
     """A pre-0.4 build (REST v0) with `lms`: `lms ps` still says which model is busy and where its file is."""
     fake_lms.set_ps(fixture_json("lmstudio/lms_ps.json"))  # qwen/qwen3-30b-a3b is generating

@@ -491,11 +491,14 @@ class LmStudioProbe(HttpProbe):
         lms.set_enabled(reading.status == "ok")
         if reading.status == "ok":
             lms.start()
-        return replace(reading, finished=lms.drain())
+        # `lms` names models as REST v1 does ("qwen/qwen3-30b-a3b"); a v0 server lists "qwen3-30b-a3b".
+        listed = {_without_publisher(m.name): m.name for m in reading.models}
+        finished = [replace(f, model=listed.get(_without_publisher(f.model), f.model)) for f in lms.drain()]
+        return replace(reading, finished=tuple(finished))
 
     def _rest_reading(self) -> ServerReading:
         models = self._models()
-        ps = {m.name: m for m in (self._lms.latest_ps() or [])} if self._lms is not None else {}
+        ps = _by_name(self._lms.latest_ps() or []) if self._lms is not None else {}
         reason = LMS_REASON if self._lms is not None else NO_LMS_REASON if self._local else REMOTE_REASON
         readings: list[ModelReading] = []
         for model in models:
@@ -552,3 +555,17 @@ def _local_model_file(path: str | None) -> str | None:
         if candidate.is_file() and candidate.suffix.lower() == ".gguf":
             return str(candidate)
     return None
+
+
+def _without_publisher(name: str) -> str:
+    """"qwen/qwen3-30b-a3b" → "qwen3-30b-a3b": REST v0 ids have no publisher prefix."""
+    return name.rsplit("/", 1)[-1]
+
+
+def _by_name(models: list[ModelReading]) -> dict[str, ModelReading]:
+    """`lms ps` entries by their name and by the name without the publisher (REST v0 ids)."""
+    index: dict[str, ModelReading] = {}
+    for model in models:
+        index.setdefault(model.name, model)
+        index.setdefault(_without_publisher(model.name), model)
+    return index
