@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from tests.unit.test_metrics import scrape
+from tests.support.metrics import scrape
 from trayapp.adapters.metrics import MetricsState
 from trayapp.adapters.store import Store
 from trayapp.core.jsonview import snapshot_json

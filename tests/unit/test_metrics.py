@@ -1,67 +1,17 @@
-"""The Prometheus exporter: collector output parsed back, counters, and a real /metrics over HTTP."""
+"""The Prometheus collector: its output parsed back, gauges and counters.
+
+The exporter over real HTTP is tested in tests/integration/test_exporter_http.py.
+"""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from prometheus_client import REGISTRY, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.snapshots import LLAMA, OLLAMA, hardware_snapshot, rtx4090
-from trayapp.adapters.metrics import MetricsState, start_exporter
-from trayapp.core.model import (
-    Alert,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    Snapshot,
-)
-
-T0 = 1_750_000_000.0
-
-HARDWARE = hardware_snapshot(rtx4090())
-
-
-def snapshot(
-    t: float,
-    *,
-    rate: float | None = 80.0,
-    requests: tuple[RequestRecord, ...] = (),
-    alerts: tuple[Alert, ...] = (),
-    llama_status: str = "ok",
-    model_name: str = "qwen3:8b",
-) -> Snapshot:
-    qwen = ModelStatus(
-        name=model_name,
-        phase="decoding" if rate else "idle",
-        decode_tok_s=rate,
-        decode_total_tok_s=rate,
-        active_streams=1 if rate else 0,
-        decode_exact=False,
-        prompt_tok_s=400.0,
-        ceiling_tok_s=100.0,
-        full_gpu_ceiling_tok_s=125.0,
-        gpu_fraction=0.75,
-        context_tokens=3000,
-        context_length=8192,
-        vram_bytes=6_000_000_000,
-        size_bytes=8_000_000_000,
-        ttft_s=0.25,
-        draft_acceptance=None,
-    )
-    gemma = ModelStatus(name="gemma3", phase="idle")
-    servers = (
-        ServerStatus(kind="ollama", url=OLLAMA, status="ok", models=(qwen,)),
-        ServerStatus(kind="llamacpp", url=LLAMA, status=llama_status, models=(gemma,)),  # type: ignore[arg-type]
-    )
-    return Snapshot(
-        t_wall_s=t,
-        t_mono_s=t - T0,
-        servers=servers,
-        hardware=HARDWARE,
-        alerts=alerts,
-        requests=requests,
-    )
+from tests.support.metrics import T0, scrape, snapshot, value
+from tests.support.snapshots import LLAMA, OLLAMA
+from trayapp.adapters.metrics import MetricsState
+from trayapp.core.model import Alert, RequestRecord
 
 
 def finished(t: float, tokens: int, model: str = "qwen3:8b", server: str = OLLAMA) -> RequestRecord:
@@ -74,23 +24,6 @@ def finished(t: float, tokens: int, model: str = "qwen3:8b", server: str = OLLAM
         exact=True,
         decode_tokens=tokens,
     )
-
-
-def scrape(state: MetricsState) -> dict[str, list[tuple[dict[str, str], float]]]:
-    text = generate_latest(state.registry).decode()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    return samples
-
-
-def value(samples: dict[str, list[tuple[dict[str, str], float]]], metric: str, **labels: str) -> float:
-    matches = [
-        v for lab, v in samples.get(metric, []) if all(lab.get(k) == want for k, want in labels.items())
-    ]
-    assert len(matches) == 1, (metric, labels, samples.get(metric))
-    return matches[0]
 
 
 def test_gauges_per_server_and_model_with_units_in_names() -> None:
@@ -191,27 +124,3 @@ def test_hostile_label_values_are_escaped_and_parse_back() -> None:
 def test_no_snapshot_yet_serves_empty_counters() -> None:
     s = scrape(MetricsState())
     assert "llm_tray_server_up" not in s and "llm_tray_decode_tokens_per_second" not in s
-
-
-def test_the_exporter_serves_metrics_over_real_http_on_loopback() -> None:
-    state = MetricsState()
-    state.observe(snapshot(T0))
-    exporter = start_exporter(state, port=0)
-    try:
-        assert exporter.address == "127.0.0.1" and exporter.port > 0
-        with httpx.Client(trust_env=False, timeout=5.0) as client:
-            response = client.get(exporter.url)
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/plain")
-            families = {f.name: f for f in text_string_to_metric_families(response.text)}
-            (sample,) = families["llm_tray_ceiling_tokens_per_second"].samples
-            assert sample.value == 100.0 and sample.labels["model"] == "qwen3:8b"
-
-            state.observe(snapshot(T0 + 1, rate=42.0))  # the next scrape sees the new snapshot
-            text = client.get(exporter.url).text
-            assert 'llm_tray_decode_tokens_per_second{kind="ollama",model="qwen3:8b"' in text
-            assert "} 42.0" in text
-    finally:
-        exporter.stop()
-    with httpx.Client(trust_env=False, timeout=2.0) as client, pytest.raises(httpx.TransportError):
-        client.get(exporter.url)
