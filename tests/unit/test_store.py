@@ -4,82 +4,17 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support.snapshots import hardware_snapshot, rtx4090
+from tests.support.store_records import HARDWARE, T0, model, rows, session, snapshot
 from trayapp.adapters.store import Store, StoreError, StoreLockedError, redact_url, schema_version
 from trayapp.adapters.store import rows as store_rows
 from trayapp.adapters.store import schema as store_mod
-from trayapp.core.model import (
-    Alert,
-    HardwareSnapshot,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    SessionRecord,
-    Snapshot,
-)
-
-T0 = 1_750_000_000.0
-REPO = Path(__file__).resolve().parents[2]
-
-HARDWARE = hardware_snapshot(
-    rtx4090(bandwidth_source="nvml"), ram_bandwidth_gbps=54.2, ram_bandwidth_source="measured"
-)
-
-
-def model(name: str = "qwen3:8b", **kw: object) -> ModelStatus:
-    values: dict[str, object] = {
-        "phase": "decoding",
-        "decode_tok_s": 81.25,
-        "decode_total_tok_s": 81.25,
-        "active_streams": 1,
-        "decode_exact": False,
-        "prompt_tok_s": 412.5,
-        "ttft_s": 0.318,
-        "ttft_exact": True,
-        "context_tokens": 1234,
-        "context_length": 8192,
-        "ceiling_tok_s": 120.5,
-        "full_gpu_ceiling_tok_s": 130.25,
-        "gpu_fraction": 0.93,
-        "vram_bytes": 5_500_000_000,
-        "draft_acceptance": 0.625,
-        "session_id": "s1",
-    }
-    values.update(kw)
-    return ModelStatus(name=name, **values)  # type: ignore[arg-type]
-
-
-def snapshot(
-    t: float,
-    models: tuple[ModelStatus, ...] = (),
-    *,
-    url: str = "http://127.0.0.1:11434",
-    requests: tuple[RequestRecord, ...] = (),
-    alerts: tuple[Alert, ...] = (),
-    ended: tuple[Alert, ...] = (),
-    hardware: HardwareSnapshot = HARDWARE,
-) -> Snapshot:
-    server = ServerStatus(kind="ollama", url=url, status="ok", version="0.30.1", models=models)
-    return Snapshot(
-        t_wall_s=t,
-        t_mono_s=t - T0,
-        servers=(server,),
-        hardware=hardware,
-        alerts=alerts,
-        requests=requests,
-        ended_alerts=ended,
-    )
+from trayapp.core.model import Alert, HardwareSnapshot, RequestRecord
 
 
 def request(t: float, session_id: str = "s1", **kw: object) -> RequestRecord:
@@ -107,32 +42,6 @@ def request(t: float, session_id: str = "s1", **kw: object) -> RequestRecord:
     return RequestRecord(**values)  # type: ignore[arg-type]
 
 
-def session(sid: str = "s1", **kw: object) -> SessionRecord:
-    values: dict[str, object] = {
-        "id": sid,
-        "server": "http://127.0.0.1:11434",
-        "server_kind": "ollama",
-        "model": "qwen3:8b",
-        "started_wall_s": T0,
-        "ended_wall_s": None,
-        "server_version": "0.30.1",
-        "quantization": "Q4_K_M",
-        "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
-        "requests": 3,
-        "decode_tokens": 900,
-        "mean_decode_tok_s": 78.5,
-        "peak_decode_tok_s": 83.0,
-        "mean_prompt_tok_s": 880.0,
-        "mean_ttft_s": 0.52,
-        "max_context_tokens": 2048,
-        "ceiling_tok_s": 130.0,
-        "gpu_fraction": 1.0,
-        "alerts": ("kv_slowdown", "context_full"),
-    }
-    values.update(kw)
-    return SessionRecord(**values)  # type: ignore[arg-type]
-
-
 def alert(aid: str = "a1", **kw: object) -> Alert:
     values: dict[str, object] = {
         "id": aid,
@@ -149,10 +58,6 @@ def alert(aid: str = "a1", **kw: object) -> Alert:
     }
     values.update(kw)
     return Alert(**values)  # type: ignore[arg-type]
-
-
-def rows(store: Store, table: str, **kw: object) -> list[dict[str, Any]]:
-    return list(store.iter_rows(table, **kw))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -575,72 +480,6 @@ def test_a_second_writer_is_refused_while_a_reader_works(db: Path) -> None:
             assert [s.id for s in reader.sessions()] == ["s1"]
     with Store(db) as again:  # the lock goes with the first writer
         assert again.record(snapshot(T0 + 1, (model(),))) is None
-
-
-def test_a_writer_in_another_process_is_named_by_pid(db: Path) -> None:
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from trayapp.adapters.store import Store
-        store = Store({str(db)!r})
-        print("ready", flush=True)
-        sys.stdin.readline()
-        store.close()
-        """
-    )
-    with subprocess.Popen(
-        [sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as child:
-        try:
-            assert child.stdout is not None and child.stdin is not None
-            assert child.stdout.readline().strip() == "ready"
-            with pytest.raises(StoreLockedError, match=rf"pid {child.pid}\b"):
-                Store(db)
-            child.stdin.write("\n")
-            child.stdin.flush()
-            assert child.wait(timeout=30) == 0
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait(timeout=10)
-    Store(db).close()  # free again
-
-
-def test_kill_9_mid_session_loses_at_most_the_tick_in_flight(db: Path) -> None:
-    code = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {str(REPO)!r})
-        from tests.unit.test_store import model, session, snapshot, T0
-        from trayapp.adapters.store import Store
-        store = Store({str(db)!r})
-        for i in range(100000):
-            error = store.record(snapshot(T0 + i, (model(),)), [session(requests=i)])
-            assert error is None, error
-            print(i, flush=True)
-        """
-    )
-    last = -1
-    with subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True) as child:
-        assert child.stdout is not None
-        for line in child.stdout:  # bounded: the child stops by itself after 100000 ticks
-            last = int(line)
-            if last >= 50:
-                break
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    assert last >= 50
-
-    raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    raw.close()
-    with Store(db, writer=False) as reader:
-        count = len(rows(reader, "samples"))
-        assert count >= last + 1  # every tick the child reported as recorded is there
-        (stored,) = reader.sessions()
-        assert stored.requests >= last
-    with Store(db) as writer:  # the lock died with the process
-        assert writer.record(snapshot(T0 + 10**6, (model(),))) is None
 
 
 # --------------------------------------------------------------------------- failures
