@@ -7,44 +7,25 @@ driven by a *separate* client, exactly as a user's editor would.
 from __future__ import annotations
 
 import json
+import signal
 import statistics
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli
-from tests.support.llama import LlamaServer, generate, generate_in_background
+from tests.support.cli import Watch, run_cli
+from tests.support.llama import (
+    LlamaServer,
+    generate,
+    generate_in_background,
+    monitor_for,
+    tick_until_done,
+)
 from trayapp.config import Settings
-from trayapp.core.model import Snapshot
 from trayapp.core.thresholds import Thresholds
-from trayapp.monitor import Monitor, endpoint_from_arg
 
 pytestmark = pytest.mark.llamacpp
-
-
-def _monitor(url: str, *, record: bool = False, settings: Settings | None = None) -> Monitor:
-    return Monitor(
-        settings or Settings(), extra_endpoints=[endpoint_from_arg(url)], discover=False, record=record
-    )
-
-
-def _tick_until_done(
-    monitor: Monitor, future, interval_s: float = 1.0, limit_s: float = 180
-) -> list[Snapshot]:  # type: ignore[no-untyped-def]
-    """Tick the monitor at a steady cadence while a generation runs (bounded), plus two ticks after."""
-    snapshots: list[Snapshot] = []
-    pace = threading.Event()
-    waited = 0.0
-    while not future.done() and waited < limit_s:
-        snapshots.append(monitor.tick())
-        pace.wait(interval_s)
-        waited += interval_s
-    for _ in range(2):
-        snapshots.append(monitor.tick())
-        pace.wait(interval_s)
-    return snapshots
 
 
 def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, model_path: Path) -> None:
@@ -66,16 +47,28 @@ def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, mo
 
 
 def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) -> None:
-    future = generate_in_background(
-        llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True
-    )
-    result = run_cli(
-        "watch", "--json", "--interval", "1", "--duration", "14",
-        "--endpoint", llama_server.url, "--no-discover", timeout_s=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    timings = future.result(timeout=120)["timings"]
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    """`watch --json` runs until the request has finished and the server is idle again (waited on,
+    never a fixed duration: a slow host only makes it longer). About 15–30 s."""
+    watch = Watch("--interval", "1", "--duration", "300", "--endpoint", llama_server.url, "--no-discover")
+    try:
+        assert watch.next_line() is not None  # watching before the request starts
+        future = generate_in_background(
+            llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True
+        )
+        while not future.done():
+            assert watch.next_line() is not None, "watch ended before the request did"
+        timings = future.result()["timings"]
+        for _ in range(30):  # then until a tick shows the server idle (bounded)
+            line = watch.next_line()
+            assert line is not None, "watch ended before the server went idle"
+            if line["servers"][0]["models"][0]["phase"] == "idle":
+                break
+        watch.process.send_signal(signal.SIGINT)  # Ctrl-C: watch exits 0
+        watch.drain()
+        assert watch.process.wait(timeout=30) == 0, watch.stderr()
+    finally:
+        watch.stop()
+    lines = watch.lines
     assert len(lines) >= 10
     models = [line["servers"][0]["models"][0] for line in lines]
     phases = [m["phase"] for m in models]
@@ -97,10 +90,10 @@ def own_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iterator
 
 
 def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> None:
-    monitor = _monitor(own_server.url)
+    monitor = monitor_for(own_server.url)
     try:
         assert monitor.tick().servers[0].status == "ok"
-        snapshots = _tick_until_done(
+        snapshots = tick_until_done(
             monitor, generate_in_background(own_server.url, "Hello", 250, ignore_eos=True)
         )
         assert any(m.decode_tok_s for s in snapshots for _, m in s.models())
@@ -112,7 +105,7 @@ def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> 
 
         own_server.restart()
         future = generate_in_background(own_server.url, "Hello again", 250, ignore_eos=True)
-        after = _tick_until_done(monitor, future)
+        after = tick_until_done(monitor, future)
         assert after[-1].servers[0].status == "ok"
         rates = [m.decode_tok_s for s in after for _, m in s.models() if m.decode_tok_s is not None]
         assert rates, "no live rate after the restart"
@@ -135,14 +128,14 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
     llama_server = full_kv_server
     # The alert's numbers must agree with the server's; a 10 % threshold (the default is 15 %) keeps
     # the ~20–25 % drop this tiny model shows on one CPU thread clear of run-to-run noise.
-    monitor = _monitor(llama_server.url, settings=Settings(thresholds=Thresholds(kv_slowdown_pct=10.0)))
+    monitor = monitor_for(llama_server.url, settings=Settings(thresholds=Thresholds(kv_slowdown_pct=10.0)))
     try:
         monitor.tick()
         short = generate_in_background(llama_server.url, "Say hello.", 256, ignore_eos=True)
-        snapshots = _tick_until_done(monitor, short)
+        snapshots = tick_until_done(monitor, short)
         long_prompt = "The quick brown fox jumps over the lazy dog. " * 680  # ~6,800 tokens
         deep = generate_in_background(llama_server.url, long_prompt, 256, ignore_eos=True, timeout_s=300)
-        snapshots += _tick_until_done(monitor, deep, limit_s=280)
+        snapshots += tick_until_done(monitor, deep, limit_s=280)
         short_rate = short.result()["timings"]["predicted_per_second"]
         deep_timings = deep.result()["timings"]
         assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 6000

@@ -13,12 +13,10 @@ import csv
 import io
 import json
 import os
-import queue
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import Watch
 from tests.support.llama import LlamaServer, generate, generate_in_background
 from trayapp import paths
 from trayapp.adapters.store import Store
@@ -33,63 +32,12 @@ from trayapp.adapters.store import Store
 pytestmark = pytest.mark.llamacpp
 
 MODEL = "gemma-3-270m-q4_k_m.gguf"
-LINE_TIMEOUT_S = 30.0  # `watch` prints one line a second; this long without one is a failure
 REQUESTS = 3
 N_PREDICT = 200
 T_TOLERANCE_S = 0.0006  # watch prints `t` rounded to the millisecond
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class Watch:
-    """`python -m trayapp watch --json ...` with its stdout read line by line on a thread."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "trayapp", "watch", "--json", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[dict[str, Any]] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._queue.put(line)
-        self._queue.put(None)
-
-    def next_line(self, timeout_s: float = LINE_TIMEOUT_S) -> dict[str, Any] | None:
-        """The next JSON line (None at the end of output); fails when none comes in time."""
-        try:
-            text = self._queue.get(timeout=timeout_s)
-        except queue.Empty:
-            pytest.fail(f"watch printed nothing for {timeout_s:g} s")
-        if text is None:
-            return None
-        line: dict[str, Any] = json.loads(text)
-        self.lines.append(line)
-        return line
-
-    def drain(self) -> None:
-        while self.next_line() is not None:
-            pass
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=30)
-        self._reader.join(timeout=10)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def stderr(self) -> str:
-        assert self.process.stderr is not None
-        return self.process.stderr.read()
 
 
 @pytest.fixture

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import queue
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+LINE_TIMEOUT_S = 30.0  # `watch` prints one line a second; this long without one is a failure
 
 
 def run_cli(
@@ -19,3 +27,56 @@ def run_cli(
         check=False,
         env=dict(env) if env is not None else None,
     )
+
+
+class Watch:
+    """`python -m trayapp watch --json ...` with its stdout read line by line on a thread.
+
+    Reading on a thread keeps the pipe drained (an unread pipe blocks the process under test).
+    """
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trayapp", "watch", "--json", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[dict[str, Any]] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def next_line(self, timeout_s: float = LINE_TIMEOUT_S) -> dict[str, Any] | None:
+        """The next JSON line (None at the end of output); fails when none comes in time."""
+        try:
+            text = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            pytest.fail(f"watch printed nothing for {timeout_s:g} s")
+        if text is None:
+            return None
+        line: dict[str, Any] = json.loads(text)
+        self.lines.append(line)
+        return line
+
+    def drain(self) -> None:
+        while self.next_line() is not None:
+            pass
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self._reader.join(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stderr(self) -> str:
+        assert self.process.stderr is not None
+        return self.process.stderr.read()

@@ -3,7 +3,9 @@
 `LlamaServer` starts the binary on 127.0.0.1 with an ephemeral port, waits until
 `/health` answers ok, keeps its log in a file, and stops it by pid.
 `generate` is "a separate client": a plain completion request, optionally run
-in a background thread with `generate_in_background`.
+in a background thread with `generate_in_background`. `duty_cycle` slows the server
+down for real (SIGSTOP/SIGCONT); `monitor_for` and `tick_until*` drive the real
+`Monitor` against it.
 """
 
 from __future__ import annotations
@@ -11,17 +13,24 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from threading import Thread
 from typing import Any
 
 import httpx
+
+from trayapp.config import Settings
+from trayapp.core.model import Alert, Snapshot
+from trayapp.monitor import Monitor, endpoint_from_arg
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -249,3 +258,87 @@ def generate_in_background(url: str, prompt: str, n_predict: int, **kwargs: Any)
 
     Thread(target=run, name="llama-generate", daemon=True).start()
     return future
+
+
+@contextmanager
+def duty_cycle(pid: int, *, stop_s: float, run_s: float, limit_s: float = 240.0) -> Iterator[None]:
+    """Slow a process down for real while the block runs: SIGSTOP for `stop_s`, SIGCONT for `run_s`.
+
+    A bounded helper thread does it (at most `limit_s`); the process is always left running
+    (SIGCONT in a `finally`, and once more when the block ends).
+    """
+    done = threading.Event()
+    deadline = time.monotonic() + limit_s
+
+    def cycle() -> None:
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
+            try:
+                done.wait(stop_s)
+            finally:
+                _resume(pid)
+            done.wait(run_s)
+
+    thread = Thread(target=cycle, name="duty-cycle", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=stop_s + run_s + 5.0)
+        _resume(pid)
+
+
+def _resume(pid: int) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+# --------------------------------------------------------------------------- the real Monitor against it
+
+
+def monitor_for(
+    url: str, *, record: bool = False, settings: Settings | None = None, **kwargs: Any
+) -> Monitor:
+    """The real `Monitor` watching one endpoint only (no discovery); `kwargs` go to `Monitor`."""
+    return Monitor(
+        settings or Settings(),
+        extra_endpoints=[endpoint_from_arg(url)],
+        discover=False,
+        record=record,
+        **kwargs,
+    )
+
+
+def tick_until(
+    monitor: Monitor, condition: Callable[[Snapshot], bool], *, limit_s: float, interval_s: float = 1.0
+) -> list[Snapshot]:
+    """Tick at a steady cadence until `condition(snapshot)` holds or `limit_s` passes (bounded)."""
+    snapshots: list[Snapshot] = []
+    pace = threading.Event()
+    deadline = time.monotonic() + limit_s
+    while True:
+        snapshots.append(monitor.tick())
+        if condition(snapshots[-1]) or time.monotonic() >= deadline:
+            return snapshots
+        pace.wait(interval_s)
+
+
+def tick_until_done(
+    monitor: Monitor, future: Future[Any], interval_s: float = 1.0, limit_s: float = 180
+) -> list[Snapshot]:
+    """Tick the monitor while a generation runs (bounded), plus two ticks after."""
+    snapshots = tick_until(monitor, lambda _: future.done(), limit_s=limit_s, interval_s=interval_s)
+    pace = threading.Event()
+    for _ in range(2):
+        pace.wait(interval_s)
+        snapshots.append(monitor.tick())
+    return snapshots
+
+
+def alerts_of(snapshots: Sequence[Snapshot], kind: str) -> dict[str, Alert]:
+    """Every alert of `kind` seen in these snapshots, by id (the latest version of each)."""
+    return {alert.id: alert for snapshot in snapshots for alert in snapshot.alerts if alert.kind == kind}
