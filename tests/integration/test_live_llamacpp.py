@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import signal
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,7 +155,7 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         f"{deep_timings['predicted_per_second']:.1f} tok/s; polled (context, tok/s): {trend}"
     )
     alert = next(iter(kv_alerts.values()))
-    evidence = alert.evidence
+    evidence: Mapping[str, Any] = alert.evidence
     assert evidence["short_decode_tok_s"] == pytest.approx(short_rate, rel=0.15)
     assert evidence["decode_tok_s"] == pytest.approx(deep_timings["predicted_per_second"], rel=0.15)
     server_drop = 100 * (1 - deep_timings["predicted_per_second"] / short_rate)
