@@ -164,6 +164,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "thresholds.regression_pct": (1, 95),
     "thresholds.offload_min_cpu_pct": (0, 100),
     "thresholds.offload_gpu_fraction": (0.5, 1),
+    "thresholds.cold_load_min_s": (0, 3600),
     "exporter.port": (1, 65535),
     "store.retention_days": (0.01, 36500),
     "store.max_size_mb": (1, 1_000_000),

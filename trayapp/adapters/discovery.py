@@ -25,6 +25,7 @@ from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError, auth_headers, fetch, make_client
 from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.llamacpp import LlamaCppProbe
+from trayapp.adapters.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe, is_router_props
 from trayapp.adapters.servers.lmstudio import LmStudioProbe
 from trayapp.adapters.servers.ollama import OllamaProbe
 from trayapp.adapters.servers.openai_compat import MlxProbe, OpenAiProbe, SglangProbe, VllmProbe
@@ -118,6 +119,8 @@ def _identify(get: Callable[[str], _Answer]) -> tuple[str | None, str]:
 
     props = get("/props")
     props_json = props.json()
+    if props.status == 200 and is_router_props(props_json):
+        return ROUTER_KIND, "/props says role=router (llama-server serving several models)"
     llama_props = isinstance(props_json, dict) and ("model_path" in props_json or "build_info" in props_json)
     if props.status == 200 and llama_props:
         return "llamacpp", "/props has model_path/build_info"
@@ -157,8 +160,8 @@ def _identify(get: Callable[[str], _Answer]) -> tuple[str | None, str]:
 
 
 def identify_kind(url: str, client: httpx.Client, api_key: str | None = None) -> str | None:
-    """The server kind at `url` ("ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx",
-    "openai"), or None when nothing recognisable answers."""
+    """The server kind at `url` ("ollama", "llamacpp", "llamacpp-router", "lmstudio", "vllm",
+    "sglang", "mlx", "openai"), or None when nothing recognisable answers."""
     return identify(url, client, api_key)[0]
 
 
@@ -195,10 +198,13 @@ def make_probe(
 ) -> ServerProbe:
     """A probe for a server of `kind` at `url`. Raises ValueError for an unknown kind.
 
-    Only the probes that can read a local model file get `facts_loader`.
+    `kind` is a server kind or "llamacpp-router" (a llama-server router: its probe's readings
+    say "llamacpp"). Only the probes that can read a local model file get `facts_loader`.
     """
     if kind == "llamacpp":
         return LlamaCppProbe(url, api_key=api_key, facts_loader=facts_loader)
+    if kind == ROUTER_KIND:
+        return LlamaRouterProbe(url, api_key=api_key, facts_loader=facts_loader)
     if kind == "ollama":
         return OllamaProbe(url, api_key=api_key, facts_loader=facts_loader)
     if kind == "lmstudio":
@@ -228,6 +234,13 @@ def _server_key(url: str) -> tuple[str, int | None]:
     except ValueError:
         port = None
     return host, port
+
+
+def _probe_kind(probe: ServerProbe | None) -> str | None:
+    """The kind `identify` gives the server behind `probe` (a router's readings say "llamacpp")."""
+    if isinstance(probe, LlamaRouterProbe):
+        return ROUTER_KIND
+    return probe.kind if probe is not None else None
 
 
 @dataclass
@@ -288,7 +301,9 @@ class Discovery:
             if target.configured and target.endpoint.kind:
                 if target.probe is None:
                     target.probe = self._make(target.endpoint.kind, target.endpoint)
-            elif target.pending is None and (
+                if target.endpoint.kind != "llamacpp":
+                    continue  # a configured llama-server is still asked whether it is a router
+            if target.pending is None and (
                 target.checked_at_s is None or now_mono_s - target.checked_at_s >= self.reprobe_interval_s
             ):
                 target.checked_at_s = now_mono_s
@@ -313,8 +328,15 @@ class Discovery:
 
     def _apply(self, target: _Target, kind: str | None, why: str) -> None:
         current = target.probe
+        if target.configured and target.endpoint.kind:
+            # The user named the kind: only a llama-server's mode (router or not) is decided here.
+            if kind in ("llamacpp", ROUTER_KIND) and _probe_kind(current) != kind:
+                log.info("discovery: %s identified as %s (%s)", target.endpoint.url, kind, why)
+                self._close(current)
+                target.probe = self._make(kind, target.endpoint)
+            return
         if kind is not None:
-            if current is None or current.kind != kind:
+            if current is None or _probe_kind(current) != kind:
                 log.info("discovery: %s identified as %s (%s)", target.endpoint.url, kind, why)
                 self._close(current)
                 target.probe = self._make(kind, target.endpoint)

@@ -491,13 +491,13 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
 
 def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
     model = view.model
-    if view.load_s is not None and view.load_s >= 1.0:
+    if view.load_s is not None and view.load_s >= t.cold_load_min_s:
         message = f"A request to {model.name} waited {view.load_s:.1f} s for the model to load."
         fix = "Keep the model loaded longer (Ollama keep_alive / OLLAMA_KEEP_ALIVE, LM Studio TTL)."
         return Finding(
             "cold_load", "info", view.server.url, model.name, message, fix, {"load_s": view.load_s}
         )
-    if model.phase == "loading":
+    if model.phase == "loading" and view.server.status == "loading":  # a router's loads are timed instead
         message = f"{model.name} is loading; requests wait until it is in memory."
         return Finding(
             "cold_load", "info", view.server.url, model.name, message, "Wait, or keep it loaded.", {}

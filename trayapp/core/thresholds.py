@@ -18,3 +18,4 @@ class Thresholds:
     regression_pct: float = 20.0
     offload_min_cpu_pct: float = 2.0
     offload_gpu_fraction: float = 0.98  # below this share in GPU memory a model counts as offloaded
+    cold_load_min_s: float = 2.0  # a measured model load at least this long raises cold_load
