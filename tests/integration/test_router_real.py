@@ -30,6 +30,9 @@ from tests.support.llama import (
     monitor_for,
     tick_until,
 )
+from trayapp.adapters.discovery import identify, make_probe
+from trayapp.adapters.http import make_client
+from trayapp.adapters.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe
 from trayapp.config import Settings
 from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
@@ -156,6 +159,19 @@ def test_status_json_lists_the_routers_models(router: Router) -> None:
     models = {m["name"]: m for m in server["models"]}
     assert set(models) == {"alpha", "beta"}
     assert all(m["live_rate_reason"].startswith("not loaded") for m in models.values())
+    assert router.states() == {"alpha": "unloaded", "beta": "unloaded"}
+
+
+def test_discovery_tells_a_router_from_a_single_model_server(router: Router) -> None:
+    """`identify` on the real router: its own kind and probe (readings say llamacpp). About 2 s."""
+    with make_client(router.url) as client:
+        kind, why = identify(router.url, client)
+    assert kind == ROUTER_KIND, why
+    probe = make_probe(kind, router.url)
+    try:
+        assert isinstance(probe, LlamaRouterProbe) and probe.kind == "llamacpp"
+    finally:
+        probe.close()
     assert router.states() == {"alpha": "unloaded", "beta": "unloaded"}
 
 
