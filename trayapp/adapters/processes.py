@@ -127,3 +127,39 @@ def find_listening_pid(port: int) -> int | None:
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
                 return proc.pid
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, s) a process has used so far; None when it cannot be read."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except _PSUTIL_ERRORS:
+        return None
+    return float(times.user + times.system)
+
+
+WORK_CPU_SHARE = 0.2  # an idle server uses ~0 CPU: this share of one core since the last look means work
+
+
+@dataclass
+class CpuActivity:
+    """Whether a process used CPU since the last look: the passive sign that an idle server got work.
+
+    Reading a process's CPU time asks nothing of the server, so it wakes nothing and resets no
+    idle timer (unlike llama-server's `/slots`).
+    """
+
+    mark: tuple[float, float] | None = None  # (when, CPU seconds) at the last look
+
+    def worked(self, pid: int | None, now_s: float) -> bool | None:
+        """True / False since the last look; None when it cannot be told (no pid, first look)."""
+        used = cpu_seconds(pid) if pid is not None else None
+        if used is None:
+            self.mark = None
+            return None
+        mark, self.mark = self.mark, (now_s, used)
+        if mark is None or now_s <= mark[0]:
+            return None
+        if used < mark[1]:
+            return True  # another process on that port: look
+        return (used - mark[1]) / (now_s - mark[0]) >= WORK_CPU_SHARE

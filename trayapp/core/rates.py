@@ -195,7 +195,9 @@ class RateTracker:
         context_tokens = max(contexts) if contexts else None
 
         phase: Phase = "idle"
-        if reading.status == "loading" or model.loading:
+        if model.sleeping:
+            phase = "sleeping"
+        elif reading.status == "loading" or model.loading:
             phase = "loading"
         elif any(s.phase == "decoding" for s in streams):
             phase = "decoding"
@@ -210,7 +212,7 @@ class RateTracker:
         counter_rate = track.counter_rate_tok_s
         running = model.counters.requests_running if model.counters else None
         active_streams = len(rates)
-        if decode_tok_s is None and not model.slots and phase != "loading":
+        if decode_tok_s is None and not model.slots and phase not in ("loading", "sleeping"):
             if counter_rate:
                 streams_now = max(running or 1.0, 1.0)
                 decode_total = counter_rate

@@ -4,10 +4,17 @@ What a poll reads (see reference/backends.md §2):
 
 * `/health` (public even with `--api-key`): 200 ok, 503 while loading.
 * `/props`: model path/alias/ftype, per-slot context, slot count, build, which
-  optional endpoints are on, `is_sleeping`. Cached; refreshed every
-  `props_refresh_s` and at once after the server went down and came back.
-* `/slots` (unless `--no-slots`, never while asleep: it would wake the server):
-  live `n_decoded` and context depth per slot, every poll.
+  optional endpoints are on, `is_sleeping`. Every poll while idle (it neither wakes the
+  server nor resets its idle timer: how the probe sees it fall asleep); cached for
+  `props_refresh_s` while busy.
+* `/slots` (unless `--no-slots`): live `n_decoded`, context depth and prompt progress per
+  slot, every poll **while there is work**. A `/slots` request goes through the server's task
+  queue and resets its idle timer (`--sleep-idle-seconds`), and wakes a sleeping server, so
+  while the server is idle the probe asks it only when something says work appeared: the
+  server process used CPU since the last poll (local servers), or `/metrics` shows running
+  or queued requests or moved counters (a METRICS task does not reset the timer). A remote
+  server without `--metrics` gives no such signal: then `/slots` is polled every time (and
+  such a server cannot fall asleep while watched; the live-rate reason says so).
 * `/metrics` (only with `--metrics`): cumulative counters, at most every
   `metrics_interval_s` because each scrape resets the server's averaging gauges
   for every other scraper. Only counters are used.
@@ -30,6 +37,7 @@ import httpx
 from trayapp.adapters import promtext
 from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError
+from trayapp.adapters.processes import CpuActivity
 from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_float, as_int, as_str
 from trayapp.core.model import (
@@ -289,6 +297,8 @@ class LlamaCppProbe(HttpProbe):
         self._metrics_at_s: float | None = None
         self._metrics_disabled = False
         self._slots_disabled = False
+        self._busy = True  # a slot was processing at the last /slots answer (or none was asked yet)
+        self._cpu = CpuActivity()  # the server process's CPU use: the sign of new work while idle
         self.facts_reason: str | None = None  # why the current model has no facts, when so
 
     def _key_hint(self, exc: FetchError) -> FetchError:
@@ -310,7 +320,7 @@ class LlamaCppProbe(HttpProbe):
             answer = health.get("status") if isinstance(health, dict) else health
             return ServerReading(self.kind, self.url, "error", f"/health: unexpected answer {answer!r}")
 
-        # 2. /props: cached; refreshed occasionally, every poll while asleep, and after a restart.
+        # 2. /props: every poll while idle (it wakes nothing and resets no idle timer), cached while busy.
         try:
             props = self._current_props(now_mono_s)
         except FetchError as exc:
@@ -318,23 +328,15 @@ class LlamaCppProbe(HttpProbe):
         problems: list[str] = []
         status: ServerState = "ok"
 
-        # 3. /slots: live progress every poll, never while asleep (it would wake the server).
-        slots: tuple[SlotReading, ...] = ()
-        if props.endpoint_slots and not props.is_sleeping and not self._slots_disabled:
-            try:
-                slots = parse_slots(self._fetch_json("/slots"))
-            except FetchError as exc:
-                if exc.status == "unauthorized":
-                    return replace(self._failure_reading(self._key_hint(exc)), version=props.build_info)
-                if exc.http_status == 501:
-                    self._slots_disabled = True
-                else:
-                    status = "error"
-                    problems.append(exc.reason)
-
-        # 4. /metrics: counters, rarely (each scrape resets the server's gauges for others).
+        # 3. /metrics: counters, at most every metrics_interval_s (each scrape resets the server's
+        #    averaging gauges for other scrapers) — or every idle poll when it is the only sign of work.
         counters: CounterReading | None = None
-        if props.endpoint_metrics and not self._metrics_disabled and self._metrics_due(now_mono_s):
+        metrics_on = props.endpoint_metrics and not self._metrics_disabled and not props.is_sleeping
+        cpu_work = self._cpu.worked(
+            self._server_pid(now_mono_s), now_mono_s
+        )  # once per poll: keeps a baseline
+        watch_by_metrics = not self._busy and cpu_work is None
+        if metrics_on and (self._metrics_due(now_mono_s) or watch_by_metrics):
             self._metrics_at_s = now_mono_s
             try:
                 response = self._fetch("/metrics")
@@ -343,6 +345,23 @@ class LlamaCppProbe(HttpProbe):
                 if exc.http_status == 501:
                     self._metrics_disabled = True
                 else:
+                    problems.append(exc.reason)
+
+        # 4. /slots: live progress every poll while there is work; never while asleep, and while idle
+        #    only once something says work appeared (a /slots request resets the idle timer).
+        slots: tuple[SlotReading, ...] = ()
+        slots_on = props.endpoint_slots and not props.is_sleeping and not self._slots_disabled
+        if slots_on and slots_needed(self._busy, cpu_work, metrics_on, counters):
+            try:
+                slots = parse_slots(self._fetch_json("/slots"))
+                self._busy = any(slot.is_processing for slot in slots)
+            except FetchError as exc:
+                if exc.status == "unauthorized":
+                    return replace(self._failure_reading(self._key_hint(exc)), version=props.build_info)
+                if exc.http_status == 501:
+                    self._slots_disabled = True
+                else:
+                    status = "error"
                     problems.append(exc.reason)
 
         # 5. /v1/models meta: once per model load (retried after props_refresh_s when it failed).
@@ -359,7 +378,7 @@ class LlamaCppProbe(HttpProbe):
 
     def _current_props(self, now_s: float) -> PropsInfo:
         props = self._props
-        if props is not None and not props.is_sleeping and now_s - self._props_at_s < self.props_refresh_s:
+        if props is not None and self._busy and now_s - self._props_at_s < self.props_refresh_s:
             return props
         try:
             data = self._fetch_json("/props")
@@ -386,6 +405,7 @@ class LlamaCppProbe(HttpProbe):
     def _forget_load(self) -> None:
         """The server is down or loading: the next answer may come from another model or flags."""
         self._props = None
+        self._busy = True
         self._meta, self._meta_at_s = None, None
         self._metrics_disabled = False
         self._slots_disabled = False
@@ -404,6 +424,7 @@ class LlamaCppProbe(HttpProbe):
         return ModelReading(
             name=props.model_name,
             loaded=not props.is_sleeping,
+            sleeping=props.is_sleeping,
             weights_bytes=meta.size_bytes if meta else None,
             context_length=props.n_ctx,
             quantization=props.quantization or normalize_quant_name(meta.ftype if meta else None),
@@ -423,6 +444,21 @@ class LlamaCppProbe(HttpProbe):
             return None
         facts, self.facts_reason = self._facts_loader.lookup(path)
         return facts
+
+
+def slots_needed(
+    busy: bool, cpu_work: bool | None, metrics_on: bool, counters: CounterReading | None
+) -> bool:
+    """Whether to ask `/slots` (which resets the idle timer): always while busy; while idle only on a
+    sign of new work — the server's CPU use, else `/metrics` showing running or queued requests, else
+    (a remote server without `--metrics`: no other sign) every time."""
+    if busy:
+        return True
+    if cpu_work is not None:
+        return cpu_work
+    if metrics_on:
+        return counters is not None and bool(counters.requests_running or counters.requests_waiting)
+    return True
 
 
 def _pick_meta(metas: tuple[ModelMeta, ...], props: PropsInfo) -> ModelMeta | None:

@@ -30,7 +30,7 @@ import httpx
 
 from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError
-from trayapp.adapters.processes import cpu_seconds, find_listening_pid
+from trayapp.adapters.processes import CpuActivity, find_listening_pid
 from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_int, as_str
 from trayapp.adapters.servers.llamacpp import (
@@ -43,6 +43,7 @@ from trayapp.adapters.servers.llamacpp import (
     parse_props,
     parse_slots,
     parse_v1_models,
+    slots_needed,
 )
 from trayapp.core.model import (
     CounterReading,
@@ -56,7 +57,6 @@ from trayapp.core.quants import normalize_quant_name
 
 ROUTER_KIND = "llamacpp-router"  # what discovery calls a router; its readings say "llamacpp"
 ROUTER_STATES = ("unloaded", "loading", "loaded", "sleeping", "failed")
-WORK_CPU_SHARE = 0.2  # an idle child uses ~0 CPU: this share of one core since the last poll means work
 LOAD_SOURCE = "router-load"  # FinishedRequest.source of a measured load (no tokens)
 
 # --------------------------------------------------------------------------- pure parsers
@@ -135,7 +135,7 @@ class _Child:
     busy: bool = True  # a slot was processing at the last /slots answer (or none was asked yet)
     pid: int | None = None
     pid_looked: bool = False
-    cpu_mark: tuple[float, float] | None = None  # (poll time, child CPU seconds)
+    cpu: CpuActivity = field(default_factory=CpuActivity)  # the child's CPU use: a sign of new work
     metrics_at_s: float | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -257,9 +257,7 @@ class LlamaRouterProbe(HttpProbe):
 
         slots: tuple[SlotReading, ...] = ()
         slots_on = props is not None and props.endpoint_slots and not props.is_sleeping
-        # No CPU to see: /metrics' request gauges are the sign of work; without them, /slots itself.
-        work_seen = cpu_work if cpu_work is not None else (not metrics_on or _requests_queued(counters))
-        if slots_on and (child.busy or work_seen):
+        if slots_on and slots_needed(child.busy, cpu_work, bool(metrics_on), counters):
             try:
                 slots = parse_slots(self._fetch_json(self._ask(model.name, "/slots")))
                 child.busy = any(slot.is_processing for slot in slots)
@@ -306,13 +304,7 @@ class LlamaRouterProbe(HttpProbe):
         if not child.pid_looked:
             child.pid_looked = True
             child.pid = find_listening_pid(child.port)
-        used = cpu_seconds(child.pid) if child.pid is not None else None
-        if used is None:
-            return None
-        mark, child.cpu_mark = child.cpu_mark, (now_s, used)
-        if mark is None or now_s <= mark[0]:
-            return None
-        return (used - mark[1]) / (now_s - mark[0]) >= WORK_CPU_SHARE
+        return child.cpu.worked(child.pid, now_s)
 
     # ------------------------------------------------------------------ helpers
 
@@ -328,10 +320,6 @@ class LlamaRouterProbe(HttpProbe):
         return FetchError(
             exc.status, API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED, exc.http_status
         )
-
-
-def _requests_queued(counters: CounterReading | None) -> bool:
-    return counters is not None and bool(counters.requests_running or counters.requests_waiting)
 
 
 def _idle_reading(model: RouterModel, facts: ModelFacts | None) -> ModelReading:
