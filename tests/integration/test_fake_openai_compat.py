@@ -135,7 +135,8 @@ def test_mlx_and_generic_openai() -> None:
             several = MlxProbe(fake.url)
             try:
                 models = several.poll(0.0).models
-                assert [m.loaded for m in models] == [False, False]  # which one is loaded is unknown
+                # which one is loaded is unknown: neither is called unloaded, the reason says so
+                assert [m.loaded for m in models] == [True, True]
                 assert all("unknown" in (m.live_rate_reason or "") for m in models)
             finally:
                 several.close()

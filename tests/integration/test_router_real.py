@@ -143,7 +143,7 @@ def test_both_models_listed_unloaded_and_watching_never_loads_them(router: Route
         models = models_of(snapshot)
         assert set(models) == {"alpha", "beta"}
         for model in models.values():
-            assert model.phase == "idle" and model.decode_tok_s is None
+            assert model.phase == "unloaded" and model.decode_tok_s is None
             assert model.live_rate_reason and model.live_rate_reason.startswith("not loaded")
     assert not alerts_of(snapshots, "server_down")
     assert "spawning server instance" not in router.log_path.read_text()
@@ -229,6 +229,7 @@ def test_request_loads_a_model_with_a_measured_load_time_live_rate_and_eviction(
     assert router.states() == {"alpha": "loaded", "beta": "unloaded"}
     last = models_of(after[-1])
     assert last["beta"].live_rate_reason and last["beta"].live_rate_reason.startswith("not loaded")
+    assert last["beta"].phase == "unloaded"  # evicted: shown as not loaded, the server stays up
     assert last["alpha"].live_rate_reason is None
     assert all(s.servers[0].status == "ok" for s in snapshots + after)
     assert not alerts_of(snapshots + after, "server_down")

@@ -41,6 +41,7 @@ HEALTH_HYSTERESIS = 0.05  # leave "degraded" only this far above the threshold
 DEFAULT_THRESHOLDS = Thresholds()
 
 _REACHABLE = ("ok", "loading")
+RESTING_PHASES = ("idle", "sleeping", "unloaded")  # nothing to judge: grey icon, no offload mark
 _ALERTING = ("warning", "critical")
 
 
@@ -148,10 +149,12 @@ def _is_offloaded(model: ModelStatus, t: Thresholds) -> bool:
 
 
 def _model_health(model: ModelStatus, previous: IconState | None, t: Thresholds) -> Health:
-    if model.phase == "stalled" or (_is_offloaded(model, t) and model.phase != "idle"):
+    if model.phase in RESTING_PHASES:
+        return "idle"
+    if model.phase == "stalled" or _is_offloaded(model, t):
         return "degraded"
     if model.phase != "decoding":
-        return "idle" if model.phase == "idle" else "ok"
+        return "ok"
     if model.decode_tok_s is not None and model.decode_tok_s < t.below_floor_tok_s:
         return "degraded"
     fully_on_gpu = model.gpu_fraction is not None and not _is_offloaded(model, t)
@@ -186,6 +189,10 @@ def _rate_line(model: ModelStatus) -> str:
         return "loading the model…"
     if model.phase == "stalled":
         return "stalled: decoding but no new tokens"
+    if model.phase == "sleeping":
+        return "sleeping: the server freed the model; the next request loads it again"
+    if model.phase == "unloaded":
+        return "not loaded: the server loads it on the next request for it"
     parts = ["idle"]
     if model.last_decode_tok_s is not None:
         parts.append(f"last {format_rate(model.last_decode_tok_s)} tok/s")

@@ -20,7 +20,7 @@ from typing import Literal
 
 ServerKind = Literal["ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown"]
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
-Phase = Literal["idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
+Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
 Severity = Literal["info", "warning", "critical"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
@@ -229,7 +229,7 @@ class ModelReading:
     """One loaded (or loading) model on one server, at one poll."""
 
     name: str
-    loaded: bool = True
+    loaded: bool = True  # False: listed but not in memory (a router's unloaded or evicted model)
     loading: bool = False
     sleeping: bool = False  # the server freed it after an idle time; the next request loads it again
     size_bytes: int | None = None  # what the server holds for it (Ollama: weights + KV + buffers)

@@ -199,6 +199,8 @@ class RateTracker:
             phase = "sleeping"
         elif reading.status == "loading" or model.loading:
             phase = "loading"
+        elif not model.loaded:
+            phase = "unloaded"
         elif any(s.phase == "decoding" for s in streams):
             phase = "decoding"
         elif any(s.phase == "prefill" for s in streams):
@@ -212,7 +214,7 @@ class RateTracker:
         counter_rate = track.counter_rate_tok_s
         running = model.counters.requests_running if model.counters else None
         active_streams = len(rates)
-        if decode_tok_s is None and not model.slots and phase not in ("loading", "sleeping"):
+        if decode_tok_s is None and not model.slots and phase not in ("unloaded", "loading", "sleeping"):
             if counter_rate:
                 streams_now = max(running or 1.0, 1.0)
                 decode_total = counter_rate

@@ -21,6 +21,10 @@ def model_line(model: ModelStatus) -> str:
         speed = f"last {format_rate(model.last_decode_tok_s)} tok/s"
     elif model.phase in ("prefill", "loading"):
         speed = "no decode rate yet"
+    elif model.phase == "sleeping":
+        speed = "asleep: the next request loads it again"
+    elif model.phase == "unloaded":
+        speed = "not loaded"
     else:
         speed = "no request seen yet"
     ceiling = ""

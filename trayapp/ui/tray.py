@@ -54,6 +54,10 @@ def server_line(server: ServerStatus) -> str:
         state = "stalled"
     elif not server.models:
         state = "no model loaded"
+    elif all(m.phase == "sleeping" for m in server.models):
+        state = "sleeping"
+    elif all(m.phase in ("sleeping", "unloaded") for m in server.models):
+        state = "no model loaded"
     else:
         state = "idle"
     active = any(is_busy(m.phase) or m.phase == "loading" for m in server.models)

@@ -558,7 +558,7 @@ def _local_model_file(path: str | None) -> str | None:
 
 
 def _without_publisher(name: str) -> str:
-    """"qwen/qwen3-30b-a3b" → "qwen3-30b-a3b": REST v0 ids have no publisher prefix."""
+    """ "qwen/qwen3-30b-a3b" → "qwen3-30b-a3b": REST v0 ids have no publisher prefix."""
     return name.rsplit("/", 1)[-1]
 
 

@@ -291,7 +291,6 @@ class MlxProbe(HttpProbe):
         models = tuple(
             replace(
                 m,
-                loaded=not several,
                 live_rate_reason=MLX_REASON
                 + ("; MLX-LM lists every cached model, so which one is loaded is unknown" if several else ""),
             )
