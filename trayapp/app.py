@@ -317,6 +317,8 @@ class TrayApp(QObject):
     # ------------------------------------------------------------------ snapshots
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        if self._stopped:
+            return  # queued by the sampler just before it stopped: nothing is shown any more
         first = self.last_snapshot is None
         self.last_snapshot = snapshot
         if self.last_error is not None:

@@ -279,13 +279,6 @@ def test_below_floor_raised_once_for_a_really_slow_server(slow_run: SlowRun) -> 
     assert not alerts_of(slow_run.plain, "server_down")  # each stop was far under the probe timeout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LlamaCppProbe never reports the llama-server's pid (ServerReading.pid / ModelReading."
-    "server_pid stay None), so the pipeline cannot match NVML's per-process VRAM to the server: a "
-    "real llama-server never gets a GPU share, `offload` is never raised and below_floor is not "
-    "suppressed (trayapp/adapters/servers/llamacpp.py)",
-)
 def test_below_floor_not_raised_while_offload_explains_it(slow_run: SlowRun) -> None:
     """The same slowed request seen with a fake NVML in which the server's process holds only
     100 MiB of GPU memory: `offload` is the one root cause, so no `below_floor`. 0 s extra."""

@@ -61,6 +61,16 @@ _MODEL_GAUGES: list[tuple[str, str, str]] = [
     ("llm_tray_active_streams", "active_streams", "Requests decoding at once."),
     ("llm_tray_decode_exact", "decode_exact",
      "1 when the decode rate is server-reported, 0 when estimated from polling."),
+    ("llm_tray_prefill_tokens_done", "prefill.tokens_done",
+     "Prompt tokens in place (evaluated + cached) of the prompts being read now."),
+    ("llm_tray_prefill_tokens_total", "prefill.tokens_total",
+     "Whole length of the prompts being read now."),
+    ("llm_tray_prefill_cached_tokens", "prefill.cached_tokens",
+     "Prompt tokens being read now reused from the cache."),
+    ("llm_tray_prefill_tokens_per_second", "prefill.tok_s",
+     "Evaluation speed of the prompts being read now."),
+    ("llm_tray_prefill_eta_seconds", "prefill.eta_s",
+     "Estimated seconds until the prompts being read are done."),
 ]  # fmt: skip
 
 
@@ -115,6 +125,16 @@ class MetricsState:
 
 
 @functools.lru_cache(maxsize=256)
+def _attribute(model: ModelStatus, path: str) -> float | None:
+    """`model.a` or `model.a.b` as a number (None when a part is missing)."""
+    value: object = model
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _server_label(url: str) -> str:
     """The server URL as a label, with any password or query-string value masked (as in the store)."""
     return redact_url(url)
@@ -170,9 +190,9 @@ class SnapshotCollector(Collector):
         for name, attribute, help_text in _MODEL_GAUGES:
             family = GaugeMetricFamily(name, help_text, labels=MODEL_LABELS)
             for server, model in snapshot.models():
-                value = getattr(model, attribute)
+                value = _attribute(model, attribute)
                 if value is not None:
-                    family.add_metric(_model_labels(server.url, server.kind, model), float(value))
+                    family.add_metric(_model_labels(server.url, server.kind, model), value)
             yield family
 
         alerts = GaugeMetricFamily("llm_tray_alerts_active", "Active alerts.",

@@ -138,7 +138,9 @@ def cpu_seconds(pid: int) -> float | None:
     return float(times.user + times.system)
 
 
-WORK_CPU_SHARE = 0.2  # an idle server uses ~0 CPU: this share of one core since the last look means work
+# An idle server uses ~0 CPU (answering our /health and /props costs it well under 1 %): this share of
+# one core since the last look means work, even for a server mostly waiting on its GPU.
+WORK_CPU_SHARE = 0.05
 
 
 @dataclass

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot, server_label
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_pct, format_tokens
+from trayapp.core.units import format_pct, format_tokens, format_tokens_short
 from trayapp.core.units import format_rate_short as format_rate
 
 kind_label = server_label  # what the tray, menu and tooltip call a kind of server
@@ -54,6 +54,7 @@ class IconState:
     ring: float | None = None  # share of the ceiling, 0..1 in RING_STEPS steps
     ring_faint: bool = False  # the ring shows the last request, not a live rate
     offload: bool = False  # partly on the CPU
+    prefill: bool = False  # reading a prompt: `text` is the prompt tokens in place, `ring` their share
     paused: bool = False
     tooltip_lines: tuple[str, ...] = field(default=(), compare=False)
     model_key: ModelKey | None = field(default=None, compare=False)
@@ -183,8 +184,7 @@ def _rate_line(model: ModelStatus) -> str:
             line += f" · {model.active_streams} streams, {format_rate(model.decode_total_tok_s)} tok/s total"
         return line
     if model.phase == "prefill":
-        rate = f" · {model.prompt_tok_s:,.0f} tok/s" if model.prompt_tok_s else ""
-        return f"reading the prompt (prefill){rate}"
+        return _prefill_line(model)
     if model.phase == "loading":
         return "loading the model…"
     if model.phase == "stalled":
@@ -198,6 +198,28 @@ def _rate_line(model: ModelStatus) -> str:
         parts.append(f"last {format_rate(model.last_decode_tok_s)} tok/s")
     if model.ceiling_tok_s:
         parts.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+    return " · ".join(parts)
+
+
+def _prefill_line(model: ModelStatus) -> str:
+    """'reading prompt 12.4k / 28k · 44 % · 250 tok/s · ~62 s' (total and ETA where the server says)."""
+    progress = model.prefill
+    if progress is None:
+        rate = f" · {format_rate(model.prompt_tok_s)} tok/s" if model.prompt_tok_s else ""
+        return f"reading the prompt (prefill){rate}"
+    parts = [f"reading prompt {format_tokens(progress.tokens_done)}"]
+    if progress.tokens_total:
+        parts[0] += f" / {format_tokens(progress.tokens_total)}"
+        if progress.share is not None:
+            parts.append(format_pct(progress.share))
+    else:
+        parts[0] += " tokens so far"
+    if progress.tok_s:
+        parts.append(f"{format_rate(progress.tok_s)} tok/s")
+    if progress.eta_s is not None:
+        parts.append(f"~{progress.eta_s:.0f} s")
+    if progress.mostly_cached:
+        parts.append(f"{format_tokens(progress.cached_tokens)} from the cache")
     return " · ".join(parts)
 
 
@@ -291,6 +313,9 @@ def icon_state(
     if model.phase == "decoding" and model.decode_tok_s is not None:
         text, rate = _number(model.decode_tok_s, key, previous)
         ring_raw = model.efficiency
+    elif model.phase == "prefill" and model.prefill is not None:
+        text = format_tokens_short(model.prefill.tokens_done)
+        ring_raw = model.prefill.share
     elif model.phase == "idle" and model.last_decode_tok_s is not None and model.ceiling_tok_s:
         ring_raw = model.last_decode_tok_s / model.ceiling_tok_s
         faint = True
@@ -301,6 +326,7 @@ def icon_state(
         ring=_ring(ring_raw, previous),
         ring_faint=faint,
         offload=_is_offloaded(model, thresholds),
+        prefill=model.phase == "prefill" and model.prefill is not None,
         tooltip_lines=tuple(lines),
         model_key=key,
         rate_tok_s=rate,

@@ -177,6 +177,7 @@ class SlotReading:
     context_tokens: int | None = None  # tokens in this slot's KV cache (prompt + generated)
     prompt_tokens_processed: int | None = None
     prompt_tokens_cached: int | None = None
+    prompt_tokens_total: int | None = None  # the whole prompt, where a server says (llama-server does not)
     n_ctx: int | None = None
     speculative: bool = False
 
@@ -268,6 +269,28 @@ class ServerReading:
 
 
 @dataclass(frozen=True)
+class PrefillProgress:
+    """Prompts being read right now, summed over the streams in prefill."""
+
+    tokens_done: int  # prompt tokens in place: evaluated so far plus those reused from the cache
+    cached_tokens: int  # of those, reused from the cache (no work)
+    tokens_total: int | None = None  # the whole prompts, where the server says (llama-server does not)
+    tok_s: float | None = None  # evaluation speed of these prompts so far (cache excluded)
+    eta_s: float | None = None  # (total − done) ÷ tok_s, when both are known
+
+    @property
+    def share(self) -> float | None:
+        """Share of the prompts in place (0..1), when the total is known."""
+        if not self.tokens_total:
+            return None
+        return min(self.tokens_done / self.tokens_total, 1.0)
+
+    @property
+    def mostly_cached(self) -> bool:
+        return self.tokens_done > 0 and self.cached_tokens >= 0.5 * self.tokens_done
+
+
+@dataclass(frozen=True)
 class ModelStatus:
     name: str
     phase: Phase
@@ -294,6 +317,7 @@ class ModelStatus:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
+    prefill: PrefillProgress | None = None  # prompts being read right now
     session_id: str | None = None
     live_rate_reason: str | None = None
     server_pid: int | None = None

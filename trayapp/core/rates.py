@@ -24,6 +24,7 @@ from trayapp.core.model import (
     FinishedRequest,
     ModelReading,
     Phase,
+    PrefillProgress,
     RequestRecord,
     ServerReading,
     SlotReading,
@@ -55,6 +56,7 @@ class RateEstimate:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
+    prefill: PrefillProgress | None = None  # prompts being read right now
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class _StreamRate:
     decode_tok_s: float | None
     context_tokens: int | None
     phase: Phase
+    prefill: PrefillProgress | None = None  # while this stream reads its prompt
 
 
 @dataclass
@@ -232,6 +235,7 @@ class RateTracker:
             track.last_decode_exact = False
             track.last_decode_context = context_tokens
 
+        prefills = [p.prefill for p in streams if p.prefill is not None]
         estimate = RateEstimate(
             phase=phase,
             decode_tok_s=decode_tok_s,
@@ -245,6 +249,7 @@ class RateTracker:
             ttft_s=track.last_ttft_s,
             ttft_exact=track.last_ttft_exact,
             draft_acceptance=track.draft_acceptance,
+            prefill=_sum_prefill(prefills) if prefills else None,
         )
         return estimate, requests
 
@@ -314,7 +319,7 @@ def _update_slot(
 
     rate = _window_rate(state.points)
     if n_decoded == 0:
-        return _StreamRate(None, slot.context_tokens, "prefill"), record
+        return _StreamRate(None, slot.context_tokens, "prefill", _prefill(slot, state)), record
     if now_mono_s - state.last_progress_mono_s >= STALL_AFTER_S:
         return _StreamRate(None, slot.context_tokens, "stalled"), record
     return _StreamRate(rate, slot.context_tokens, "decoding"), record
@@ -409,6 +414,46 @@ def _update_counters(
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _prefill(slot: SlotReading, state: _SlotTrack) -> PrefillProgress:
+    """One stream's prompt so far: evaluated + cached tokens, its evaluation speed, and an ETA."""
+    processed = slot.prompt_tokens_processed or 0
+    cached = slot.prompt_tokens_cached or 0
+    tok_s = None
+    if len(state.prompt_points) >= 2:
+        (t0, n0), (t1, n1) = state.prompt_points[0], state.prompt_points[-1]
+        if t1 > t0 and n1 > n0:
+            tok_s = (n1 - n0) / (t1 - t0)
+    return _with_eta(PrefillProgress(processed + cached, cached, slot.prompt_tokens_total, tok_s))
+
+
+def _sum_prefill(parts: list[PrefillProgress]) -> PrefillProgress:
+    totals = [p.tokens_total for p in parts if p.tokens_total is not None]
+    rates = [p.tok_s for p in parts if p.tok_s is not None]
+    return _with_eta(
+        PrefillProgress(
+            tokens_done=sum(p.tokens_done for p in parts),
+            cached_tokens=sum(p.cached_tokens for p in parts),
+            tokens_total=sum(t for t in totals if t is not None)
+            if all(t is not None for t in totals)
+            else None,
+            tok_s=sum(rates) if rates else None,
+        )
+    )
+
+
+def _with_eta(progress: PrefillProgress) -> PrefillProgress:
+    if progress.tokens_total is None or not progress.tok_s:
+        return progress
+    left = max(progress.tokens_total - progress.tokens_done, 0)
+    return PrefillProgress(
+        progress.tokens_done,
+        progress.cached_tokens,
+        progress.tokens_total,
+        progress.tok_s,
+        left / progress.tok_s,
+    )
 
 
 def _window_rate(points: deque[tuple[float, int, int | None]]) -> float | None:

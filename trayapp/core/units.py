@@ -25,6 +25,15 @@ def format_tokens(count: int | None) -> str:
     return f"{count / 1000:.0f}k"
 
 
+def format_tokens_short(count: int) -> str:
+    """A token count in at most 4 characters, for the tray icon: '850', '3k', '12k', '128k', '1M'."""
+    if count < 1000:
+        return str(max(count, 0))
+    if count < 999_500:
+        return f"{min(count / 1000, 999):.0f}k"
+    return f"{min(count / 1_000_000, 99):.0f}M"
+
+
 def format_rate(tok_s: float | None) -> str:
     """A rate with sensible precision: '9.4', '42', '142'; '—' when unknown."""
     if tok_s is None:

@@ -33,6 +33,7 @@ HEALTH_COLOURS: dict[str, QColor] = {
     "none": QColor(139, 148, 158),
 }
 OFFLOAD_COLOUR = QColor(56, 139, 253)
+PREFILL_COLOUR = QColor(163, 113, 247)  # reading a prompt: the ring is prompt progress, not the ceiling
 DISC_COLOUR = QColor(28, 31, 36, 240)
 RIM_COLOUR = QColor(255, 255, 255, 190)
 TEXT_COLOUR = QColor(255, 255, 255)
@@ -100,7 +101,7 @@ def _draw_text(p: QPainter, text: str, rect: QRectF, pal: _Palette, halo: QColor
 
 
 def _draw_ring(p: QPainter, state: IconState, rect: QRectF, stroke: float, pal: _Palette) -> None:
-    colour = HEALTH_COLOURS[state.health]
+    colour = PREFILL_COLOUR if state.prefill and state.health == "ok" else HEALTH_COLOURS[state.health]
     track = QPen(pal.colour(colour, 0.35), stroke)
     track.setCapStyle(Qt.PenCapStyle.FlatCap)
     segmented = state.health == "degraded"

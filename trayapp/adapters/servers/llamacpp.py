@@ -374,7 +374,10 @@ class LlamaCppProbe(HttpProbe):
 
         model = self._model_reading(props, slots, counters)
         reason = "; ".join(problems) if problems else None
-        return ServerReading(self.kind, self.url, status, reason, version=props.build_info, models=(model,))
+        pid = self._server_pid(now_mono_s)  # lets NVML's per-process memory tell the model's GPU share
+        return ServerReading(
+            self.kind, self.url, status, reason, version=props.build_info, models=(model,), pid=pid
+        )
 
     def _current_props(self, now_s: float) -> PropsInfo:
         props = self._props
@@ -452,13 +455,11 @@ def slots_needed(
     """Whether to ask `/slots` (which resets the idle timer): always while busy; while idle only on a
     sign of new work — the server's CPU use, else `/metrics` showing running or queued requests, else
     (a remote server without `--metrics`: no other sign) every time."""
-    if busy:
+    if busy or cpu_work:
         return True
-    if cpu_work is not None:
-        return cpu_work
-    if metrics_on:
-        return counters is not None and bool(counters.requests_running or counters.requests_waiting)
-    return True
+    if metrics_on and counters is not None:
+        return bool(counters.requests_running or counters.requests_waiting)
+    return cpu_work is None and not metrics_on
 
 
 def _pick_meta(metas: tuple[ModelMeta, ...], props: PropsInfo) -> ModelMeta | None:
