@@ -184,7 +184,7 @@ def _rate_line(model: ModelStatus) -> str:
             line += f" · {model.active_streams} streams, {format_rate(model.decode_total_tok_s)} tok/s total"
         return line
     if model.phase == "prefill":
-        return _prefill_line(model)
+        return prefill_line(model)
     if model.phase == "loading":
         return "loading the model…"
     if model.phase == "stalled":
@@ -201,7 +201,7 @@ def _rate_line(model: ModelStatus) -> str:
     return " · ".join(parts)
 
 
-def _prefill_line(model: ModelStatus) -> str:
+def prefill_line(model: ModelStatus) -> str:
     """'reading prompt 12.4k / 28k · 44 % · 250 tok/s · ~62 s' (total and ETA where the server says)."""
     progress = model.prefill
     if progress is None:
