@@ -435,9 +435,8 @@ def _sum_prefill(parts: list[PrefillProgress]) -> PrefillProgress:
         PrefillProgress(
             tokens_done=sum(p.tokens_done for p in parts),
             cached_tokens=sum(p.cached_tokens for p in parts),
-            tokens_total=sum(t for t in totals if t is not None)
-            if all(t is not None for t in totals)
-            else None,
+            # Known only when every prompt's total is (llama-server gives none: never 0, never partial).
+            tokens_total=sum(totals) if len(totals) == len(parts) else None,
             tok_s=sum(rates) if rates else None,
         )
     )
