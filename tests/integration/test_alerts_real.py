@@ -180,6 +180,9 @@ def test_draft_acceptance_is_the_servers_own(
     evidence: Mapping[str, Any] = next(iter(alerts.values())).evidence
     assert evidence["draft_acceptance"] == pytest.approx(server_share, abs=0.0005)  # rounded to 0.001
     assert evidence["min_acceptance"] == Thresholds().draft_acceptance_min
+    # the kind, from the server's own /props (`speculative.types`), named in the evidence and the message
+    assert evidence["spec_type"] == _model(snapshots[-1]).spec_type == "draft-simple"
+    assert "(draft-simple)" in next(iter(alerts.values())).message
 
 
 # --------------------------------------------------------------------------- server_down

@@ -101,6 +101,7 @@ def test_an_idle_slot_keeps_the_counts_of_its_previous_task(llama_dir: Path) -> 
         prompt_tokens_cached=1421,
         n_ctx=32768,
         speculative=True,
+        spec_type="draft-simple",  # the fixture's params: "speculative.types": "draft-simple"
     )
     assert slots[1] == SlotReading(slot_id=1, is_processing=False, n_ctx=32768, speculative=True)
 

@@ -436,14 +436,41 @@ def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
     rate = model.draft_acceptance
     if rate is None or rate >= t.draft_acceptance_min:
         return None
+    kind = model.spec_type
+    what = f"Speculative decoding ({kind})" if kind else "Speculative decoding"
     message = (
-        f"Speculative decoding on {model.name} accepts only {rate * 100:.0f} % of drafted tokens: "
-        "the drafter costs memory and time and may make decode slower than without it."
+        f"{what} on {model.name} accepts only {rate * 100:.0f} % of drafted tokens: "
+        f"{_spec_cost(kind)} and may make decode slower than without it."
     )
-    fix = "Try without the draft model, a better-matched drafter, or fewer draft tokens (--draft-max)."
-    evidence = {"draft_acceptance": round(rate, 3), "min_acceptance": t.draft_acceptance_min}
+    fix = _spec_fix(kind)
+    evidence = {
+        "draft_acceptance": round(rate, 3),
+        "min_acceptance": t.draft_acceptance_min,
+        "spec_type": kind,
+    }
     return Finding(
         "draft_acceptance", "warning", view.server.url, model.name, message, fix, evidence, score=1 - rate
+    )
+
+
+def _spec_cost(kind: str | None) -> str:
+    """What a rejected draft costs, by kind of speculative decoding."""
+    if kind and kind.startswith("ngram"):
+        return "every rejected n-gram guess costs a wasted verification step"
+    if kind == "draft-mtp":
+        return "the MTP heads (a few hundred MB) run every step, and rejected drafts are wasted work"
+    return "the draft model costs memory and time on every step"
+
+
+def _spec_fix(kind: str | None) -> str:
+    if kind and kind.startswith("ngram"):
+        return (
+            "n-gram drafting only pays off on repetitive text (code edits, quotes): turn it off for this "
+            "workload (--spec-type none) or draft fewer tokens (--spec-draft-n-max)."
+        )
+    return (
+        "Draft fewer tokens (--spec-draft-n-max, formerly --draft-max), try a better-matched drafter, "
+        "or run without speculative decoding (--spec-type none)."
     )
 
 

@@ -180,6 +180,7 @@ class SlotReading:
     prompt_tokens_total: int | None = None  # the whole prompt, where a server says (llama-server does not)
     n_ctx: int | None = None
     speculative: bool = False
+    spec_type: str | None = None  # the speculative decoding kinds of its last task, e.g. "draft-simple"
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ class ModelReading:
     loaded: bool = True  # False: listed but not in memory (a router's unloaded or evicted model)
     loading: bool = False
     sleeping: bool = False  # the server freed it after an idle time; the next request loads it again
+    spec_type: str | None = None  # speculative decoding in use: "draft-simple", "draft-mtp", "ngram-cache", …
     size_bytes: int | None = None  # what the server holds for it (Ollama: weights + KV + buffers)
     vram_bytes: int | None = None  # the part of size_bytes in GPU memory
     weights_bytes: int | None = None
@@ -317,6 +319,7 @@ class ModelStatus:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
+    spec_type: str | None = None  # speculative decoding in use ("draft-simple", "draft-mtp", …), when known
     prefill: PrefillProgress | None = None  # prompts being read right now
     session_id: str | None = None
     live_rate_reason: str | None = None

@@ -303,6 +303,7 @@ def model_status(
         ttft_s=rate.ttft_s,
         ttft_exact=rate.ttft_exact,
         draft_acceptance=rate.draft_acceptance,
+        spec_type=model.spec_type,
         prefill=rate.prefill,
         session_id=session_id,
         live_rate_reason=model.live_rate_reason,

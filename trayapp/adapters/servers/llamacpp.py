@@ -79,6 +79,11 @@ class PropsInfo:
         return any(kind != "none" for kind in self.speculative_types)
 
     @property
+    def spec_type(self) -> str | None:
+        """The speculative decoding kinds in use ("draft-simple", "draft-mtp,ngram-cache"), or None."""
+        return _spec_type(self.speculative_types)
+
+    @property
     def model_name(self) -> str:
         """The alias unless it is just the path (llama-server's default), else the file name."""
         if self.model_alias and self.model_alias != self.model_path:
@@ -108,6 +113,10 @@ def _speculative_types(params: Mapping[str, Any]) -> tuple[str, ...]:
     if not isinstance(raw, str):
         return ()
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _spec_type(kinds: tuple[str, ...]) -> str | None:
+    return ",".join(kind for kind in kinds if kind != "none") or None
 
 
 def parse_props(data: Any) -> PropsInfo:
@@ -152,6 +161,7 @@ def parse_slots(data: Any) -> tuple[SlotReading, ...]:
                 prompt_tokens_cached=as_int(entry.get("n_prompt_tokens_cache")),
                 n_ctx=as_int(entry.get("n_ctx")),
                 speculative=as_bool(entry.get("speculative")),
+                spec_type=_spec_type(_speculative_types(as_dict(entry.get("params")))),
             )
         )
     return tuple(slots)
@@ -298,6 +308,7 @@ class LlamaCppProbe(HttpProbe):
         self._metrics_disabled = False
         self._slots_disabled = False
         self._busy = True  # a slot was processing at the last /slots answer (or none was asked yet)
+        self._last_spec_type: str | None = None
         self._cpu = CpuActivity()  # the server process's CPU use: the sign of new work while idle
         self.facts_reason: str | None = None  # why the current model has no facts, when so
 
@@ -409,6 +420,7 @@ class LlamaCppProbe(HttpProbe):
         """The server is down or loading: the next answer may come from another model or flags."""
         self._props = None
         self._busy = True
+        self._last_spec_type = None
         self._meta, self._meta_at_s = None, None
         self._metrics_disabled = False
         self._slots_disabled = False
@@ -428,6 +440,7 @@ class LlamaCppProbe(HttpProbe):
             name=props.model_name,
             loaded=not props.is_sleeping,
             sleeping=props.is_sleeping,
+            spec_type=self._spec_kind(props, slots),
             weights_bytes=meta.size_bytes if meta else None,
             context_length=props.n_ctx,
             quantization=props.quantization or normalize_quant_name(meta.ftype if meta else None),
@@ -440,6 +453,14 @@ class LlamaCppProbe(HttpProbe):
             busy=any(slot.is_processing for slot in slots) if slots else None,
             live_rate_reason=live_reason,
         )
+
+    def _spec_kind(self, props: PropsInfo, slots: tuple[SlotReading, ...]) -> str | None:
+        """The speculative decoding in use: /props' defaults say "none" even with `--spec-type`, so the
+        kinds a slot's last task ran with are kept (slots are not asked while idle)."""
+        seen = next((slot.spec_type for slot in slots if slot.spec_type), None)
+        if seen is not None:
+            self._last_spec_type = seen
+        return props.spec_type or self._last_spec_type
 
     def _model_facts(self, path: str | None) -> ModelFacts | None:
         if self._facts_loader is None or not path:

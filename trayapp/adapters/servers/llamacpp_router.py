@@ -279,6 +279,8 @@ class LlamaRouterProbe(HttpProbe):
             facts=facts,
             slots=slots,
             counters=counters,
+            spec_type=(props.spec_type if props else None)
+            or next((slot.spec_type for slot in slots if slot.spec_type), None),
             busy=child.busy if slots else None,
             live_rate_reason=None
             if slots_on or props is None
