@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
-from trayapp.core.glance import host_port, kind_label
+from trayapp.core.glance import host_port, kind_label, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_pct, format_rate, format_tokens
@@ -82,7 +82,8 @@ class ModelCard(QFrame):
         else:
             self.context_bar.setValue(0)
             self.context_bar.setFormat(f"context —/{format_tokens(model.context_length or None)}")
-        stats = [ttft_text(model)]
+        stats = [prefill_line(model)] if model.phase == "prefill" else []
+        stats.append(ttft_text(model))
         stats.append(
             f"prompt {format_rate(model.prompt_tok_s)} tok/s"
             if model.prompt_tok_s is not None

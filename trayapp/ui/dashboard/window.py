@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from trayapp.core.glance import choose_model, host_port, kind_label
+from trayapp.core.glance import choose_model, host_port, kind_label, prefill_line
 from trayapp.core.history import History, ModelKey
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
@@ -265,7 +265,9 @@ class Dashboard(QWidget):
             return
         _server, model = current
         rate = model.decode_tok_s if model.phase == "decoding" else None
-        if rate is None:
+        if model.phase == "prefill":
+            self.rate_label.setText(prefill_line(model))  # the tooltip's words: tokens so far, speed
+        elif rate is None:
             self.rate_label.setText(model.phase)
         elif self.ms_per_token and rate > 0:
             self.rate_label.setText(f"{1000 / rate:.1f} ms/token")
