@@ -54,6 +54,10 @@ from trayapp.core.quants import normalize_quant_name
 HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a llama-server
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
 API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
+# A sleeping server reloads its model on the next request and answers slowly meanwhile: a timeout
+# this soon after a sleeping /props answer is the wake-up ("loading"), not a failure.
+WAKE_GRACE_S = 120.0
+WAKING_REASON = "waking up: the server is loading the model again"
 
 # --------------------------------------------------------------------------- pure parsers
 
@@ -272,14 +276,8 @@ def parse_timings(
 # --------------------------------------------------------------------------- the probe
 
 
-class LlamaCppProbe(HttpProbe):
-    """Polls one llama-server (the `HttpProbe` skeleton maps failures, times and logs).
-
-    `counters` is set only on polls that scraped `/metrics` (rates come from
-    differencing successive scrapes). `facts` come from `facts_loader` when the
-    model file is readable here; they are read off the poll thread, so the first
-    polls after a load may come without them (`facts_reason` says why).
-    """
+class LlamaServerProbe(HttpProbe):
+    """What both llama-server probes share (one model, or a router of many): settings and key hints."""
 
     kind = "llamacpp"
     default_port = 8080
@@ -300,6 +298,26 @@ class LlamaCppProbe(HttpProbe):
         self.metrics_interval_s = metrics_interval_s
         self.props_refresh_s = props_refresh_s
 
+    def _key_hint(self, exc: FetchError) -> FetchError:
+        """A copy of `exc`; an unauthorized answer says whether the key is missing or wrong."""
+        reason = exc.reason
+        if exc.status == "unauthorized":
+            reason = API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED
+        return FetchError(exc.status, reason, exc.http_status)
+
+
+class LlamaCppProbe(LlamaServerProbe):
+    """Polls one llama-server (the `HttpProbe` skeleton maps failures, times and logs).
+
+    `counters` is set only on polls that scraped `/metrics` (rates come from
+    differencing successive scrapes). `facts` come from `facts_loader` when the
+    model file is readable here; they are read off the poll thread, so the first
+    polls after a load may come without them (`facts_reason` says why).
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+
         self._props: PropsInfo | None = None
         self._props_at_s = 0.0
         self._meta: ModelMeta | None = None
@@ -312,18 +330,14 @@ class LlamaCppProbe(HttpProbe):
         self._cpu = CpuActivity()  # the server process's CPU use: the sign of new work while idle
         self.facts_reason: str | None = None  # why the current model has no facts, when so
 
-    def _key_hint(self, exc: FetchError) -> FetchError:
-        """A copy of `exc`; an unauthorized answer says whether the key is missing or wrong."""
-        reason = exc.reason
-        if exc.status == "unauthorized":
-            reason = API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED
-        return FetchError(exc.status, reason, exc.http_status)
-
     def _poll(self, now_mono_s: float) -> ServerReading:
+        waking = self._was_sleeping(now_mono_s)
         # 1. /health: is it up, and done loading?
         try:
             health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
         except FetchError as exc:
+            if waking and exc.status == "error":
+                return self._waking_reading()
             self._forget_load()
             raise self._key_hint(exc) from exc
         if not isinstance(health, dict) or health.get("status") != "ok":
@@ -335,6 +349,8 @@ class LlamaCppProbe(HttpProbe):
         try:
             props = self._current_props(now_mono_s)
         except FetchError as exc:
+            if waking and exc.status == "error":
+                return self._waking_reading()
             raise self._key_hint(exc) from exc
         problems: list[str] = []
         status: ServerState = "ok"
@@ -392,7 +408,8 @@ class LlamaCppProbe(HttpProbe):
 
     def _current_props(self, now_s: float) -> PropsInfo:
         props = self._props
-        if props is not None and self._busy and now_s - self._props_at_s < self.props_refresh_s:
+        busy = self._busy and not (props is not None and props.is_sleeping)  # asleep: see it wake
+        if props is not None and busy and now_s - self._props_at_s < self.props_refresh_s:
             return props
         try:
             data = self._fetch_json("/props")
@@ -407,6 +424,19 @@ class LlamaCppProbe(HttpProbe):
             self._meta, self._meta_at_s = None, None  # another model: look its size up again
         self._props, self._props_at_s = fresh, now_s
         return fresh
+
+    def _was_sleeping(self, now_s: float) -> bool:
+        props = self._props
+        return props is not None and props.is_sleeping and now_s - self._props_at_s < WAKE_GRACE_S
+
+    def _waking_reading(self) -> ServerReading:
+        """The server said it was asleep and now answers too slowly: it is reloading the model."""
+        assert self._props is not None
+        props = replace(self._props, is_sleeping=False)
+        model = replace(self._model_reading(props, (), None), loading=True)
+        return ServerReading(
+            self.kind, self.url, "loading", WAKING_REASON, version=props.build_info, models=(model,)
+        )
 
     def _metrics_due(self, now_s: float) -> bool:
         return self._metrics_at_s is None or now_s - self._metrics_at_s >= self.metrics_interval_s

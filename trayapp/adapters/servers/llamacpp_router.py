@@ -26,17 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
-from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.http import FetchError
 from trayapp.adapters.processes import CpuActivity, find_listening_pid
-from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_int, as_str
 from trayapp.adapters.servers.llamacpp import (
-    API_KEY_REJECTED,
-    API_KEY_REQUIRED,
     HEALTH_MAX_BYTES,
+    LlamaServerProbe,
     ModelMeta,
     PropsInfo,
     parse_metrics,
@@ -147,7 +142,7 @@ class _LoadWatch:
     loading_since_s: float | None = None
 
 
-class LlamaRouterProbe(HttpProbe):
+class LlamaRouterProbe(LlamaServerProbe):
     """Polls one llama-server router: one ModelReading per model it lists.
 
     Unloaded and failed models are listed with `loaded=False` (never as down),
@@ -155,24 +150,8 @@ class LlamaRouterProbe(HttpProbe):
     `loaded` models are asked anything of their own (see the module docstring).
     """
 
-    kind = "llamacpp"
-    default_port = 8080
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        client: httpx.Client | None = None,
-        api_key: str | None = None,
-        facts_loader: ModelFactsLoader | None = None,
-        metrics_interval_s: float = 10.0,
-        props_refresh_s: float = 30.0,
-    ) -> None:
-        super().__init__(url, client=client, api_key=api_key)
-        self._has_key = bool(api_key)
-        self._facts_loader = facts_loader
-        self.metrics_interval_s = metrics_interval_s
-        self.props_refresh_s = props_refresh_s
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
         self._children: dict[str, _Child] = {}
         self._loads: dict[str, _LoadWatch] = {}
 
@@ -315,13 +294,6 @@ class LlamaRouterProbe(HttpProbe):
         if self._facts_loader is None or not model.model_path or model.state in ("unloaded", "failed"):
             return None
         return self._facts_loader.lookup(model.model_path)[0]
-
-    def _key_hint(self, exc: FetchError) -> FetchError:
-        if exc.status != "unauthorized":
-            return exc
-        return FetchError(
-            exc.status, API_KEY_REJECTED if self._has_key else API_KEY_REQUIRED, exc.http_status
-        )
 
 
 def _idle_reading(model: RouterModel, facts: ModelFacts | None) -> ModelReading:
