@@ -10,7 +10,6 @@ from tests.support.paths import FIXTURES_DIR
 from trayapp.adapters.servers.openai_compat import (
     metrics_model_names,
     parse_openai_models,
-    parse_sglang_gauges,
     parse_sglang_metrics,
     parse_version_body,
     parse_vllm_metrics,
@@ -89,15 +88,6 @@ def test_sglang_metrics_give_counters_and_acceptance_only_when_drafting() -> Non
     )
     assert 'spec_accept_length{model_name="Qwen/Qwen3-8B"} 0' in spec_off
     assert parse_sglang_metrics(spec_off).spec_accept_rate is None  # off: the gauges read 0
-
-
-def test_sglang_gauges_give_throughput_acceptance_and_cache_hits() -> None:
-    g = parse_sglang_gauges(SGLANG)
-    assert g.gen_throughput_tok_s == pytest.approx(612.508, abs=1e-3)
-    assert g.spec_accept_rate == pytest.approx(0.6366)
-    assert g.spec_accept_length == pytest.approx(2.91)
-    assert g.cache_hit_rate == pytest.approx(0.4375)
-    assert parse_sglang_gauges("").spec_accept_rate is None
 
 
 def test_openai_models_give_ids_and_context_lengths() -> None:

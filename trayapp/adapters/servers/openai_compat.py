@@ -11,7 +11,7 @@ probes say so instead of inventing a rate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -104,26 +104,6 @@ def _sglang_counters(samples: Sequence[Sample]) -> CounterReading:
 def parse_sglang_metrics(text: str, model_name: str | None = None) -> CounterReading:
     """SGLang `/metrics` -> counters. `token_usage` (KV pool fill) becomes `kv_usage_ratio`."""
     return _sglang_counters(_select(promtext.parse(text), model_name))
-
-
-@dataclass(frozen=True)
-class SglangGauges:
-    """SGLang's own per-batch estimates (gauges; the counters are the honest rate source)."""
-
-    gen_throughput_tok_s: float | None = None
-    spec_accept_rate: float | None = None
-    spec_accept_length: float | None = None
-    cache_hit_rate: float | None = None
-
-
-def parse_sglang_gauges(text: str, model_name: str | None = None) -> SglangGauges:
-    samples = _select(promtext.parse(text), model_name)
-    return SglangGauges(
-        gen_throughput_tok_s=promtext.first(samples, "sglang:gen_throughput"),
-        spec_accept_rate=promtext.first(samples, "sglang:spec_accept_rate"),
-        spec_accept_length=promtext.first(samples, "sglang:spec_accept_length"),
-        cache_hit_rate=promtext.first(samples, "sglang:cache_hit_rate"),
-    )
 
 
 def parse_openai_models(data: Any) -> list[ModelReading]:
@@ -302,12 +282,10 @@ class MlxProbe(HttpProbe):
 __all__ = [
     "MlxProbe",
     "OpenAiProbe",
-    "SglangGauges",
     "SglangProbe",
     "VllmProbe",
     "metrics_model_names",
     "parse_openai_models",
-    "parse_sglang_gauges",
     "parse_sglang_metrics",
     "parse_version_body",
     "parse_vllm_metrics",
