@@ -1,4 +1,4 @@
-"""Decode physics (trayapp.core.physics): the worked examples of DOMAIN.md §1–3 and §6."""
+"""Decode physics (trayapp.core.physics): the worked examples of DOMAIN.md §1–3."""
 
 from __future__ import annotations
 
@@ -185,34 +185,6 @@ def test_moe_reads_active_bytes_only() -> None:
     assert num(moe_rate) / num(dense_rate) == pytest.approx(46.7 / 12.9, rel=1e-3)
     # Capacity still counts every expert.
     assert physics.required_bytes(moe.weights_bytes, 0) > 28 * GB
-
-
-# --------------------------------------------------------------------------- §6 multi-GPU
-
-
-def test_multi_gpu_layer_split_adds_times() -> None:
-    single = physics.ceiling_tok_s(4.9 * GB, 1008)
-    same = physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 1008], mode="layer")
-    assert same == pytest.approx(single)  # capacity, not speed
-    mixed = physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 936], mode="layer", shares=[3, 1])
-    assert mixed == pytest.approx(1 / (0.75 * 4.9 / 1008 + 0.25 * 4.9 / 936))
-
-
-def test_multi_gpu_tensor_parallel_is_1_2_to_1_6_times() -> None:
-    single = num(physics.ceiling_tok_s(4.9 * GB, 1008))
-    two = num(physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 1008], mode="tensor"))
-    assert two == pytest.approx(single * 1.4)
-    assert 1.2 <= two / single <= 1.6
-    custom = physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 1008], mode="tensor", speedup=1.2)
-    assert custom == pytest.approx(single * 1.2)
-    assert physics.tensor_parallel_speedup(1) == 1.0
-    assert physics.tensor_parallel_speedup(4) == pytest.approx(1.8)
-    # Lock-step GPUs run at the slowest one's pace.
-    slow = physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 448], mode="tensor")
-    assert slow == pytest.approx(num(physics.ceiling_tok_s(4.9 * GB, 448)) * 1.4)
-    with pytest.raises(ValueError):
-        physics.multi_gpu_ceiling_tok_s(4.9 * GB, [1008, 1008], mode="pipeline")  # type: ignore[arg-type]
-    assert physics.multi_gpu_ceiling_tok_s(4.9 * GB, [], mode="layer") is None
 
 
 # --------------------------------------------------------------------------- band and capacity

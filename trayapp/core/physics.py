@@ -10,9 +10,7 @@ is unknown (absence is data), never raise for a missing number.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
-from typing import Literal
 
 from trayapp.core.model import KvLayout, ModelFacts
 from trayapp.core.quants import EFFECTIVE_BPW, kv_bytes_per_element, normalize_quant_name
@@ -29,14 +27,6 @@ REALISTIC_BAND: tuple[float, float] = (0.60, 0.75)
 # for 1–70B models; it is a planning margin, not a measurement.
 RUNTIME_OVERHEAD_BASE_BYTES = GIB // 2
 RUNTIME_OVERHEAD_WEIGHTS_SHARE = 0.02
-
-# Single-stream speed-up of tensor parallelism over one GPU: 1 + 0.4 × log2(n_gpus),
-# i.e. 1.4× for two GPUs, the middle of the 1.2–1.6× in DOMAIN.md §6 (interconnect
-# traffic eats the rest). Layer split (llama.cpp's default) adds capacity, not speed.
-TENSOR_PARALLEL_GAIN_PER_DOUBLING = 0.4
-
-MultiGpuMode = Literal["layer", "tensor"]
-
 
 # --------------------------------------------------------------------------- KV cache
 
@@ -161,49 +151,6 @@ def ceiling_curve(
             return []
         curve.append((context, rate))
     return curve
-
-
-def tensor_parallel_speedup(
-    n_gpus: int, gain_per_doubling: float = TENSOR_PARALLEL_GAIN_PER_DOUBLING
-) -> float:
-    """Single-stream speed-up of tensor parallelism over one GPU: 1 + gain × log2(n)."""
-    if n_gpus <= 1:
-        return 1.0
-    return 1.0 + gain_per_doubling * math.log2(n_gpus)
-
-
-def multi_gpu_ceiling_tok_s(
-    bytes_per_token: float | None,
-    bandwidths_gbps: Sequence[float],
-    mode: MultiGpuMode = "layer",
-    shares: Sequence[float] | None = None,
-    speedup: float | None = None,
-) -> float | None:
-    """Ceiling for a model spread over several GPUs.
-
-    * "layer" (llama.cpp default): each GPU reads its share of the bytes in turn, so the
-      times add up; `shares` (default equal) say how the bytes are split.
-    * "tensor": every GPU works on every layer; single-stream gains only `speedup` over the
-      slowest GPU alone (default `tensor_parallel_speedup(n)`, 1.4× for two GPUs).
-    """
-    if not bandwidths_gbps or not bytes_per_token or bytes_per_token <= 0:
-        return None
-    n = len(bandwidths_gbps)
-    if mode == "tensor":
-        base = ceiling_tok_s(bytes_per_token, min(bandwidths_gbps))
-        if base is None:
-            return None
-        return base * (speedup if speedup is not None else tensor_parallel_speedup(n))
-    if mode != "layer":
-        raise ValueError(f"unknown multi-GPU mode {mode!r}")
-    weights = list(shares) if shares is not None else [1.0] * n
-    if len(weights) != n or sum(weights) <= 0:
-        raise ValueError("shares must have one positive weight per GPU")
-    total = sum(weights)
-    seconds = decode_time_s(
-        [(bytes_per_token * w / total, bw) for w, bw in zip(weights, bandwidths_gbps, strict=True)]
-    )
-    return 1.0 / seconds if seconds else None
 
 
 def realistic_band(ceiling: float | None) -> tuple[float, float] | None:
