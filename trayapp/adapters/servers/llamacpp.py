@@ -246,6 +246,8 @@ def parse_timings(
     `prompt_tokens` is the whole prompt (evaluated + cached); `prompt_tok_s` covers
     the evaluated part only, as the server measures it. `prompt_ms` is the
     server-side time to first token (queue time excluded). None when there are no timings.
+    Not called by the probe yet: it is for llm-tray's coming recording proxy (#12), which
+    will read each finished response's exact timings.
     """
     body = as_dict(data)
     timings = as_dict(body.get("timings")) if "timings" in body else body

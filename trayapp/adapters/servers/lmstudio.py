@@ -178,6 +178,8 @@ def parse_chat_stats(data: Any, finished_wall_s: float | None = None) -> Finishe
     Draft counts are read from `stats` (documented, 0.3.10) or `usage` (recent builds).
     Without `finished_wall_s`, the finish time is `created` + TTFT + generation time.
     No text is kept. ValueError when the body has no stats or no usable time.
+    Not called by the probe yet: it is for llm-tray's coming recording proxy (#12), which
+    will read each finished response's exact stats.
     """
     if not isinstance(data, dict) or not isinstance(data.get("stats"), dict):
         raise ValueError("no 'stats' object (not an LM Studio native API response)")
