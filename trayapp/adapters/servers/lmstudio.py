@@ -41,8 +41,8 @@ NO_LMS_REASON = (
     "LM Studio's REST API reports none"
 )
 REMOTE_REASON = (
-    "LM Studio's REST API reports no token counters, and `lms log stream` only reaches a local LM Studio; "
-    "exact rates need the recording proxy"
+    "LM Studio's REST API reports no token counters, and `lms log stream` only reaches a local LM Studio, "
+    "so there is no rate for this one (llm-tray's recording proxy is planned)"
 )
 LMS_REASON = "LM Studio reports stats only when a prediction ends (`lms log stream`); no live token counter"
 BUSY_STATUSES = ("generating", "processingPrompt")

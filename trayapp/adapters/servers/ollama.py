@@ -35,8 +35,8 @@ NO_CHILD_REASON = (
     "Ollama exposes no live token counters; no llama-server child found (Ollama < 0.30 or different engine)"
 )
 REMOTE_REASON = (
-    "Ollama exposes no live token counters, and its llama-server child runs on another machine; "
-    "exact rates need the recording proxy"
+    "Ollama exposes no live token counters, and its llama-server child runs on another machine, "
+    "so there is no live rate (llm-tray's recording proxy is planned)"
 )
 SHOW_RETRY_S = 30.0  # after a failed /api/show
 CHILD_RESCAN_S = 10.0  # look for children again at most this often while some model has none

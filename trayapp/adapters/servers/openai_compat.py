@@ -25,10 +25,10 @@ from trayapp.core.model import CounterReading, ModelReading, ServerReading
 
 MODELS_REFRESH_S = 30.0
 
-MLX_REASON = "MLX-LM reports no timings; a recording proxy is needed"
+MLX_REASON = "MLX-LM reports no timings, so there is no live rate (llm-tray's recording proxy is planned)"
 OPENAI_REASON = (
-    "a generic OpenAI-compatible server reports no token counters (only /v1/models); "
-    "a recording proxy is needed"
+    "a generic OpenAI-compatible server reports no token counters (only /v1/models), "
+    "so there is no live rate (llm-tray's recording proxy is planned)"
 )
 SGLANG_NO_METRICS_REASON = "SGLang serves no /metrics: start it with --enable-metrics for token counters"
 
