@@ -1,0 +1,167 @@
+"""Prefill progress on a real llama-server, as `llm-tray watch --json` shows it (issue #11).
+
+A prompt of about 2,000 tokens (counted by the server's own `/tokenize`) on `-b 64 -ub 64 -t 1`
+moves in 64-token steps, so a watch line a second sees it grow before the first token is decoded.
+llama-server's `/slots` says how many prompt tokens are evaluated and cached, never the prompt's
+whole length (its `n_prompt_tokens` is the KV fill, one batch ahead), so the total and the ETA must
+stay null: never a guess.
+
+`watch` is a real subprocess writing to files (no pipe to keep drained); every wait is on a
+condition, bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.llama import LlamaServer, generate_in_background
+
+pytestmark = pytest.mark.llamacpp
+
+BATCH_TOKENS = 64
+PROMPT_SENTENCES = 140  # 14 tokens each (+ BOS): ~1,960 tokens, ~10-30 s of prefill on 2 shared cores
+PREFILL_LIMIT_S = 150.0  # generous: measured ~83 prompt tok/s on a busy 2-core host (25 s)
+N_PREDICT = 120  # enough decoding (a few seconds) for a watch line to see phase "decoding"
+RAM_GBPS = "54"  # given, so that no RAM benchmark competes with the server for the 2 cores
+# The live rate is (tokens now − tokens at the first prefill poll) ÷ the seconds between those
+# polls, while the server's prompt_per_second is the whole prompt over its own compute time. They
+# differ by a batch or two of quantisation at either end (64 tokens of ~2,000), by poll latency on
+# the timestamps (an answer waits for the running batch), and by the first seconds the monitor
+# did not see (it polls every 5 s while idle). The band is wide for those, and narrow enough to
+# catch a rate off by the cache, by the decode rate or by a unit (×2 or ÷2 is a bug).
+RATE_BAND = (0.6, 1.6)
+
+
+def _wait_for(condition: Callable[[], Any], limit_s: float, what: str, interval_s: float = 0.25) -> Any:
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class WatchToFile:
+    """`python -m trayapp watch --json ARGS`, stdout and stderr in files."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.out_path, self.err_path = tmp_path / "watch.jsonl", tmp_path / "watch.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "trayapp", "watch", "--json", *args],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            )  # fmt: skip
+
+    def lines(self) -> list[dict[str, Any]]:
+        text = self.out_path.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+    def wait_line(self, condition: Callable[[dict[str, Any]], bool], limit_s: float, what: str) -> None:
+        def found() -> bool:
+            assert self.process.poll() is None, f"watch exited: {self.err_path.read_text()[-2000:]}"
+            return any(condition(line) for line in self.lines())
+
+        _wait_for(found, limit_s, what)
+
+    def stop(self) -> int:
+        """Ctrl-C (watch exits 0), then kill if it lingers; always reaped."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        return self.process.returncode
+
+
+def _model(line: dict[str, Any]) -> dict[str, Any] | None:
+    servers = line["servers"]
+    if not servers or not servers[0]["models"]:
+        return None
+    model: dict[str, Any] = servers[0]["models"][0]
+    return model
+
+
+def _phase(line: dict[str, Any]) -> str | None:
+    model = _model(line)
+    return model["phase"] if model else None
+
+
+def test_watch_shows_prefill_progress_before_the_first_token(
+    llama_binary: Path, model_path: Path, tmp_path: Path
+) -> None:
+    """About 30-45 s on a 2-core host: server start ~5 s, prefill ~10-30 s, decode ~5 s."""
+    prompt = "The quick brown fox jumps over the lazy dog near the river bank. " * PROMPT_SENTENCES
+    server = LlamaServer(
+        model_path, binary=llama_binary, ctx_size=4096, threads=1, log_dir=tmp_path,
+        extra_args=["-b", str(BATCH_TOKENS), "-ub", str(BATCH_TOKENS)],
+    )  # fmt: skip
+    with server, httpx.Client(trust_env=False, timeout=30.0) as client:
+        tokens = client.post(server.url + "/tokenize", json={"content": prompt, "add_special": True})
+        prompt_tokens = len(tokens.json()["tokens"])
+        assert 1500 <= prompt_tokens <= 2500, prompt_tokens
+        watch = WatchToFile(
+            tmp_path, "--endpoint", server.url, "--no-discover", "--ram-bandwidth-gbps", RAM_GBPS,
+            "--interval", "1", "--duration", "300",
+        )  # fmt: skip
+        try:
+            watch.wait_line(lambda line: _phase(line) == "idle", 60.0, "watch's first idle line")
+            started = len(watch.lines())
+            request = generate_in_background(
+                server.url,
+                prompt,
+                N_PREDICT,
+                ignore_eos=True,
+                cache_prompt=False,
+                timeout_s=PREFILL_LIMIT_S + 60,
+            )
+            watch.wait_line(lambda line: _phase(line) == "decoding", PREFILL_LIMIT_S, "phase 'decoding'")
+            timings = request.result(timeout=PREFILL_LIMIT_S)["timings"]
+        finally:
+            code = watch.stop()
+        assert code == 0, watch.err_path.read_text()[-2000:]
+        log_tail = server.log_tail()
+
+    assert timings["prompt_n"] == prompt_tokens, (timings, log_tail)  # nothing cached, nothing lost
+    lines = watch.lines()[started:]
+    first_decoding = next(i for i, line in enumerate(lines) if _phase(line) == "decoding")
+    before = [_model(line) for line in lines[:first_decoding]]
+    prefill = [m for m in before if m is not None and m["phase"] == "prefill"]
+    assert all(m is not None and m["phase"] in ("idle", "prefill") for m in before), before
+    done = [m["prefill_tokens_done"] for m in prefill]
+    print(f"{prompt_tokens} prompt tokens; watch saw prefill_tokens_done {done}")
+
+    # Rising in batch steps, never past the prompt's length.
+    assert len(set(done)) >= 3, done
+    assert done == sorted(done), done
+    assert all(0 <= n <= prompt_tokens for n in done), (done, prompt_tokens)
+    assert all(m["prefill_cached_tokens"] == 0 for m in prefill)  # a fresh server, cache_prompt off
+    # llama-server gives no total: neither a total nor an ETA is invented.
+    assert all(m["prefill_tokens_total"] is None for m in prefill), prefill
+    assert all(m["prefill_eta_s"] is None for m in prefill), prefill
+
+    # The live prefill rate against the server's own for the same request.
+    rates = [m["prefill_tok_s"] for m in prefill if m["prefill_tok_s"] is not None]
+    assert rates, prefill
+    server_rate = timings["prompt_per_second"]
+    low, high = RATE_BAND[0] * server_rate, RATE_BAND[1] * server_rate
+    print(f"live prefill tok/s {rates}; the server's prompt_per_second {server_rate:.1f}")
+    assert low <= rates[-1] <= high, (rates, server_rate)
+
+    # Once decoding, the prefill fields are gone.
+    decoding = _model(lines[first_decoding])
+    assert decoding is not None
+    assert decoding["prefill_tokens_done"] is None and decoding["prefill_tok_s"] is None
