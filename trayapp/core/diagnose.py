@@ -2,8 +2,9 @@
 
 Each detector looks at one model (or one GPU, or one server) at one instant
 and returns `Finding`s with the evidence, the cause in plain words and a
-computed fix. The episode rules (confirmation, hysteresis) live in
-`episodes.py`; this module is stateless.
+computed fix. The offload detector and its cause/fix arithmetic live in
+`offload.py`; the episode rules (confirmation, hysteresis) in `episodes.py`.
+This module is stateless.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from trayapp.core import physics
 from trayapp.core.alert_kinds import SUPPRESSED_BY_OFFLOAD
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
@@ -20,18 +20,16 @@ from trayapp.core.model import (
     Finding,
     GpuProcess,
     HardwareSnapshot,
-    ModelFacts,
     ModelStatus,
     ServerStatus,
     Severity,
     server_label,
 )
+from trayapp.core.offload import offload_finding
 from trayapp.core.placement import ceiling_for
-from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import GB, format_gb, format_rate, format_spill_pct, format_tokens
+from trayapp.core.units import GB, format_gb, format_rate, format_tokens
 
-NOTABLE_VRAM_HOLDER_BYTES = GB // 2  # a holder this large is worth naming as a cause of an offload
 GPU_WORKLOAD_BYTES = GB  # holding this much VRAM marks a real GPU workload (another model, a game)
 
 
@@ -59,7 +57,7 @@ class ModelView:
 def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
     findings: list[Finding] = []
     for detector in (
-        _offload,
+        offload_finding,
         _kv_slowdown,
         _context_full,
         _below_floor,
@@ -74,221 +72,6 @@ def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
     if any(f.kind == "offload" for f in findings):
         findings = [f for f in findings if f.kind not in SUPPRESSED_BY_OFFLOAD]
     return findings
-
-
-def _offload(view: ModelView, t: Thresholds) -> Finding | None:
-    model, machine = view.model, view.machine
-    fraction = model.gpu_fraction
-    if fraction is None or not machine.has_gpu or machine.unified_memory:
-        return None
-    cpu_share = 1.0 - fraction
-    if cpu_share * 100 < t.offload_min_cpu_pct:
-        return None
-    full = model.full_gpu_ceiling_tok_s
-    split = model.ceiling_tok_s
-    evidence: dict[str, object] = {
-        "cpu_share": round(cpu_share, 4),
-        "gpu_fraction": round(fraction, 4),
-        "expected_full_gpu_tok_s": _round(full),
-        "expected_split_tok_s": _round(split),
-        "decode_tok_s": _round(model.decode_tok_s),
-        "size_bytes": model.size_bytes,
-        "vram_bytes": model.vram_bytes,
-        "context_length": model.context_length,
-        "source": view.gpu_fraction_source,
-    }
-    speed = ""
-    if full and split:
-        speed = (
-            f": expect at most ~{format_rate(split)} tok/s instead of ~{format_rate(full)} tok/s "
-            "fully in GPU memory"
-        )
-    cause = _offload_cause(view)
-    fix = _offload_fix(view)
-    slowdown = (full / split) if full and split else None
-    severity: Severity = (
-        "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
-    )
-    message = (
-        f"{model.name} is {format_spill_pct(cpu_share)} on the CPU (it spilled out of GPU memory){speed}."
-    )
-    if cause:
-        message += f" {cause}"
-    return Finding(
-        kind="offload",
-        severity=severity,
-        server=view.server.url,
-        model=model.name,
-        message=message,
-        fix=fix,
-        evidence=evidence,
-        cause=cause,
-        score=cpu_share,
-    )
-
-
-def _offload_cause(view: ModelView) -> str | None:
-    model, previous = view.model, view.previous
-    was_more_on_gpu = previous is not None and (
-        previous.gpu_fraction is None
-        or model.gpu_fraction is None
-        or previous.gpu_fraction > model.gpu_fraction + 0.005
-    )
-    if (
-        previous is not None
-        and was_more_on_gpu
-        and previous.context_length
-        and model.context_length
-        and model.context_length > previous.context_length
-    ):
-        raised = (
-            f"The context was raised from {format_tokens(previous.context_length)} to "
-            f"{format_tokens(model.context_length)} tokens"
-        )
-        if model.facts is not None and model.facts.kv is not None:
-            kv_type = view.machine.kv_type
-            grew = physics.kv_cache_bytes(
-                model.facts.kv, model.context_length, kv_type
-            ) - physics.kv_cache_bytes(model.facts.kv, previous.context_length, kv_type)
-            return f"{raised} and the KV cache grew by {format_gb(grew)}."
-        if model.size_bytes and previous.size_bytes and model.size_bytes > previous.size_bytes:
-            grown = format_gb(model.size_bytes - previous.size_bytes)
-            return f"{raised} and the model's memory grew by {grown}."
-        return f"{raised}."
-    holders = [h for h in _vram_holders(view) if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
-    if holders:
-        name, held, is_model = max(holders, key=lambda h: h[1])
-        if is_model:
-            return f"{name}, also loaded, holds {format_gb(held)} of VRAM."
-        return f"Another process, {name}, holds {format_gb(held)} of VRAM."
-    return None
-
-
-def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
-    """Who else holds GPU memory: (name, bytes, is a model of this server).
-
-    NVML's process list when there is one (a process serving another model of the same
-    server is named after that model); otherwise the server's other loaded models.
-    """
-    siblings = [m for m in view.server.models if m.name != view.model.name]
-    if view.other_gpu_processes:
-        by_pid = {m.server_pid: m.name for m in siblings if m.server_pid is not None}
-        return [
-            (by_pid[p.pid], p.used_bytes, True)
-            if p.pid in by_pid
-            else (_process_name(p), p.used_bytes, False)
-            for p in view.other_gpu_processes
-            if p.used_bytes
-        ]
-    return [(m.name, m.vram_bytes, True) for m in siblings if m.vram_bytes]
-
-
-def _offload_fix(view: ModelView) -> str:
-    """The cheapest change that puts the whole model back in GPU memory, computed."""
-    model, machine = view.model, view.machine
-    facts = model.facts
-    capacity = machine.fast_capacity_bytes
-    generic = (
-        "Use a smaller quantization or a shorter context (num_ctx / -c) so the whole model "
-        "fits in GPU memory."
-    )
-    if facts is None or capacity is None or facts.source == "size":
-        return generic  # no real weights size: any number computed here would be a guess
-    holders = _vram_holders(view)
-    free_for_model = capacity - sum(held for _, held, _ in holders)
-    context = model.context_length or 4096
-    kv_type = machine.kv_type
-    options: list[str] = []
-
-    big = [h for h in holders if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
-    if big:
-        name, held, is_model = max(big, key=lambda h: h[1])
-        verb = "unload" if is_model else "close"
-        options.append(f"{verb} {name}, which holds {format_gb(held)} of VRAM")
-    max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
-    if max_ctx is not None and 2048 <= max_ctx < context:
-        options.append(f"lower the context to {format_tokens(_round_down_ctx(max_ctx))} tokens")
-    if kv_type == "f16" and facts.kv is not None:
-        kv_q8 = physics.kv_cache_bytes(facts.kv, context, "q8_0")
-        if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
-            options.append("a q8_0 KV cache (with flash attention) keeps this context in GPU memory")
-    quant = _nearest_quant_that_fits(facts, context, kv_type, free_for_model)
-    if quant is None or (effective_bpw(quant) or 0) < Q4_BPW:
-        # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.
-        shorter = _q4_with_shorter_context(facts, context, kv_type, free_for_model)
-        if shorter is not None:
-            options.append(f"{shorter[0]} with a context of {format_tokens(shorter[1])} tokens fits")
-    if quant is not None:
-        text = f"{quant} fits at this context"
-        note = quant_note(quant)
-        if (effective_bpw(quant) or 99) < Q4_BPW and note:
-            text += f" ({note})"
-        options.append(text)
-    if not options:
-        return (
-            f"No common quantization of this model fits in the {format_gb(free_for_model)} of GPU memory "
-            "available at this context: use a smaller model (or accept the CPU speed)."
-        )
-    text = "; or ".join(options) + "."
-    return text[0].upper() + text[1:]
-
-
-Q4_BPW = 4.5  # below this a quantization costs visible quality (DOMAIN.md §9)
-
-
-def _process_name(process: GpuProcess) -> str:
-    return f"{process.name} (pid {process.pid})" if process.name else f"pid {process.pid}"
-
-
-def _round_down_ctx(tokens: int) -> int:
-    step = 1024 if tokens >= 4096 else 256
-    return max(step, tokens // step * step)
-
-
-def _smaller_quants(facts: ModelFacts) -> list[str]:
-    """Common quantizations below the model's own, largest (the smallest step down) first."""
-    current_bpw = effective_bpw(normalize_quant_name(facts.quantization))
-    out = []
-    for quant in reversed(COMMON_QUANTS):
-        bpw = effective_bpw(quant)
-        if bpw is not None and (current_bpw is None or bpw < current_bpw):
-            out.append(quant)
-    return out
-
-
-def _nearest_quant_that_fits(facts: ModelFacts, context: int, kv_type: str, capacity: int) -> str | None:
-    kv = physics.kv_cache_bytes(facts.kv, context, kv_type)
-    for quant in _smaller_quants(facts):
-        smaller = physics.requantize(facts, quant)
-        if smaller is not None and physics.required_bytes(smaller.weights_bytes, kv) <= capacity:
-            return quant
-    return None
-
-
-def _q4_with_shorter_context(
-    facts: ModelFacts, context: int, kv_type: str, capacity: int
-) -> tuple[str, int] | None:
-    """A Q4-or-better step down that fits at a shorter context, and that context.
-
-    The largest such quantization whose context is still useful (≥ 8k tokens, or the current
-    context when smaller); failing that, the one that allows the longest context ≥ 2k.
-    """
-    useful = min(context, 8192)
-    best: tuple[str, int] | None = None
-    for quant in _smaller_quants(facts):
-        if (effective_bpw(quant) or 0) < Q4_BPW:
-            break
-        smaller = physics.requantize(facts, quant)
-        if smaller is None:
-            continue
-        fits_ctx = physics.max_context_that_fits(smaller.weights_bytes, smaller.kv, capacity, kv_type)
-        if fits_ctx is None or fits_ctx < 2048 or fits_ctx >= context:
-            continue
-        if fits_ctx >= useful:
-            return quant, _round_down_ctx(fits_ctx)
-        if best is None or fits_ctx > best[1]:
-            best = (quant, _round_down_ctx(fits_ctx))
-    return best
 
 
 def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
