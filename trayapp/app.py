@@ -31,6 +31,13 @@ from PySide6.QtCore import QObject, QTimer, qVersion
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp import paths
+from trayapp.commands.actions import (
+    autostart_enabled,
+    export_session_log,
+    identify_server,
+    set_autostart,
+    store_api_key,
+)
 from trayapp.config import EndpointConfig, ExporterConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
@@ -118,61 +125,12 @@ class TestEvents:
                 log.warning("test events: cannot write %s: %s", self.path, exc)
 
 
-# --------------------------------------------------------------------------- actions run off the GUI thread
-
-
-def export_session_log(path: Path) -> str:
-    """Export the session log to `path`; the format follows the suffix (.csv, .jsonl, .parquet)."""
-    from trayapp.adapters.export import export
-    from trayapp.adapters.store import Store
-
-    fmt = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(path.suffix.lower(), "csv")
-    store = Store(paths.store_file(), writer=False)
-    try:
-        result = export(store, fmt=fmt, out=path)
-    finally:
-        store.close()
-    return f"{result.rows} {result.table} rows → {path}"
-
-
-def set_autostart(enabled: bool) -> str:
-    from trayapp.adapters import autostart
-
-    if enabled:
-        return autostart.enable()
-    autostart.disable()
-    return "disabled"
-
-
-def identify_server(url: str, api_key: str | None) -> tuple[str | None, str]:
-    """Identify the server at `url`: (kind or None, why). Blocking HTTP: run it off the GUI thread."""
-    from trayapp.adapters.discovery import IDENTIFY_TIMEOUT, identify
-    from trayapp.adapters.http import make_client
-
-    with make_client(url, timeout=IDENTIFY_TIMEOUT) as client:
-        return identify(url, client, api_key)
-
-
-def store_api_key(url: str, key: str) -> None:
-    """Store an endpoint's API key in the OS keyring (blocking; raises with a reason)."""
-    from trayapp.adapters.secrets import store_api_key as store
-
-    store(url, key)
+# --------------------------------------------------------------------------- services
 
 
 def settings_services() -> SettingsServices:
     """The settings dialog's way to the adapters (connection test, keyring)."""
     return SettingsServices(identify=identify_server, store_api_key=store_api_key)
-
-
-def _autostart_enabled() -> bool:
-    from trayapp.adapters import autostart
-
-    try:
-        return autostart.is_enabled()
-    except Exception:  # a broken registry/permissions: show "off", never crash
-        log.exception("cannot read the start-at-login state")
-        return False
 
 
 def collect_versions() -> dict[str, str]:
@@ -227,7 +185,7 @@ class TrayApp(QObject):
             self.runner,
             export_callback=export_session_log,
             diagnostics=self.diagnostics,
-            autostart_enabled=_autostart_enabled(),
+            autostart_enabled=autostart_enabled(),
             set_autostart=set_autostart,
             thresholds=settings.thresholds,
         )
