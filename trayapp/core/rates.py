@@ -2,7 +2,8 @@
 
 Pure: readings and times go in, one immutable `RateEstimate` per model comes out. Rates use the
 monotonic clock (`now_mono_s`), so a laptop's suspend or an NTP step never makes a spike; wall time
-(`now_wall_s`) only labels records.
+(`now_wall_s`) only labels records. A slot's track and the arithmetic on it (prefill progress,
+window rates, request records, counter deltas) live in `rate_helpers.py`.
 
 Honesty rules:
 
@@ -16,7 +17,6 @@ Honesty rules:
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 from trayapp.core.model import (
@@ -30,10 +30,21 @@ from trayapp.core.model import (
     SlotReading,
     is_busy,
 )
+from trayapp.core.rate_helpers import (
+    MAX_PLAUSIBLE_TOK_S,
+    SlotTrack,
+    counter_delta,
+    counter_throughput,
+    counters_reset,
+    prefill_progress,
+    record_from_finished,
+    record_from_track,
+    sum_prefill,
+    window_rate,
+)
 
 RATE_WINDOW_S = 4.0  # live decode rate = tokens over (at most) the last few seconds
 STALL_AFTER_S = 10.0  # decoding with no new token for this long → "stalled"
-MAX_PLAUSIBLE_TOK_S = 50_000.0  # anything above is a counter glitch, not a rate
 # Servers whose token counters move only when a request finishes (llama-server's /metrics):
 # no live rate from them, but tokens ÷ busy seconds over finished requests is exact. The
 # others (vLLM, SGLang) count generated tokens as they go: a live throughput.
@@ -67,20 +78,6 @@ class ServerRates:
     requests: tuple[RequestRecord, ...]  # no session id or ceiling yet: later stages add them
 
 
-@dataclass
-class _SlotTrack:
-    task_id: int | None
-    first_seen_mono_s: float
-    points: deque[tuple[float, int, int | None]] = field(default_factory=deque)  # (t, n_decoded, context)
-    decode_started_mono_s: float | None = None
-    first_decode_point: tuple[float, int] | None = None
-    last_progress_mono_s: float = 0.0
-    prompt_points: list[tuple[float, int]] = field(default_factory=list)
-    last_n_decoded: int = 0
-    last_context: int | None = None
-    reported: bool = False
-
-
 @dataclass(frozen=True)
 class _StreamRate:
     decode_tok_s: float | None
@@ -91,7 +88,7 @@ class _StreamRate:
 
 @dataclass
 class _ModelTrack:
-    slots: dict[int, _SlotTrack] = field(default_factory=dict)
+    slots: dict[int, SlotTrack] = field(default_factory=dict)
     counters: CounterReading | None = None
     counters_mono_s: float | None = None
     counter_rate_tok_s: float | None = None  # generation throughput from counter deltas (vLLM/SGLang)
@@ -138,7 +135,7 @@ class RateTracker:
 
         # Finished requests for models the server no longer lists (unloaded right after).
         for fins in finished_by_model.values():
-            requests.extend(_record_from_finished(reading, fin) for fin in fins)
+            requests.extend(record_from_finished(reading, fin) for fin in fins)
 
         seen = {m.name for m in reading.models}
         for (url, name), track in list(self._tracks.items()):
@@ -178,7 +175,7 @@ class RateTracker:
         _update_counters(model.counters, track, now_mono_s, reading.kind not in FINISH_ONLY_COUNTER_KINDS)
 
         for fin in finished:
-            requests.append(_record_from_finished(reading, fin))
+            requests.append(record_from_finished(reading, fin))
             if fin.decode_tok_s is not None:
                 track.last_decode_tok_s = fin.decode_tok_s
                 track.last_decode_exact = True
@@ -249,7 +246,7 @@ class RateTracker:
             ttft_s=track.last_ttft_s,
             ttft_exact=track.last_ttft_exact,
             draft_acceptance=track.draft_acceptance,
-            prefill=_sum_prefill(prefills) if prefills else None,
+            prefill=sum_prefill(prefills) if prefills else None,
         )
         return estimate, requests
 
@@ -273,18 +270,16 @@ def _update_slot(
     )
     if new_task and state is not None and not state.reported:
         # The previous task ended between polls (or the server restarted): report it once.
-        record = _record_from_track(reading, model.name, state, now_wall_s)
+        record = record_from_track(reading, model.name, state, now_wall_s)
         _learn_from_record(track, record)
     if new_task:
         if not slot.is_processing:
             # A finished task seen for the first time (e.g. at start-up): remember, don't report.
-            track.slots[slot.slot_id] = _SlotTrack(
+            track.slots[slot.slot_id] = SlotTrack(
                 task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_n_decoded=n_decoded, reported=True
             )
             return None, record
-        state = _SlotTrack(
-            task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_progress_mono_s=now_mono_s
-        )
+        state = SlotTrack(task_id=slot.task_id, first_seen_mono_s=now_mono_s, last_progress_mono_s=now_mono_s)
         track.slots[slot.slot_id] = state
     assert state is not None
 
@@ -292,7 +287,7 @@ def _update_slot(
         # The task finished between polls: report what we saw of it, once.
         if not state.reported:
             state.last_n_decoded = max(state.last_n_decoded, n_decoded)
-            record = _record_from_track(reading, model.name, state, now_wall_s)
+            record = record_from_track(reading, model.name, state, now_wall_s)
             state.reported = True
             _learn_from_record(track, record)
         return None, record
@@ -317,9 +312,9 @@ def _update_slot(
         while len(state.points) > 2 and now_mono_s - state.points[1][0] >= RATE_WINDOW_S:
             state.points.popleft()
 
-    rate = _window_rate(state.points)
+    rate = window_rate(state.points)
     if n_decoded == 0:
-        return _StreamRate(None, slot.context_tokens, "prefill", _prefill(slot, state)), record
+        return _StreamRate(None, slot.context_tokens, "prefill", prefill_progress(slot, state)), record
     if now_mono_s - state.last_progress_mono_s >= STALL_AFTER_S:
         return _StreamRate(None, slot.context_tokens, "stalled"), record
     return _StreamRate(rate, slot.context_tokens, "decoding"), record
@@ -332,7 +327,7 @@ def _interrupt_slots(
     records: list[RequestRecord] = []
     for state in track.slots.values():
         if not state.reported:
-            record = _record_from_track(reading, name, state, now_wall_s)
+            record = record_from_track(reading, name, state, now_wall_s)
             if record is not None:
                 records.append(record)
                 _learn_from_record(track, record)
@@ -368,7 +363,7 @@ def _update_counters(
     if counters is None:
         return
     previous = track.counters
-    if previous is not None and _counters_reset(previous, counters):
+    if previous is not None and counters_reset(previous, counters):
         track.counters = counters
         track.counters_mono_s = now_mono_s
         return
@@ -378,26 +373,28 @@ def _update_counters(
         and track.counters_mono_s is not None
         and now_mono_s > track.counters_mono_s
     ):
-        track.counter_rate_tok_s = _throughput(previous, counters, now_mono_s - track.counters_mono_s)
+        track.counter_rate_tok_s = counter_throughput(previous, counters, now_mono_s - track.counters_mono_s)
     if previous is not None:
-        d_draft = _delta(previous.spec_draft_tokens_total, counters.spec_draft_tokens_total)
-        d_acc = _delta(previous.spec_accepted_tokens_total, counters.spec_accepted_tokens_total)
+        d_draft = counter_delta(previous.spec_draft_tokens_total, counters.spec_draft_tokens_total)
+        d_acc = counter_delta(previous.spec_accepted_tokens_total, counters.spec_accepted_tokens_total)
         if d_draft and d_draft > 0 and d_acc is not None:
             track.draft_acceptance = max(0.0, min(1.0, d_acc / d_draft))
         # Token ÷ seconds ratios only where both counters move at the same moment (when a
         # request finishes); vLLM's token counters run ahead of its per-request timings.
-        d_prompt = _delta(previous.prompt_tokens_total, counters.prompt_tokens_total)
-        d_prompt_s = _delta(previous.prompt_seconds_total, counters.prompt_seconds_total)
+        d_prompt = counter_delta(previous.prompt_tokens_total, counters.prompt_tokens_total)
+        d_prompt_s = counter_delta(previous.prompt_seconds_total, counters.prompt_seconds_total)
         if not live and d_prompt and d_prompt_s and d_prompt_s > 0:
             track.last_prompt_tok_s = d_prompt / d_prompt_s
-        d_tok = _delta(previous.tokens_predicted_total, counters.tokens_predicted_total)
-        d_tok_s = _delta(previous.tokens_predicted_seconds_total, counters.tokens_predicted_seconds_total)
+        d_tok = counter_delta(previous.tokens_predicted_total, counters.tokens_predicted_total)
+        d_tok_s = counter_delta(
+            previous.tokens_predicted_seconds_total, counters.tokens_predicted_seconds_total
+        )
         if not live and d_tok and d_tok_s and d_tok_s > 0 and d_tok / d_tok_s < MAX_PLAUSIBLE_TOK_S:
             # Busy-time rate measured by the server over finished requests.
             track.last_decode_tok_s = d_tok / d_tok_s
             track.last_decode_exact = True
-        d_ttft_sum = _delta(previous.ttft_sum_s, counters.ttft_sum_s)
-        d_ttft_n = _delta(previous.ttft_count, counters.ttft_count)
+        d_ttft_sum = counter_delta(previous.ttft_sum_s, counters.ttft_sum_s)
+        d_ttft_n = counter_delta(previous.ttft_count, counters.ttft_count)
         if d_ttft_sum is not None and d_ttft_n and d_ttft_n > 0:
             track.last_ttft_s = d_ttft_sum / d_ttft_n  # the server's own histogram (vLLM/SGLang)
             track.last_ttft_exact = True
@@ -411,137 +408,3 @@ def _update_counters(
         track.draft_acceptance = counters.spec_accepted_tokens_total / counters.spec_draft_tokens_total
     track.counters = counters
     track.counters_mono_s = now_mono_s
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _prefill(slot: SlotReading, state: _SlotTrack) -> PrefillProgress:
-    """One stream's prompt so far: evaluated + cached tokens, its evaluation speed, and an ETA."""
-    processed = slot.prompt_tokens_processed or 0
-    cached = slot.prompt_tokens_cached or 0
-    tok_s = None
-    if len(state.prompt_points) >= 2:
-        (t0, n0), (t1, n1) = state.prompt_points[0], state.prompt_points[-1]
-        if t1 > t0 and n1 > n0:
-            tok_s = (n1 - n0) / (t1 - t0)
-    return _with_eta(PrefillProgress(processed + cached, cached, slot.prompt_tokens_total, tok_s))
-
-
-def _sum_prefill(parts: list[PrefillProgress]) -> PrefillProgress:
-    totals = [p.tokens_total for p in parts if p.tokens_total is not None]
-    rates = [p.tok_s for p in parts if p.tok_s is not None]
-    return _with_eta(
-        PrefillProgress(
-            tokens_done=sum(p.tokens_done for p in parts),
-            cached_tokens=sum(p.cached_tokens for p in parts),
-            # Known only when every prompt's total is (llama-server gives none: never 0, never partial).
-            tokens_total=sum(totals) if len(totals) == len(parts) else None,
-            tok_s=sum(rates) if rates else None,
-        )
-    )
-
-
-def _with_eta(progress: PrefillProgress) -> PrefillProgress:
-    if progress.tokens_total is None or not progress.tok_s:
-        return progress
-    left = max(progress.tokens_total - progress.tokens_done, 0)
-    return PrefillProgress(
-        progress.tokens_done,
-        progress.cached_tokens,
-        progress.tokens_total,
-        progress.tok_s,
-        left / progress.tok_s,
-    )
-
-
-def _window_rate(points: deque[tuple[float, int, int | None]]) -> float | None:
-    if len(points) < 2:
-        return None
-    t0, n0, _ = points[0]
-    t1, n1, _ = points[-1]
-    if t1 <= t0 or n1 < n0:
-        return None
-    rate = (n1 - n0) / (t1 - t0)
-    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
-
-
-def _record_from_track(
-    reading: ServerReading, model_name: str, state: _SlotTrack, now_wall_s: float
-) -> RequestRecord | None:
-    """A request as polling saw it: decode rate over the polls that saw it decoding."""
-    if state.first_decode_point is None or not state.points:
-        return None
-    t0, n0 = state.first_decode_point
-    t1, n1, _ = state.points[-1]
-    rate = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
-    prompt_rate = None
-    if len(state.prompt_points) >= 2:
-        (pa, na), (pb, nb) = state.prompt_points[0], state.prompt_points[-1]
-        if pb > pa and nb > na:
-            prompt_rate = (nb - na) / (pb - pa)
-    return RequestRecord(
-        server=reading.url,
-        server_kind=reading.kind,
-        model=model_name,
-        finished_wall_s=now_wall_s,  # seen finished at this poll
-        session_id=None,
-        exact=False,
-        decode_tokens=state.last_n_decoded or None,
-        context_tokens=state.last_context,
-        decode_tok_s=rate,
-        prompt_tok_s=prompt_rate,
-        source="slots",
-    )
-
-
-def _record_from_finished(reading: ServerReading, fin: FinishedRequest) -> RequestRecord:
-    return RequestRecord(
-        server=reading.url,
-        server_kind=reading.kind,
-        model=fin.model,
-        finished_wall_s=fin.finished_wall_s,
-        session_id=None,
-        exact=fin.decode_tok_s is not None,
-        prompt_tokens=fin.prompt_tokens,
-        decode_tokens=fin.decode_tokens,
-        context_tokens=fin.context_tokens,
-        prompt_tok_s=fin.prompt_tok_s,
-        decode_tok_s=fin.decode_tok_s,
-        ttft_s=fin.ttft_s,
-        load_s=fin.load_s,
-        draft_tokens=fin.draft_tokens,
-        draft_accepted=fin.draft_accepted,
-        source=fin.source,
-    )
-
-
-def _throughput(before: CounterReading, after: CounterReading, interval_s: float) -> float | None:
-    """Generation tok/s over wall time from a live token counter (vLLM, SGLang)."""
-    d_tok = _delta(before.tokens_predicted_total, after.tokens_predicted_total)
-    if d_tok is None or d_tok < 0:
-        return None
-    rate = d_tok / interval_s
-    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
-
-
-def _delta(before: float | None, after: float | None) -> float | None:
-    if before is None or after is None:
-        return None
-    return after - before
-
-
-def _counters_reset(before: CounterReading, after: CounterReading) -> bool:
-    if (
-        before.process_start_s is not None
-        and after.process_start_s is not None
-        and abs(after.process_start_s - before.process_start_s) > 1.0
-    ):
-        return True
-    pairs = (
-        (before.tokens_predicted_total, after.tokens_predicted_total),
-        (before.prompt_tokens_total, after.prompt_tokens_total),
-        (before.spec_draft_tokens_total, after.spec_draft_tokens_total),
-        (before.requests_total, after.requests_total),
-    )
-    return any(b is not None and a is not None and a < b for b, a in pairs)

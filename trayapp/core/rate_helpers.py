@@ -1,0 +1,167 @@
+"""The rates stage's parts: one stream's track, and the arithmetic on it.
+
+`SlotTrack` is what `RateTracker` (rates.py) remembers of one slot between polls; the functions
+here turn it into prefill progress, a window rate or a `RequestRecord`, and compare two counter
+scrapes (throughput, deltas, resets). Pure, like rates.py: times are passed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from trayapp.core.model import (
+    CounterReading,
+    FinishedRequest,
+    PrefillProgress,
+    RequestRecord,
+    ServerReading,
+    SlotReading,
+)
+
+MAX_PLAUSIBLE_TOK_S = 50_000.0  # anything above is a counter glitch, not a rate
+
+
+@dataclass
+class SlotTrack:
+    task_id: int | None
+    first_seen_mono_s: float
+    points: deque[tuple[float, int, int | None]] = field(default_factory=deque)  # (t, n_decoded, context)
+    decode_started_mono_s: float | None = None
+    first_decode_point: tuple[float, int] | None = None
+    last_progress_mono_s: float = 0.0
+    prompt_points: list[tuple[float, int]] = field(default_factory=list)
+    last_n_decoded: int = 0
+    last_context: int | None = None
+    reported: bool = False
+
+
+def prefill_progress(slot: SlotReading, state: SlotTrack) -> PrefillProgress:
+    """One stream's prompt so far: evaluated + cached tokens, its evaluation speed, and an ETA."""
+    processed = slot.prompt_tokens_processed or 0
+    cached = slot.prompt_tokens_cached or 0
+    tok_s = None
+    if len(state.prompt_points) >= 2:
+        (t0, n0), (t1, n1) = state.prompt_points[0], state.prompt_points[-1]
+        if t1 > t0 and n1 > n0:
+            tok_s = (n1 - n0) / (t1 - t0)
+    return _with_eta(PrefillProgress(processed + cached, cached, slot.prompt_tokens_total, tok_s))
+
+
+def sum_prefill(parts: list[PrefillProgress]) -> PrefillProgress:
+    totals = [p.tokens_total for p in parts if p.tokens_total is not None]
+    rates = [p.tok_s for p in parts if p.tok_s is not None]
+    return _with_eta(
+        PrefillProgress(
+            tokens_done=sum(p.tokens_done for p in parts),
+            cached_tokens=sum(p.cached_tokens for p in parts),
+            # Known only when every prompt's total is (llama-server gives none: never 0, never partial).
+            tokens_total=sum(totals) if len(totals) == len(parts) else None,
+            tok_s=sum(rates) if rates else None,
+        )
+    )
+
+
+def _with_eta(progress: PrefillProgress) -> PrefillProgress:
+    if progress.tokens_total is None or not progress.tok_s:
+        return progress
+    left = max(progress.tokens_total - progress.tokens_done, 0)
+    return PrefillProgress(
+        progress.tokens_done,
+        progress.cached_tokens,
+        progress.tokens_total,
+        progress.tok_s,
+        left / progress.tok_s,
+    )
+
+
+def window_rate(points: deque[tuple[float, int, int | None]]) -> float | None:
+    if len(points) < 2:
+        return None
+    t0, n0, _ = points[0]
+    t1, n1, _ = points[-1]
+    if t1 <= t0 or n1 < n0:
+        return None
+    rate = (n1 - n0) / (t1 - t0)
+    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
+
+
+def record_from_track(
+    reading: ServerReading, model_name: str, state: SlotTrack, now_wall_s: float
+) -> RequestRecord | None:
+    """A request as polling saw it: decode rate over the polls that saw it decoding."""
+    if state.first_decode_point is None or not state.points:
+        return None
+    t0, n0 = state.first_decode_point
+    t1, n1, _ = state.points[-1]
+    rate = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
+    prompt_rate = None
+    if len(state.prompt_points) >= 2:
+        (pa, na), (pb, nb) = state.prompt_points[0], state.prompt_points[-1]
+        if pb > pa and nb > na:
+            prompt_rate = (nb - na) / (pb - pa)
+    return RequestRecord(
+        server=reading.url,
+        server_kind=reading.kind,
+        model=model_name,
+        finished_wall_s=now_wall_s,  # seen finished at this poll
+        session_id=None,
+        exact=False,
+        decode_tokens=state.last_n_decoded or None,
+        context_tokens=state.last_context,
+        decode_tok_s=rate,
+        prompt_tok_s=prompt_rate,
+        source="slots",
+    )
+
+
+def record_from_finished(reading: ServerReading, fin: FinishedRequest) -> RequestRecord:
+    return RequestRecord(
+        server=reading.url,
+        server_kind=reading.kind,
+        model=fin.model,
+        finished_wall_s=fin.finished_wall_s,
+        session_id=None,
+        exact=fin.decode_tok_s is not None,
+        prompt_tokens=fin.prompt_tokens,
+        decode_tokens=fin.decode_tokens,
+        context_tokens=fin.context_tokens,
+        prompt_tok_s=fin.prompt_tok_s,
+        decode_tok_s=fin.decode_tok_s,
+        ttft_s=fin.ttft_s,
+        load_s=fin.load_s,
+        draft_tokens=fin.draft_tokens,
+        draft_accepted=fin.draft_accepted,
+        source=fin.source,
+    )
+
+
+def counter_throughput(before: CounterReading, after: CounterReading, interval_s: float) -> float | None:
+    """Generation tok/s over wall time from a live token counter (vLLM, SGLang)."""
+    d_tok = counter_delta(before.tokens_predicted_total, after.tokens_predicted_total)
+    if d_tok is None or d_tok < 0:
+        return None
+    rate = d_tok / interval_s
+    return rate if rate < MAX_PLAUSIBLE_TOK_S else None
+
+
+def counter_delta(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None:
+        return None
+    return after - before
+
+
+def counters_reset(before: CounterReading, after: CounterReading) -> bool:
+    if (
+        before.process_start_s is not None
+        and after.process_start_s is not None
+        and abs(after.process_start_s - before.process_start_s) > 1.0
+    ):
+        return True
+    pairs = (
+        (before.tokens_predicted_total, after.tokens_predicted_total),
+        (before.prompt_tokens_total, after.prompt_tokens_total),
+        (before.spec_draft_tokens_total, after.spec_draft_tokens_total),
+        (before.requests_total, after.requests_total),
+    )
+    return any(b is not None and a is not None and a < b for b, a in pairs)
