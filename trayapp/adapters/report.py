@@ -1,7 +1,7 @@
 """`llm-tray report`: a self-contained one-page HTML summary of a session.
 
-No external assets and no script: inline CSS and SVG plots drawn here (decode tok/s
-over time against the ceiling and the realistic band; decode tok/s against context
+No external assets and no script: inline CSS and SVG plots (`report_svg.py`: decode
+tok/s over time against the ceiling and the realistic band; decode tok/s against context
 depth with the ceiling curve the samples recorded), the hardware, and the alerts
 with cause and fix. Every string from the store goes through `html.escape`.
 """
@@ -9,38 +9,22 @@ with cause and fix. Every string from the store goes through `html.escape`.
 from __future__ import annotations
 
 import contextlib
-import html
 import math
 import os
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 from trayapp import __version__
+from trayapp.adapters.report_svg import PlotSample, context_plot, time_plot
+from trayapp.adapters.report_svg import escape_html as _e
 from trayapp.adapters.store import Store
 from trayapp.core.model import SessionRecord
-from trayapp.core.physics import REALISTIC_BAND
-
-MAX_PLOT_POINTS = 600  # per series; longer sessions are averaged into this many time buckets
-MAX_SCATTER_POINTS = 1500
 
 
 class ReportError(ValueError):
     """No session to report on (unknown id, or nothing recorded yet)."""
-
-
-@dataclass(frozen=True)
-class _Sample:
-    t_wall_s: float
-    decode_tok_s: float | None
-    ceiling_tok_s: float | None
-    context_tokens: int | None
-
-
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _float(value: object) -> float | None:
@@ -88,200 +72,6 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-# --------------------------------------------------------------------------- SVG
-
-
-def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    if not math.isfinite(low) or not math.isfinite(high) or high <= low:
-        high = low + 1.0
-    raw = (high - low) / max(count, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(low / step) * step
-    ticks: list[float] = []
-    value = first
-    while value <= high + step * 1e-9 and len(ticks) < 50:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
-
-
-def _tick_label(value: float) -> str:
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:g}"
-
-
-class _Plot:
-    """A minimal SVG chart: linear axes, polylines, bands and dots."""
-
-    def __init__(self, title: str, x_label: str, y_label: str, x_range: tuple[float, float],
-                 y_max: float, width: int = 760, height: int = 320) -> None:  # fmt: skip
-        self.width, self.height = width, height
-        self.left, self.right, self.top, self.bottom = 64, 16, 46, 44
-        self.x0, self.x1 = x_range if x_range[1] > x_range[0] else (x_range[0], x_range[0] + 1.0)
-        self.y1 = y_max if y_max > 0 else 1.0
-        self.parts: list[str] = [
-            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}" role="img" aria-label="{_e(title)}">',
-            f"<title>{_e(title)}</title>",
-            f'<text x="{self.left}" y="18" class="title">{_e(title)}</text>',
-        ]
-        self._axes(x_label, y_label)
-
-    def x(self, value: float) -> float:
-        span = self.width - self.left - self.right
-        return self.left + (value - self.x0) / (self.x1 - self.x0) * span
-
-    def y(self, value: float) -> float:
-        span = self.height - self.top - self.bottom
-        return self.top + span - min(max(value, 0.0), self.y1 * 1.05) / (self.y1 * 1.05) * span
-
-    def _axes(self, x_label: str, y_label: str) -> None:
-        bottom, top = self.height - self.bottom, self.top
-        left, right = self.left, self.width - self.right
-        for tick in _nice_ticks(0.0, self.y1):
-            y = self.y(tick)
-            self.parts.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}"/>')
-            self.parts.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                              f"{_tick_label(tick)}</text>")  # fmt: skip
-        for tick in _nice_ticks(self.x0, self.x1):
-            x = self.x(tick)
-            self.parts.append(f'<line class="grid" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}"/>')
-            self.parts.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">'
-                              f"{_tick_label(tick)}</text>")  # fmt: skip
-        self.parts.append(f'<line class="axis" x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>')
-        self.parts.append(f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{bottom}"/>')
-        self.parts.append(f'<text class="label" x="{(left + right) / 2:.0f}" y="{self.height - 6}" '
-                          f'text-anchor="middle">{_e(x_label)}</text>')  # fmt: skip
-        middle = (top + bottom) / 2
-        self.parts.append(f'<text class="label" transform="translate(14 {middle:.0f}) rotate(-90)" '
-                          f'text-anchor="middle">{_e(y_label)}</text>')  # fmt: skip
-
-    def line(self, points: Sequence[tuple[float, float | None]], css: str) -> None:
-        """A polyline; None values break it into segments."""
-        segment: list[str] = []
-        for x, y in [*points, (math.nan, None)]:
-            if y is None or not math.isfinite(x):
-                if len(segment) == 1:
-                    px, py = segment[0].split(",")
-                    self.parts.append(f'<circle class="{css}" cx="{px}" cy="{py}" r="2"/>')
-                elif segment:
-                    self.parts.append(f'<polyline class="{css}" points="{" ".join(segment)}"/>')
-                segment = []
-            else:
-                segment.append(f"{self.x(x):.1f},{self.y(y):.1f}")
-
-    def band(self, points: Sequence[tuple[float, float, float]], css: str) -> None:
-        """A filled area between two curves: (x, low, high) points."""
-        if len(points) < 2:
-            return
-        upper = [f"{self.x(x):.1f},{self.y(hi):.1f}" for x, _, hi in points]
-        lower = [f"{self.x(x):.1f},{self.y(lo):.1f}" for x, lo, _ in reversed(points)]
-        self.parts.append(f'<polygon class="{css}" points="{" ".join(upper + lower)}"/>')
-
-    def dots(self, points: Iterable[tuple[float, float]], css: str, radius: float = 2.5) -> None:
-        for x, y in points:
-            self.parts.append(
-                f'<circle class="{css}" cx="{self.x(x):.1f}" cy="{self.y(y):.1f}" r="{radius}"/>'
-            )
-
-    def legend(self, items: Sequence[tuple[str, str]]) -> None:
-        """A key row under the title."""
-        x = float(self.left)
-        for css, label in items:
-            self.parts.append(f'<rect class="{css} key" x="{x:.0f}" y="26" width="10" height="10"/>')
-            self.parts.append(f'<text class="legend" x="{x + 14:.0f}" y="35">{_e(label)}</text>')
-            x += 30 + 6.5 * len(label)
-
-    def svg(self) -> str:
-        return "\n".join([*self.parts, "</svg>"])
-
-
-def _buckets(samples: Sequence[_Sample], start: float, end: float) -> list[_Sample]:
-    """Average samples into at most MAX_PLOT_POINTS time buckets (a gap stays a gap)."""
-    if len(samples) <= MAX_PLOT_POINTS:
-        return list(samples)
-    width = max((end - start) / MAX_PLOT_POINTS, 1e-9)
-    grouped: dict[int, list[_Sample]] = {}
-    for s in samples:
-        index = min(int((s.t_wall_s - start) / width), MAX_PLOT_POINTS - 1)
-        grouped.setdefault(index, []).append(s)
-    result = []
-    for index in sorted(grouped):
-        group = grouped[index]
-        rates = [s.decode_tok_s for s in group if s.decode_tok_s is not None]
-        ceilings = [s.ceiling_tok_s for s in group if s.ceiling_tok_s is not None]
-        contexts = [s.context_tokens for s in group if s.context_tokens is not None]
-        result.append(
-            _Sample(
-                t_wall_s=start + (index + 0.5) * width,
-                decode_tok_s=statistics.fmean(rates) if rates else None,
-                ceiling_tok_s=statistics.fmean(ceilings) if ceilings else None,
-                context_tokens=max(contexts) if contexts else None,
-            )
-        )
-    return result
-
-
-def _time_plot(samples: Sequence[_Sample], requests: Sequence[tuple[float, float]], start: float) -> str:
-    end = max([s.t_wall_s for s in samples] + [t for t, _ in requests] + [start + 1.0])
-    minutes = end - start > 180
-    scale = 60.0 if minutes else 1.0
-    points = _buckets(samples, start, end)
-    y_max = max(
-        [s.ceiling_tok_s or 0.0 for s in points]
-        + [s.decode_tok_s or 0.0 for s in points]
-        + [r for _, r in requests]
-    )
-    plot = _Plot(
-        "Decode speed over time",
-        f"time since start ({'min' if minutes else 's'})",
-        "tok/s",
-        (0.0, (end - start) / scale),
-        y_max,
-    )
-    low, high = REALISTIC_BAND
-    plot.band(
-        [((s.t_wall_s - start) / scale, s.ceiling_tok_s * low, s.ceiling_tok_s * high)
-         for s in points if s.ceiling_tok_s is not None],
-        "band",
-    )  # fmt: skip
-    plot.line([((s.t_wall_s - start) / scale, s.ceiling_tok_s) for s in points], "ceiling")
-    plot.line([((s.t_wall_s - start) / scale, s.decode_tok_s) for s in points], "rate")
-    plot.dots([((t - start) / scale, r) for t, r in requests], "request", radius=3.5)
-    plot.legend([("rate", "decode tok/s"), ("ceiling", "ceiling"), ("band", "realistic 60–75 %"),
-                 ("request", "finished requests")])  # fmt: skip
-    return plot.svg()
-
-
-def _context_plot(samples: Sequence[_Sample], requests: Sequence[tuple[int, float]]) -> str:
-    measured = [(s.context_tokens, s.decode_tok_s) for s in samples
-                if s.context_tokens is not None and s.decode_tok_s is not None]  # fmt: skip
-    stride = max(1, math.ceil(len(measured) / MAX_SCATTER_POINTS))
-    measured = measured[::stride]
-    curve_points: dict[int, list[float]] = {}
-    contexts = [s.context_tokens for s in samples if s.context_tokens is not None] + [c for c, _ in requests]
-    x_max = float(max(contexts, default=0)) or 1.0
-    bin_width = max(x_max / 120, 1.0)
-    for s in samples:
-        if s.context_tokens is not None and s.ceiling_tok_s is not None:
-            curve_points.setdefault(int(s.context_tokens / bin_width), []).append(s.ceiling_tok_s)
-    curve = [((b + 0.5) * bin_width, statistics.fmean(v)) for b, v in sorted(curve_points.items())]
-    y_max = max([c for _, c in curve] + [r for _, r in measured] + [r for _, r in requests] + [0.0])
-    plot = _Plot(
-        "Decode speed against context depth", "context depth (tokens)", "tok/s", (0.0, x_max * 1.02), y_max
-    )
-    low, high = REALISTIC_BAND
-    plot.band([(x, c * low, c * high) for x, c in curve], "band")
-    plot.line(curve, "ceiling")
-    plot.dots([(float(c), r) for c, r in measured], "rate-dot", radius=2.0)
-    plot.dots([(float(c), r) for c, r in requests], "request", radius=3.5)
-    plot.legend([("rate", "decode tok/s"), ("ceiling", "ceiling (recorded)"), ("band", "realistic 60–75 %"),
-                 ("request", "finished requests")])  # fmt: skip
-    return plot.svg()
-
-
 # --------------------------------------------------------------------------- page
 
 
@@ -321,7 +111,7 @@ def _table(rows: Sequence[tuple[str, str]]) -> str:
     return f"<table>\n{body}\n</table>"
 
 
-def _session_table(s: SessionRecord, samples: Sequence[_Sample], ttft_estimated: bool = False) -> str:
+def _session_table(s: SessionRecord, samples: Sequence[PlotSample], ttft_estimated: bool = False) -> str:
     """`ttft_estimated`: a TTFT behind the mean was not timed by the server (shown with "~")."""
     rates = [x.decode_tok_s for x in samples if x.decode_tok_s is not None]
     median = statistics.median(rates) if rates else None
@@ -439,7 +229,7 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
     """The report page for `session_id` (default: the latest session) as an HTML string."""
     s = _pick_session(store, session_id)
     samples = [
-        _Sample(_float(r["t_wall_s"]) or 0.0, _float(r["decode_tok_s"]), _float(r["ceiling_tok_s"]),
+        PlotSample(_float(r["t_wall_s"]) or 0.0, _float(r["decode_tok_s"]), _float(r["ceiling_tok_s"]),
                 _int(r["context_tokens"]))
         for r in store.iter_rows("samples", session_ids=[s.id])
     ]  # fmt: skip
@@ -458,8 +248,8 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
         same_model.append(s)
 
     if samples or requests:
-        time_svg = _time_plot(samples, [(t, r) for t, r, _ in requests], s.started_wall_s)
-        context_svg = _context_plot(samples, [(c, r) for _, r, c in requests if c is not None])
+        time_svg = time_plot(samples, [(t, r) for t, r, _ in requests], s.started_wall_s)
+        context_svg = context_plot(samples, [(c, r) for _, r, c in requests if c is not None])
         plots = f"{time_svg}\n{context_svg}"
     else:
         plots = '<p class="none">No samples or requests recorded for this session.</p>'
