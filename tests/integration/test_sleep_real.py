@@ -73,7 +73,7 @@ def _sleepy_server(tmp_path: Path, idle_s: int, *, metrics: bool = True) -> Llam
 def test_props_health_and_metrics_neither_keep_the_server_awake_nor_wake_it(
     llama_binary: Path, model_path: Path, tmp_path: Path, client: httpx.Client
 ) -> None:
-    """About 10 s: polled every 0.5 s it falls asleep after ~3 s idle and stays asleep for 4 s more."""
+    """About 10 s: polled every 0.5 s it falls asleep after ~3 s idle and stays asleep for 3 s more."""
     with _sleepy_server(tmp_path, 3) as server:
 
         def poll_all() -> bool:
@@ -86,7 +86,7 @@ def test_props_health_and_metrics_neither_keep_the_server_awake_nor_wake_it(
         )
         _wait_for(lambda: ENTER_SLEEP_LOG in server.log_tail(), 10.0, f"the log to say {ENTER_SLEEP_LOG!r}")
         log_asleep = server.log_tail()
-        for _ in range(8):  # 4 s more of the same polling: still asleep, nothing logged about waking
+        for _ in range(6):  # 3 s more of the same polling: still asleep, nothing logged about waking
             assert poll_all(), "polling /props, /health or /metrics woke the server"
             time.sleep(POLL_S)
         assert "exiting sleeping state" not in server.log_tail()[len(log_asleep) - 200 :]
@@ -235,7 +235,7 @@ def _phase(snapshot: Snapshot) -> str | None:
 def test_the_trays_monitor_lets_the_server_sleep_and_follows_the_wake(
     llama_binary: Path, model_path: Path, tmp_path: Path, client: httpx.Client
 ) -> None:
-    """About 30 s: the tray's default settings (polls every 5 s idle, 1 s busy) against a 6 s idle timer
+    """About 25 s: the tray's default settings (polls every 5 s idle, 1 s busy) against a 6 s idle timer
     (shorter than one poll apart from the next, so /slots on each idle poll would keep it awake)."""
     settings = Settings()
     assert settings.monitor.poll_idle_s < 6
@@ -258,7 +258,8 @@ def test_the_trays_monitor_lets_the_server_sleep_and_follows_the_wake(
 
         try:
             assert monitor.tick().servers[0].status == "ok"
-            generate(server.url, "Tell me about the sea.", 120, ignore_eos=True)
+            first = generate_in_background(server.url, "Tell me about the sea.", 64, ignore_eos=True)
+            tick_until(lambda s: first.done(), WAKE_LIMIT_S, "the first request to finish")
             tick_until(lambda s: _phase(s) == "sleeping", SLEEP_LIMIT_S, "the monitor to show 'sleeping'")
             assert _is_sleeping(client, server)
             assert snapshots[-1].servers[0].status == "ok"
