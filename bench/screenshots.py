@@ -1,13 +1,16 @@
-"""Screenshots of the real tray app for the README: `docs/screenshots/tray.png` and `dashboard.png`.
+"""Screenshots of the real tray app for the README: `docs/screenshots/tray.png`, `tray-prefill.png`
+and `dashboard.png`.
 
     python bench/screenshots.py [--out docs/screenshots] [--keep DIR]
 
 Runs a real llama-server (test model, -t 1), a real X display (Xvfb + trayer) and the real
-app (`python -m trayapp`), then has a separate client send three requests at growing context
-depths so both dashboard plots have data.
+app (`python -m trayapp`), then has a separate client send a long prompt (prefill) and three
+requests at growing context depths so both dashboard plots have data.
 
 * `tray.png`: the right end of trayer's panel with the icon idle (left) and while the model
   generates (right), scaled ×4 without smoothing (the icon itself is drawn at 22 px).
+* `tray-prefill.png`: the same crop while the server reads a ~3.5k-token prompt (the prompt
+  tokens in place as the number, the violet prefill colour), scaled ×4.
 * `dashboard.png`: the dashboard window during the third request.
 
 Notifications are set to do-not-disturb for the run (an alert still shows in the dashboard;
@@ -36,6 +39,7 @@ TRAY_CROP_W = 72  # pixels of the panel's right end kept per state (before scali
 TRAY_SCALE = 4
 QUIET_CONFIG = "[notifications]\ndo_not_disturb = true\n"
 REQUESTS = ((0, 500), (1500, 400), (4500, 400))  # (filler prompt tokens, tokens to generate)
+PREFILL_FILLER_TOKENS = 3000  # ~3.5k real tokens: read for tens of seconds at -t 1
 
 
 def _all_idle(event: Event) -> bool:
@@ -43,6 +47,26 @@ def _all_idle(event: Event) -> bool:
     if event["event"] != "snapshot" or not isinstance(models, list):
         return False
     return all(m["phase"] == "idle" for m in models)
+
+
+def _reading_a_long_prompt(event: Event) -> bool:
+    """The icon while a prompt is read, once a thousand or more of its tokens are in place ('1k'…)."""
+    if event["event"] != "icon" or "reading prompt" not in (event.get("tooltip") or ""):
+        return False
+    return str(event.get("text") or "").endswith("k")
+
+
+def _prefill_shot(
+    app: TrayAppProcess, url: str, display: XDisplay, crop: tuple[Geometry, Geometry], path: Path
+) -> Path:
+    """The panel's end while the server reads a long prompt (one token generated, then idle again)."""
+    request = generate_in_background(url, filler_prompt(PREFILL_FILLER_TOKENS), 1, timeout_s=300.0)
+    event = app.wait_for("a prefill icon", _reading_a_long_prompt, 180.0)
+    shot = _panel_end(display, *crop, path)
+    print(f"tray: showing {event['text']} ({event['tooltip'].splitlines()[1]})")
+    print(f"prefill: {request.result(timeout=300)['timings']['prompt_n']} prompt tokens")
+    app.wait_for("the server idle again", _all_idle)
+    return shot
 
 
 def _convert(*args: str) -> None:
@@ -58,9 +82,10 @@ def _panel_end(display: XDisplay, icon: Geometry, panel: Geometry, path: Path) -
     return path
 
 
-def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
+def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tray_png, dashboard_png = out_dir / "tray.png", out_dir / "dashboard.png"
+    prefill_png = out_dir / "tray-prefill.png"
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
         app = TrayAppProcess(display, server.url, work_dir, config_toml=QUIET_CONFIG)
         try:
@@ -69,6 +94,7 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
             icon = wait_value("the docked icon", lambda: app.window_geometry(small=True))
             panel = app.panels()[0]
             idle = _panel_end(display, icon, panel, work_dir / "tray-idle.png")
+            prefill = _prefill_shot(app, server.url, display, (icon, panel), work_dir / "tray-reading.png")
             app.open_dashboard()
             for index, (prompt_tokens, n_predict) in enumerate(REQUESTS):
                 request = generate_in_background(
@@ -98,9 +124,10 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path]:
         str(idle), "(", "-size", gap, "xc:#7f7f7f", ")", str(busy), "+append",
         "-scale", f"{TRAY_SCALE * 100}%", str(tray_png),
     )  # fmt: skip
-    for path in (tray_png, dashboard_png):
+    _convert(str(prefill), "-scale", f"{TRAY_SCALE * 100}%", str(prefill_png))
+    for path in (tray_png, prefill_png, dashboard_png):
         _convert(str(path), "+repage", "-strip", "-define", "png:compression-level=9", str(path))
-    return tray_png, dashboard_png
+    return tray_png, prefill_png, dashboard_png
 
 
 def main() -> None:
