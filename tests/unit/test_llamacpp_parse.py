@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.servers.llamacpp import (
+from trayapp.adapters.servers.llamacpp_parse import (
     ModelMeta,
     PropsInfo,
     parse_metrics,

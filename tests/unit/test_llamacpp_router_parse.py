@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from trayapp.adapters.servers.llamacpp import ModelMeta
+from trayapp.adapters.servers.llamacpp_parse import ModelMeta
 from trayapp.adapters.servers.llamacpp_router import (
     LOAD_SOURCE,
     LlamaRouterProbe,

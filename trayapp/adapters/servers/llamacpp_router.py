@@ -29,16 +29,14 @@ from urllib.parse import quote
 from trayapp.adapters.http import FetchError
 from trayapp.adapters.processes import CpuActivity, find_listening_pid
 from trayapp.adapters.servers.jsonvals import as_bool, as_dict, as_int, as_str
-from trayapp.adapters.servers.llamacpp import (
-    HEALTH_MAX_BYTES,
-    LlamaServerProbe,
+from trayapp.adapters.servers.llamacpp import HEALTH_MAX_BYTES, LlamaServerProbe, slots_needed
+from trayapp.adapters.servers.llamacpp_parse import (
     ModelMeta,
     PropsInfo,
     parse_metrics,
     parse_props,
     parse_slots,
     parse_v1_models,
-    slots_needed,
 )
 from trayapp.core.model import (
     CounterReading,

@@ -27,7 +27,7 @@ from trayapp.adapters.http import FetchError, fetch, make_client
 from trayapp.adapters.processes import ChildServer, find_ollama_children
 from trayapp.adapters.servers.common import HttpProbe
 from trayapp.adapters.servers.jsonvals import as_dict, as_int, as_str
-from trayapp.adapters.servers.llamacpp import parse_slots
+from trayapp.adapters.servers.llamacpp_parse import parse_slots
 from trayapp.core.model import ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
 
