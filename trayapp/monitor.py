@@ -37,7 +37,7 @@ from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
 if TYPE_CHECKING:
     from trayapp.adapters.store import Store
 
-log = logging.getLogger("llm_tray.monitor")
+log = logging.getLogger("trayapp.monitor")
 
 POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
 HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung

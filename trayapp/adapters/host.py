@@ -34,7 +34,7 @@ from trayapp.core.model import HostReading, Snapshot, ValueSource
 
 __all__ = ["HostProbe", "RamBandwidth", "RamBandwidthKeeper", "last_level_cache_bytes", "run_rambench"]
 
-log = logging.getLogger("llm_tray.host")
+log = logging.getLogger("trayapp.host")
 
 Confidence = Literal["quiet", "provisional", "suspect"]
 BUSY_CPU_PCT = 25.0  # other processes using more than this share of all cores: not a quiet machine

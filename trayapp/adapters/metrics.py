@@ -124,7 +124,6 @@ class MetricsState:
             return _Observed(self._snapshot, dict(self._decoded), dict(self._requests))
 
 
-@functools.lru_cache(maxsize=256)
 def _attribute(model: ModelStatus, path: str) -> float | None:
     """`model.a` or `model.a.b` as a number (None when a part is missing)."""
     value: object = model
@@ -135,6 +134,7 @@ def _attribute(model: ModelStatus, path: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+@functools.lru_cache(maxsize=256)
 def _server_label(url: str) -> str:
     """The server URL as a label, with any password or query-string value masked (as in the store)."""
     return redact_url(url)

@@ -17,7 +17,7 @@ import time
 from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.monitor import Monitor
 
-log = logging.getLogger("llm_tray.agent")
+log = logging.getLogger("trayapp.agent")
 
 
 def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
