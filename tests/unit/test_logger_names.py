@@ -15,12 +15,12 @@ def logger_names(source: str) -> list[str]:
     """The literal names passed to `logging.getLogger(...)` / `getLogger(...)` in a module."""
     names = []
     for node in ast.walk(ast.parse(source)):
-        if (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "getLogger"
-        ):
-            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                names.append(node.args[0].value)
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        called = getattr(node.func, "attr", getattr(node.func, "id", None))
+        first = node.args[0]
+        if called == "getLogger" and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            names.append(first.value)
     return names
 
 
