@@ -114,6 +114,24 @@ def test_benchmark_subprocess_memory_is_bounded() -> None:
     assert result["gbps"] > 0 and result["runs"] >= 2
 
 
+def test_the_reported_peak_is_the_benchmarks_own_not_its_parents() -> None:
+    """Started from a parent holding ~600 MiB (like the app or a test runner), the benchmark still
+    reports its own peak: on Linux `ru_maxrss` survives exec and would report the parent's."""
+    parent = (
+        "import subprocess, sys\n"
+        "held = bytearray(600 * 1024 * 1024)\n"
+        "for i in range(0, len(held), 4096): held[i] = 1\n"
+        "out = subprocess.run([sys.executable, '-m', 'trayapp.adapters.rambench', '--budget-s', '0.2'],\n"
+        "                     capture_output=True, text=True, timeout=60).stdout\n"
+        "print(out.strip().splitlines()[-1])\n"
+    )
+    command = [sys.executable, "-c", parent]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["buffer_bytes"] <= result["peak_rss_bytes"] <= result["buffer_bytes"] + 128 * MIB
+
+
 def test_numpy_never_loads_in_the_app_process() -> None:
     code = (
         "import sys\n"

@@ -210,14 +210,15 @@ def test_request_loads_a_model_with_a_measured_load_time_live_rate_and_eviction(
         colds = alerts_of(snapshots, "cold_load")
         measured = [a.evidence["load_s"] for a in colds.values() if "load_s" in a.evidence]
         span_s = loading_span_s(snapshots, "beta")
-        if span_s >= default_min_s + POLL_S:
+        # The load is measured between polls (the ticks that saw it loading, ± one tick): the alert
+        # comes exactly when that measurement reaches the default threshold. A load near 2 s can fall
+        # either side on a given run; both sides are checked against the same measurement.
+        if colds:
             assert len(colds) == 1 and measured, beta_phases
-            # measured between polls: the ticks that saw it loading, ± one tick
+            assert float(measured[0]) >= default_min_s
             assert measured[0] == pytest.approx(span_s, abs=POLL_S + 0.2)
         else:
-            # This machine loaded it faster than the default threshold: no alert (the low-threshold
-            # test below raises it).
-            assert not colds, f"load ~{span_s:.1f} s is under the {default_min_s:g} s default"
+            assert span_s < default_min_s + POLL_S, f"a ~{span_s:.1f} s load raised no cold_load"
         assert router.states() == {"alpha": "unloaded", "beta": "loaded"}
 
         future = ask(router.url, "alpha", 8)

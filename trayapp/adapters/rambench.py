@@ -129,8 +129,19 @@ def measure(
     return data.nbytes / best_s / 1e9, passes - 1
 
 
-def peak_rss_bytes() -> int | None:
-    """This process's peak resident memory (ru_maxrss: KiB on Linux, bytes on macOS)."""
+def peak_rss_bytes(status_path: Path = Path("/proc/self/status")) -> int | None:
+    """This process's peak resident memory.
+
+    On Linux from `VmHWM` (this program's own memory): `ru_maxrss` survives `exec`, so a benchmark
+    started from a big parent (a test runner, the app) would report the parent's peak. Elsewhere
+    `ru_maxrss` (bytes on macOS); None on Windows.
+    """
+    try:
+        for line in status_path.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # "VmHWM:  299176 kB"
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:  # Windows
