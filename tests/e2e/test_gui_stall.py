@@ -16,21 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.llama import LlamaServer
 from tests.support.trayapp_process import REPO
-from tests.support.xdisplay import xdisplay_tools_missing
+from tests.support.xdisplay import real_tray_marks
 
-MISSING_TOOLS = xdisplay_tools_missing()
-pytestmark = [
-    pytest.mark.xdisplay,
-    pytest.mark.llamacpp,
-    pytest.mark.skipif(
-        bool(MISSING_TOOLS),
-        reason=f"X display tools missing: {', '.join(MISSING_TOOLS)} (tests/provision.sh installs them)",
-    ),
-]
+pytestmark = real_tray_marks()
 
 PHASE_S = 8.0
 BEAT_MS = 20.0

@@ -17,17 +17,9 @@ import pytest
 
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.trayapp_process import REPO, TrayAppProcess, is_event, wait_value
-from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
+from tests.support.xdisplay import XDisplay, real_tray_marks
 
-MISSING_TOOLS = xdisplay_tools_missing()
-pytestmark = [
-    pytest.mark.xdisplay,
-    pytest.mark.llamacpp,
-    pytest.mark.skipif(
-        bool(MISSING_TOOLS),
-        reason=f"X display tools missing: {', '.join(MISSING_TOOLS)} (tests/provision.sh installs them)",
-    ),
-]
+pytestmark = real_tray_marks()
 
 START_TIMEOUT_S = 60.0
 GENERATE_TOKENS = 1000  # long enough to outlast the 5 s idle poll on a slow, shared machine

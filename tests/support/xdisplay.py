@@ -8,9 +8,24 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 
 def xdisplay_tools_missing() -> list[str]:
     return [tool for tool in ("Xvfb", "trayer", "xdotool", "import") if shutil.which(tool) is None]
+
+
+def real_tray_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a test that runs the app on a real X display against a real llama-server."""
+    missing = xdisplay_tools_missing()
+    return [
+        pytest.mark.xdisplay,
+        pytest.mark.llamacpp,
+        pytest.mark.skipif(
+            bool(missing),
+            reason=f"X display tools missing: {', '.join(missing)} (tests/provision.sh installs them)",
+        ),
+    ]
 
 
 def _free_display() -> int:
