@@ -12,18 +12,13 @@ condition, bounded.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.cli import WatchToFile
 from tests.support.llama import LlamaServer, generate_in_background
 
 pytestmark = pytest.mark.llamacpp
@@ -40,51 +35,6 @@ RAM_GBPS = "54"  # given, so that no RAM benchmark competes with the server for 
 # did not see (it polls every 5 s while idle). The band is wide for those, and narrow enough to
 # catch a rate off by the cache, by the decode rate or by a unit (×2 or ÷2 is a bug).
 RATE_BAND = (0.6, 1.6)
-
-
-def _wait_for(condition: Callable[[], Any], limit_s: float, what: str, interval_s: float = 0.25) -> Any:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
-        time.sleep(interval_s)
-
-
-class WatchToFile:
-    """`python -m trayapp watch --json ARGS`, stdout and stderr in files."""
-
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.out_path, self.err_path = tmp_path / "watch.jsonl", tmp_path / "watch.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "trayapp", "watch", "--json", *args],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            )  # fmt: skip
-
-    def lines(self) -> list[dict[str, Any]]:
-        text = self.out_path.read_text(encoding="utf-8")
-        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
-
-    def wait_line(self, condition: Callable[[dict[str, Any]], bool], limit_s: float, what: str) -> None:
-        def found() -> bool:
-            assert self.process.poll() is None, f"watch exited: {self.err_path.read_text()[-2000:]}"
-            return any(condition(line) for line in self.lines())
-
-        _wait_for(found, limit_s, what)
-
-    def stop(self) -> int:
-        """Ctrl-C (watch exits 0), then kill if it lingers; always reaped."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        return self.process.returncode
 
 
 def _model(line: dict[str, Any]) -> dict[str, Any] | None:

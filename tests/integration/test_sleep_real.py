@@ -12,10 +12,6 @@ are what these take on a 2-core host.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -25,6 +21,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from tests.support.cli import WatchToFile, wait_for
 from tests.support.llama import LlamaServer, generate, generate_in_background, monitor_for
 from trayapp.config import Settings
 from trayapp.core.model import HardwareProfile, Snapshot
@@ -38,18 +35,6 @@ ENTER_SLEEP_LOG = "entering sleeping state"
 RAM_GBPS = "54"  # given, so that no RAM benchmark competes with the server for the 2 cores
 
 T = TypeVar("T")
-
-
-def _wait_for(condition: Callable[[], T | None], limit_s: float, what: str, interval_s: float = POLL_S) -> T:
-    """Call `condition` every `interval_s` until it returns something truthy (bounded by `limit_s`)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def _is_sleeping(client: httpx.Client, server: LlamaServer) -> bool:
@@ -81,10 +66,10 @@ def test_props_health_and_metrics_neither_keep_the_server_awake_nor_wake_it(
             assert client.get(server.url + "/metrics").status_code == 200
             return _is_sleeping(client, server)
 
-        _wait_for(
+        wait_for(
             poll_all, SLEEP_LIMIT_S, "/props to say is_sleeping while /props, /health, /metrics are polled"
         )
-        _wait_for(lambda: ENTER_SLEEP_LOG in server.log_tail(), 10.0, f"the log to say {ENTER_SLEEP_LOG!r}")
+        wait_for(lambda: ENTER_SLEEP_LOG in server.log_tail(), 10.0, f"the log to say {ENTER_SLEEP_LOG!r}")
         log_asleep = server.log_tail()
         for _ in range(6):  # 3 s more of the same polling: still asleep, nothing logged about waking
             assert poll_all(), "polling /props, /health or /metrics woke the server"
@@ -105,49 +90,10 @@ def test_slots_polling_keeps_the_server_awake(
             time.sleep(POLL_S)
         assert ENTER_SLEEP_LOG not in server.log_tail()
         # The control: the same server falls asleep once /slots is no longer asked.
-        _wait_for(lambda: _is_sleeping(client, server), SLEEP_LIMIT_S, "sleep once /slots polling stopped")
+        wait_for(lambda: _is_sleeping(client, server), SLEEP_LIMIT_S, "sleep once /slots polling stopped")
 
 
 # --------------------------------------------------------------------------- `llm-tray watch --json`
-
-
-class WatchToFile:
-    """`python -m trayapp watch --json ARGS` with stdout and stderr in files (no pipe to keep drained)."""
-
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.out_path = tmp_path / "watch.jsonl"
-        self.err_path = tmp_path / "watch.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "trayapp", "watch", "--json", *args],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            )  # fmt: skip
-
-    def lines(self) -> list[dict[str, Any]]:
-        """Every complete line written so far."""
-        text = self.out_path.read_text(encoding="utf-8")
-        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
-
-    def wait_line(
-        self, condition: Callable[[dict[str, Any]], bool], limit_s: float, what: str
-    ) -> dict[str, Any]:
-        """The first line that satisfies `condition` (bounded); fails if watch exits first."""
-
-        def found() -> dict[str, Any] | None:
-            assert self.process.poll() is None, f"watch exited: {self.err_path.read_text()[-2000:]}"
-            return next((line for line in self.lines() if condition(line)), None)
-
-        return _wait_for(found, limit_s, what)
-
-    def stop(self) -> None:
-        """Ctrl-C (watch exits 0), then kill if it lingers; always reaped."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
 
 
 def _model(line: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +133,7 @@ def test_watch_lets_the_server_sleep_shows_it_and_follows_the_wake(
                 lambda line: bool(_model(line)["last_decode_tok_s"]), 30.0, "watch to see the request"
             )
 
-            _wait_for(lambda: _is_sleeping(client, server), SLEEP_LIMIT_S, "the watched server to sleep")
+            wait_for(lambda: _is_sleeping(client, server), SLEEP_LIMIT_S, "the watched server to sleep")
             asleep = watch.wait_line(
                 lambda line: _model(line)["phase"] == "sleeping", 20.0, "watch to show phase 'sleeping'"
             )

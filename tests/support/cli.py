@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
+T = TypeVar("T")
 LINE_TIMEOUT_S = 30.0  # `watch` prints one line a second; this long without one is a failure
 
 
@@ -80,3 +84,55 @@ class Watch:
     def stderr(self) -> str:
         assert self.process.stderr is not None
         return self.process.stderr.read()
+
+
+def wait_for(condition: Callable[[], T | None], limit_s: float, what: str, interval_s: float = 0.25) -> T:
+    """Call `condition` every `interval_s` until it returns something truthy (bounded by `limit_s`)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class WatchToFile:
+    """`python -m trayapp watch --json ARGS` with stdout and stderr in files (no pipe to keep drained)."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.out_path = tmp_path / "watch.jsonl"
+        self.err_path = tmp_path / "watch.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "trayapp", "watch", "--json", *args],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            )  # fmt: skip
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every complete line written so far."""
+        text = self.out_path.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+    def wait_line(
+        self, condition: Callable[[dict[str, Any]], bool], limit_s: float, what: str
+    ) -> dict[str, Any]:
+        """The first line that satisfies `condition` (bounded); fails if watch exits first."""
+
+        def found() -> dict[str, Any] | None:
+            assert self.process.poll() is None, f"watch exited: {self.err_path.read_text()[-2000:]}"
+            return next((line for line in self.lines() if condition(line)), None)
+
+        return wait_for(found, limit_s, what)
+
+    def stop(self) -> int:
+        """Ctrl-C (watch exits 0), then kill if it lingers; always reaped. The exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        return self.process.returncode
