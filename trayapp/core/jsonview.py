@@ -30,6 +30,7 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "weights_bytes": model.weights_bytes,
         "vram_bytes": model.vram_bytes,
         "gpu_fraction": _num(model.gpu_fraction, 4),
+        "gpu_fraction_source": model.gpu_fraction_source,
         "context_length": model.context_length,
         "context_tokens": model.context_tokens,
         "quantization": model.quantization,
