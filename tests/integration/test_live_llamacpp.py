@@ -23,7 +23,6 @@ from tests.support.llama import (
     monitor_for,
     tick_until_done,
 )
-from trayapp.config import Settings
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp
@@ -118,28 +117,33 @@ def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> 
 
 @pytest.fixture
 def full_kv_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iterator[LlamaServer]:
-    """`--swa-full`: the model's sliding-window layers keep their whole KV cache too, so every layer
-    attends over the full context and the KV slowdown is large enough to stand out of CPU noise
-    (with the default SWA cache only 3 of the 18 layers grow, and the drop can be under 10 %)."""
-    with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=["--swa-full"]) as server:
+    """`--swa-full -fa off`: every layer keeps and reads its whole KV cache, without flash attention.
+
+    With the defaults (sliding-window cache, flash attention on) only 3 of the 18 layers grow and the
+    drop at ~7,000 tokens was 11 % on one host and nothing at all on another (CI). Without flash
+    attention the attention reads scale with the context on any CPU: ~34 % slower at ~3,400 tokens
+    here, well clear of the default 15 % threshold and of run-to-run noise.
+    """
+    extra = ["--swa-full", "-fa", "off"]
+    with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=extra) as server:
         yield server
 
 
 def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server: LlamaServer) -> None:
+    """The alert follows the server's own timings of the same two requests (default thresholds)."""
     llama_server = full_kv_server
-    # The alert's numbers must agree with the server's; a 10 % threshold (the default is 15 %) keeps
-    # the ~20–25 % drop this tiny model shows on one CPU thread clear of run-to-run noise.
-    monitor = monitor_for(llama_server.url, settings=Settings(thresholds=Thresholds(kv_slowdown_pct=10.0)))
+    threshold_pct = Thresholds().kv_slowdown_pct
+    monitor = monitor_for(llama_server.url)
     try:
         monitor.tick()
         short = generate_in_background(llama_server.url, "Say hello.", 256, ignore_eos=True)
         snapshots = tick_until_done(monitor, short)
-        long_prompt = "The quick brown fox jumps over the lazy dog. " * 680  # ~6,800 tokens
+        long_prompt = "The quick brown fox jumps over the lazy dog. " * 340  # ~3,400 tokens
         deep = generate_in_background(llama_server.url, long_prompt, 256, ignore_eos=True, timeout_s=300)
         snapshots += tick_until_done(monitor, deep, limit_s=280)
         short_rate = short.result()["timings"]["predicted_per_second"]
         deep_timings = deep.result()["timings"]
-        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 6000
+        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 3000
     finally:
         monitor.close()
 
@@ -150,15 +154,22 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         for _, m in s.models()
         if m.decode_tok_s
     ]
-    assert len(kv_alerts) == 1, (
-        f"expected one kv_slowdown episode, got {list(kv_alerts)}; server: {short_rate:.1f} → "
-        f"{deep_timings['predicted_per_second']:.1f} tok/s; polled (context, tok/s): {trend}"
+    server_drop = 100 * (1 - deep_timings["predicted_per_second"] / short_rate)
+    observed = (
+        f"server: {short_rate:.1f} → {deep_timings['predicted_per_second']:.1f} tok/s "
+        f"({server_drop:.0f} % drop); "
+        f"polled (context, tok/s): {trend}"
     )
+    if server_drop < threshold_pct - 10:
+        assert not kv_alerts, f"kv_slowdown raised though the server itself did not slow down; {observed}"
+        pytest.skip(f"server barely slowed; only 'no false alarm' checked: {observed}")
+    if server_drop < threshold_pct + 10:
+        pytest.skip(f"the server's own drop is too near {threshold_pct:g} % to judge; {observed}")
+    assert len(kv_alerts) == 1, f"expected one kv_slowdown episode, got {list(kv_alerts)}; {observed}"
     alert = next(iter(kv_alerts.values()))
     evidence: Mapping[str, Any] = alert.evidence
     assert evidence["short_decode_tok_s"] == pytest.approx(short_rate, rel=0.15)
     assert evidence["decode_tok_s"] == pytest.approx(deep_timings["predicted_per_second"], rel=0.15)
-    server_drop = 100 * (1 - deep_timings["predicted_per_second"] / short_rate)
     assert evidence["drop_pct"] == pytest.approx(server_drop, abs=10)
-    assert evidence["context_tokens"] > 6000
+    assert evidence["context_tokens"] > 3000
     assert not any(a.kind == "offload" for s in snapshots for a in s.alerts)
