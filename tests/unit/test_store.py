@@ -84,6 +84,7 @@ def test_no_column_can_hold_prompt_or_completion_text(db: Path) -> None:
         "session_id", "server", "server_kind", "model", "phase", "source", "server_version", "quantization",
         "hardware", "alerts", "gpu_names", "gpu_bandwidth_source", "ram_bandwidth_source", "gpu_reason",
         "gpus_json", "alert_id", "kind", "severity", "message", "fix", "cause", "evidence_json",
+        "endpoint",  # an API path without its query (the proxy records "/v1/chat/completions", never a body)
     }  # fmt: skip
     with Store(db) as store:
         for table in store_mod.TABLES:
@@ -164,7 +165,7 @@ def test_a_schema_1_store_gains_ttft_exact_and_keeps_its_rows(db: Path) -> None:
         new = {r["model"]: r["ttft_exact"] for r in rows(store, "samples", since_wall_s=T0 + 1)}
         assert new == {"a": 1, "b": 0, "c": None}
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 3
     assert raw.execute("SELECT count(*) FROM samples").fetchone()[0] == 4
     raw.close()
 
@@ -570,3 +571,24 @@ def test_export_style_reading_works_while_the_writer_records(db: Path) -> None:
             stop.set()
             thread.join(timeout=30)
         assert seen >= 200 and errors == []
+
+
+def test_a_schema_2_store_gains_the_proxy_columns_and_keeps_its_requests(db: Path) -> None:
+    raw = sqlite3.connect(db)  # the store as stop 16 wrote it: migrations 1 and 2
+    store_mod._migration_1(raw)
+    store_mod._migration_2(raw)
+    raw.execute("PRAGMA user_version = 2")
+    raw.execute(
+        "INSERT INTO requests (finished_wall_s, server, server_kind, model, exact, decode_tok_s, source) "
+        "VALUES (?, 'http://127.0.0.1:8080', 'llamacpp', 'gemma', 1, 41.5, 'server')",
+        (T0,),
+    )
+    raw.commit()
+    raw.close()
+    with Store(db) as store:
+        types = store.column_types("requests")
+        assert types["cached_tokens"] == "INTEGER" and types["http_status"] == "INTEGER"
+        assert types["endpoint"] == "TEXT" and types["aborted"] == "INTEGER"
+        (old,) = rows(store, "requests")
+        assert old["decode_tok_s"] == 41.5 and old["cached_tokens"] is None and old["endpoint"] is None
+        assert old["aborted"] == 0 and old["prompt_rate_upper_bound"] == 0  # nothing was cut short before

@@ -224,6 +224,11 @@ class FinishedRequest:
     draft_accepted: int | None = None
     context_tokens: int | None = None
     source: str = "server"  # "lms-log", "proxy", "slots", ...
+    endpoint: str | None = None  # the API path it was served on (the proxy knows it)
+    http_status: int | None = None
+    aborted: bool = False  # the client hung up, or the upstream died, before the response ended
+    decode_exact: bool = True  # False: decode tok/s from token counts over the proxy's clock
+    prompt_rate_upper_bound: bool = False  # cached tokens unknown (Ollama): prompt tok/s may be high
 
 
 @dataclass(frozen=True)
@@ -402,6 +407,11 @@ class RequestRecord:
     draft_tokens: int | None = None
     draft_accepted: int | None = None
     source: str = "server"
+    cached_tokens: int | None = None  # prompt tokens served from the prompt cache (not processed)
+    endpoint: str | None = None
+    http_status: int | None = None
+    aborted: bool = False
+    prompt_rate_upper_bound: bool = False
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def record_from_finished(reading: ServerReading, fin: FinishedRequest) -> Reques
         model=fin.model,
         finished_wall_s=fin.finished_wall_s,
         session_id=None,
-        exact=fin.decode_tok_s is not None,
+        exact=fin.decode_tok_s is not None and fin.decode_exact,
         prompt_tokens=fin.prompt_tokens,
         decode_tokens=fin.decode_tokens,
         context_tokens=fin.context_tokens,
@@ -133,6 +133,11 @@ def record_from_finished(reading: ServerReading, fin: FinishedRequest) -> Reques
         draft_tokens=fin.draft_tokens,
         draft_accepted=fin.draft_accepted,
         source=fin.source,
+        cached_tokens=fin.cached_tokens,
+        endpoint=fin.endpoint,
+        http_status=fin.http_status,
+        aborted=fin.aborted,
+        prompt_rate_upper_bound=fin.prompt_rate_upper_bound,
     )
 
 

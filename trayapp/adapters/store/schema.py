@@ -22,7 +22,7 @@ TIME_COLUMNS = {
     "hardware": "t_wall_s",
     "alerts": "started_wall_s",
 }
-BOOL_COLUMNS = frozenset({"decode_exact", "ttft_exact", "exact"})
+BOOL_COLUMNS = frozenset({"decode_exact", "ttft_exact", "exact", "aborted", "prompt_rate_upper_bound"})
 KEY_COLUMNS = {"sessions": "session_id", "alerts": "alert_id"}  # rows replaced in place, by this key
 
 
@@ -147,8 +147,21 @@ def _migration_2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE samples ADD COLUMN ttft_exact INTEGER")
 
 
+def _migration_3(conn: sqlite3.Connection) -> None:
+    """What the recording proxy knows of a request: cached prompt tokens, API path, HTTP status,
+    whether it was cut short, and whether its prompt tok/s is only an upper bound (Ollama)."""
+    for column in (
+        "cached_tokens INTEGER",
+        "endpoint TEXT",
+        "http_status INTEGER",
+        "aborted INTEGER NOT NULL DEFAULT 0",
+        "prompt_rate_upper_bound INTEGER NOT NULL DEFAULT 0",
+    ):
+        conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = [_migration_1, _migration_2]
+MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3]
 
 
 def schema_version() -> int:
