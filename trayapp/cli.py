@@ -172,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
     )
     agent.add_argument("--duration", type=_positive(), default=None, metavar="S", help=argparse.SUPPRESS)
+
+    from trayapp.commands.proxy import add_proxy_arguments
+
+    proxy = sub.add_parser("proxy", help="a recording pass-through proxy: exact numbers for every request")
+    add_proxy_arguments(proxy)
     return parser
 
 
@@ -362,6 +367,12 @@ def run_agent(args: argparse.Namespace) -> int:
     return agent_main(args, _make_monitor(args, record=True, one_shot=False))
 
 
+def run_proxy(args: argparse.Namespace) -> int:
+    from trayapp.commands.proxy import run_proxy as proxy_main
+
+    return proxy_main(args)
+
+
 def run_tray(args: argparse.Namespace) -> int:
     if (
         sys.platform.startswith("linux")
@@ -413,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": logs.run_export,
         "report": logs.run_report,
         "agent": run_agent,
+        "proxy": run_proxy,
     }
     try:
         if getattr(args, "gpu", None):

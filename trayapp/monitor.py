@@ -22,10 +22,12 @@ from trayapp.adapters.discovery import Discovery, Endpoint
 from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.hardware import HardwareProbe
 from trayapp.adapters.hwtable import gpu_lookup
+from trayapp.adapters.proxy.inbox import RecordInbox, same_server
 from trayapp.config import EndpointConfig, Settings
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
     Baseline,
+    FinishedRequest,
     HardwareProfile,
     HardwareSnapshot,
     ServerReading,
@@ -33,6 +35,8 @@ from trayapp.core.model import (
     is_busy,
 )
 from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
+from trayapp.core.rate_helpers import merge_proxy_records
+from trayapp.core.redact import redact_url
 
 if TYPE_CHECKING:
     from trayapp.adapters.store import Store
@@ -41,6 +45,7 @@ log = logging.getLogger("trayapp.monitor")
 
 POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
 HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung
+PROXY_RECORD_WAIT_S = 60.0  # how long a proxy record waits for its server's next reading
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Monitor:
         measure_ram: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        proxy_inbox: RecordInbox | None = None,
     ) -> None:
         self.options = MonitorOptions(tuple(extra_endpoints), discover, profile, record, one_shot)
         self.settings = settings
@@ -90,6 +96,8 @@ class Monitor:
         self._discovery = self._make_discovery()
         self._last_status: dict[str, str] = {}
         self._paused = False
+        self._proxy_inbox = proxy_inbox
+        self._proxy_waiting: list[tuple[str, FinishedRequest, float]] = []  # for a server not read yet
 
     # ------------------------------------------------------------------ setup
 
@@ -214,7 +222,7 @@ class Monitor:
         """Poll everything once and return the new snapshot (blocking I/O, at most ~budget_s)."""
         now_mono = self._clock()
         probes = self._discovery.refresh(now_mono)
-        readings = self._poll_all(probes, now_mono, budget_s)
+        readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
         baselines = self._baselines(machines, default_machine)
@@ -291,6 +299,28 @@ class Monitor:
                     )
                 )
         return readings
+
+    def _with_proxy_records(self, readings: list[ServerReading], now_mono: float) -> list[ServerReading]:
+        """Each server's finished requests with the recording proxy's records of it merged in."""
+        if self._proxy_inbox is None:
+            return readings
+        waiting = self._proxy_waiting + [(url, r, now_mono) for url, r in self._proxy_inbox.take()]
+        self._proxy_waiting = []
+        merged = []
+        for reading in readings:
+            mine = [r for url, r, _ in waiting if same_server(url, reading.url)]
+            waiting = [w for w in waiting if not same_server(w[0], reading.url)]
+            if mine and reading.age_s is None:  # a repeated reading already carried its records
+                reading = replace(reading, finished=merge_proxy_records(reading.finished, mine))
+            elif mine:
+                waiting += [(reading.url, r, now_mono) for r in mine]
+            merged.append(reading)
+        for url, record, since in waiting:
+            if now_mono - since < PROXY_RECORD_WAIT_S:
+                self._proxy_waiting.append((url, record, since))
+            else:
+                log.warning("proxy record for %s dropped: that server is not being watched", redact_url(url))
+        return merged
 
     def _read_hardware(self) -> HardwareSnapshot:
         return self._hardware.read()

@@ -8,6 +8,7 @@ scrapes (throughput, deltas, resets). Pure, like rates.py: times are passed in.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trayapp.core.model import (
@@ -170,3 +171,31 @@ def counters_reset(before: CounterReading, after: CounterReading) -> bool:
         (before.requests_total, after.requests_total),
     )
     return any(b is not None and a is not None and a < b for b, a in pairs)
+
+
+SAME_REQUEST_WITHIN_S = 10.0  # a server's own record and the proxy's of one request finish this close
+
+
+def merge_proxy_records(
+    server_records: tuple[FinishedRequest, ...], proxy_records: Sequence[FinishedRequest]
+) -> tuple[FinishedRequest, ...]:
+    """A server's finished requests plus the proxy's, one record per request.
+
+    A request the proxy saw is kept as the proxy recorded it (exact TTFT, cached tokens, status);
+    the server's own record of it (same model and decode tokens, finished within
+    SAME_REQUEST_WITHIN_S) goes. Requests that bypassed the proxy, and records with no tokens
+    (a router's measured load), stay.
+    """
+    if not proxy_records:
+        return server_records
+
+    def seen_by_proxy(record: FinishedRequest) -> bool:
+        return record.decode_tokens is not None and any(
+            p.model == record.model
+            and p.decode_tokens == record.decode_tokens
+            and abs(p.finished_wall_s - record.finished_wall_s) <= SAME_REQUEST_WITHIN_S
+            for p in proxy_records
+        )
+
+    kept = tuple(r for r in server_records if not seen_by_proxy(r))
+    return kept + tuple(proxy_records)

@@ -1,0 +1,62 @@
+"""Running proxies on their own event-loop thread (the tray app, `llm-tray proxy`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+from trayapp.adapters.proxy.server import ProxyServer, RecordSink, Route
+
+
+async def start_all(routes: Sequence[Route], on_record: RecordSink) -> list[ProxyServer]:
+    """Bind every route; on a failure the ones already bound are closed and the error raised."""
+    servers: list[ProxyServer] = []
+    try:
+        for route in routes:
+            server = ProxyServer(route, on_record)
+            await server.start()
+            servers.append(server)
+    except BaseException:
+        for server in servers:
+            await server.close()
+        raise
+    return servers
+
+
+class ProxyThread:
+    """The proxies on their own event loop thread: the GUI and the sampler never wait on them."""
+
+    def __init__(self, routes: Sequence[Route], on_record: RecordSink) -> None:
+        self.routes = tuple(routes)
+        self._on_record = on_record
+        self._loop = asyncio.new_event_loop()
+        self._servers: list[ProxyServer] = []
+        self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)
+
+    def start(self, timeout_s: float = 10.0) -> list[str]:
+        """Bind every route and return their listen URLs; OSError (port taken…) when one cannot bind."""
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(start_all(self.routes, self._on_record), self._loop)
+        try:
+            self._servers = future.result(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return [server.listen_url for server in self._servers]
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+
+        async def close_all() -> None:
+            for server in self._servers:
+                await server.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(timeout_s)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)
+            if not self._thread.is_alive():
+                self._loop.close()
