@@ -1,0 +1,423 @@
+"""The recording proxy's tap (#12): reads each recorded request's numbers as its bytes pass. Pure, no I/O.
+
+The pump calls `RequestTap` with the de-framed request body, the response head and the de-chunked
+response body, piece by piece, then `finish`. The tap never buffers a stream: whole lines are scanned
+where they lie (`scan_line`), a line split across reads is carried as scanner state (`JsonScan`), not
+as bytes, and a non-streaming body is scanned the same way. No prompt or completion text is kept in
+any attribute once a call returns; the request body is held (up to a limit) only until the response
+head, to read `model`, `stream` and `stream_options.include_usage`.
+
+Where the numbers come from, best first: llama-server `timings` (`parse_timings`), LM Studio `stats`
+(`parse_chat_stats`), Ollama's final object (ns durations), vLLM's `metrics` block, then OpenAI
+`usage` with the decode rate over the proxy's own clock (`decode_exact=False`).
+
+TTFT: streaming, the proxy's time from the request's start to the first piece carrying generated
+text. Non-streaming, the server's own figure: llama-server `timings.prompt_ms`, LM Studio
+`stats.time_to_first_token`, vLLM `metrics.time_to_first_token_ms`, and for Ollama
+`load_duration + prompt_eval_duration` (the time before its first token, queueing excluded, as
+llama-server's `prompt_ms` is); otherwise None.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from trayapp.adapters.proxy.recorder_parse import JsonScan, merge_found, scan_line
+from trayapp.adapters.servers.llamacpp_parse import parse_timings
+from trayapp.adapters.servers.lmstudio import parse_chat_stats
+from trayapp.core.model import FinishedRequest
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS: dict[str, str] = {
+    "/api/generate": "ollama-generate",
+    "/api/chat": "ollama-chat",
+    "/v1/chat/completions": "openai-chat",
+    "/v1/completions": "openai-completions",
+    "/v1/responses": "openai-responses",
+    "/completion": "llamacpp-completion",
+    "/completions": "llamacpp-completion",
+    "/api/v0/chat/completions": "lmstudio-v0",
+    "/api/v0/completions": "lmstudio-v0",
+    "/api/v1/chat": "lmstudio-v1-chat",
+}
+_NS_PER_S = 1e9
+
+
+def recorded_endpoint(method: str, path: str) -> str | None:
+    """The API family of a request we record, or None (passes through unrecorded). `path` has no query."""
+    if method.upper() != "POST":
+        return None
+    return ENDPOINTS.get(path.rstrip("/") if len(path) > 1 else path)
+
+
+def _as_num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _as_int(value: Any) -> int | None:
+    number = _as_num(value)
+    return None if number is None else int(number)
+
+
+class RequestTap:
+    """Watches one request/response pair pass through the proxy and makes its `FinishedRequest`."""
+
+    def __init__(
+        self,
+        *,
+        server_kind: str,
+        method: str,
+        path: str,
+        started_mono_s: float,
+        started_wall_s: float,
+        request_body_limit_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.server_kind = server_kind
+        self.path = path
+        self.family = recorded_endpoint(method, path)
+        self.started_mono_s = started_mono_s
+        self.started_wall_s = started_wall_s
+        self._request_limit_bytes = request_body_limit_bytes
+        self._request: bytearray | None = bytearray() if self.family is not None else None
+        self.request_model: str | None = None
+        self.request_stream: bool | None = None  # what the request asked for (None: unknown)
+        self.include_usage = False
+        self.status: int | None = None
+        self.content_type = ""
+        self.compressed = False
+        self.mode: str | None = None  # "sse", "ndjson", "json" or "skip", set at the response head
+        self._carry: JsonScan | None = None  # the scan of a data line split across reads
+        self._line_head = bytearray()  # the start of a line until its kind is known (SSE prefixes only)
+        self._line_kind: str | None = None  # "data", "event", "other" for the line in progress
+        self._event = ""  # the current SSE event name (schema names only, capped)
+        self._doc: JsonScan | None = None  # the scan of a non-streaming body
+        self.found: dict[str, Any] = {}
+        self.ttft_s: float | None = None
+        self.first_text_mono_s: float | None = None
+        self.last_text_mono_s: float | None = None
+        self.text_pieces = 0
+
+    @property
+    def active(self) -> bool:
+        return self.family is not None
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode in ("sse", "ndjson")
+
+    # ------------------------------------------------------------------ request
+    def request_body(self, payload: bytes) -> None:
+        """De-framed request body bytes, in pieces; kept up to the limit, only until the response head."""
+        if self._request is None:
+            return
+        if len(self._request) + len(payload) > self._request_limit_bytes:
+            self._request = None
+            return
+        self._request += payload
+
+    def _read_request(self) -> None:
+        raw, self._request = self._request, None
+        if not raw:
+            return
+        try:
+            body = json.loads(bytes(raw))
+        except ValueError:
+            return
+        finally:
+            del raw
+        if not isinstance(body, dict):
+            return
+        model = body.get("model")
+        self.request_model = model if isinstance(model, str) and model else None
+        stream = body.get("stream")
+        self.request_stream = stream if isinstance(stream, bool) else None
+        options = body.get("stream_options")
+        self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+    def _expects_stream(self) -> bool:
+        if self.family in ("ollama-generate", "ollama-chat"):
+            return self.request_stream is not False  # Ollama streams unless told `stream: false`
+        return self.request_stream is True
+
+    # ------------------------------------------------------------------ response
+    def response_head(self, status: int, headers: Mapping[str, str], now_mono_s: float) -> None:
+        """Status and lower-case headers; decides how the body is read (or not read)."""
+        if not self.active:
+            return
+        self._read_request()
+        self.status = status
+        self.content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        encoding = headers.get("content-encoding", "").strip().lower()
+        self.compressed = encoding not in ("", "identity")
+        if self.compressed or status >= 400:
+            self.mode = "skip"
+        elif self.content_type == "text/event-stream":
+            self.mode = "sse"
+        elif self.content_type in ("application/x-ndjson", "application/ndjson", "application/jsonl"):
+            self.mode = "ndjson"
+        elif self.content_type.endswith("json"):
+            self.mode = "json"
+        elif self._expects_stream():
+            self.mode = "ndjson" if self.family in ("ollama-generate", "ollama-chat") else "sse"
+        else:
+            self.mode = "json"
+        if self.mode == "json":
+            self._doc = JsonScan(want_model=True)
+
+    def response_body(self, payload: bytes, now_mono_s: float) -> None:
+        """De-chunked body bytes as they pass."""
+        if not self.active or not payload:
+            return
+        if self.mode is None:
+            self.response_head(200, {}, now_mono_s)
+        if self.mode == "json" and self._doc is not None:
+            self._doc.feed(payload)
+            return
+        if self.mode not in ("sse", "ndjson"):
+            return
+        start, n = 0, len(payload)
+        while start < n:
+            newline = payload.find(b"\n", start)
+            end = n if newline < 0 else newline
+            if self._line_kind is None and not self._line_head and newline >= 0:
+                self._whole_line(payload[start:end], now_mono_s)
+            else:
+                self._partial(payload[start:end], now_mono_s)
+                if newline >= 0:
+                    self._end_partial(now_mono_s)
+            if newline < 0:
+                break
+            start = newline + 1
+
+    def _on_text(self, now_mono_s: float) -> None:
+        if self.first_text_mono_s is None:
+            self.first_text_mono_s = now_mono_s
+            self.ttft_s = max(0.0, now_mono_s - self.started_mono_s)
+        self.last_text_mono_s = now_mono_s
+        self.text_pieces += 1
+
+    def _text_counts(self) -> bool:
+        # /v1/responses: only `*.delta` events carry new text (`*.done` and `response.completed` repeat it)
+        return not self._event or self._event.endswith(".delta")
+
+    def _whole_line(self, line: bytes, now_mono_s: float) -> None:
+        if self.mode == "sse":
+            if line.startswith(b"data:"):
+                line = line[5:]
+            else:
+                if line.startswith(b"event:"):
+                    self._event = line[6:].strip()[:96].decode("ascii", "replace")
+                elif not line.strip():
+                    self._event = ""
+                return
+        has_text, stats = scan_line(line, want_model="model" not in self.found)
+        if has_text and self._text_counts():
+            self._on_text(now_mono_s)
+        if stats:
+            merge_found(self.found, stats)
+
+    def _partial(self, part: bytes, now_mono_s: float) -> None:
+        """Part of a line that does not end in this piece (or ends a line begun in an earlier one)."""
+        if self._line_kind is None:
+            if self.mode == "ndjson":
+                self._line_kind = "data"
+                self._carry = JsonScan(want_model="model" not in self.found)
+            else:
+                need = 6 - len(self._line_head)  # enough bytes to tell "data:" from "event:"
+                self._line_head += part[:need]
+                part = part[need:]
+                head = bytes(self._line_head)
+                if head.startswith(b"data:"):
+                    self._line_kind = "data"
+                    self._line_head.clear()
+                    self._carry = JsonScan(want_model="model" not in self.found)
+                    part = head[5:] + part
+                elif head.startswith(b"event:"):
+                    self._line_kind = "event"
+                elif len(head) < 6 and (b"data:".startswith(head) or b"event:".startswith(head)):
+                    return  # the piece ended inside the prefix
+                else:
+                    self._line_kind = "other"
+                    self._line_head.clear()
+        if self._line_kind == "data" and self._carry is not None:
+            had_text = self._carry.has_text
+            self._carry.feed(part)
+            if self._carry.has_text and not had_text and self._text_counts():
+                self._on_text(now_mono_s)
+        elif self._line_kind == "event":
+            self._line_head += part[: max(0, 128 - len(self._line_head))]
+
+    def _end_partial(self, now_mono_s: float) -> None:
+        kind, self._line_kind = self._line_kind, None
+        if kind is None or kind == "event":
+            head = bytes(self._line_head)
+            self._line_head.clear()
+            self._whole_line(head, now_mono_s)
+        elif kind == "data" and self._carry is not None:
+            merge_found(self.found, self._carry.found)
+        self._carry = None
+
+    # ------------------------------------------------------------------ the record
+    def finish(self, *, now_mono_s: float, now_wall_s: float, aborted: bool) -> FinishedRequest | None:
+        """The request's record (None only when not recorded). An aborted or failed one still has one."""
+        if not self.active:
+            return None
+        self._request = None
+        if self._line_kind == "data" and self._carry is not None:  # a last line without its newline
+            merge_found(self.found, self._carry.found)
+        self._carry = None
+        self._line_head.clear()
+        self._line_kind = None
+        if self._doc is not None:
+            merge_found(self.found, self._doc.found)
+            self._doc = None
+        found, self.found = self.found, {}
+        model = found.get("model")
+        record = build_record(
+            found,
+            model=model if isinstance(model, str) and model else self.request_model or "unknown",
+            finished_wall_s=now_wall_s,
+            streaming=self.streaming,
+            ttft_s=self.ttft_s if self.streaming else None,
+            first_text_mono_s=self.first_text_mono_s,
+            last_text_mono_s=self.last_text_mono_s,
+            text_pieces=self.text_pieces,
+        )
+        return FinishedRequest(
+            **{
+                **record,
+                "source": "proxy",
+                "endpoint": self.path,
+                "http_status": self.status,
+                "aborted": aborted,
+            }
+        )
+
+
+def _usage_counts(usage: Any) -> tuple[int | None, int | None, int | None]:
+    """OpenAI `usage` (chat/completions, or /v1/responses' input/output names) → prompt, cached, output."""
+    if not isinstance(usage, dict):
+        return None, None, None
+    prompt = _as_int(usage.get("prompt_tokens", usage.get("input_tokens")))
+    output = _as_int(usage.get("completion_tokens", usage.get("output_tokens")))
+    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+    cached = _as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return prompt, cached, output
+
+
+def build_record(
+    found: Mapping[str, Any],
+    *,
+    model: str,
+    finished_wall_s: float,
+    streaming: bool,
+    ttft_s: float | None,
+    first_text_mono_s: float | None,
+    last_text_mono_s: float | None,
+    text_pieces: int,
+) -> dict[str, Any]:
+    """The captured statistics of one response → `FinishedRequest` fields (no source/endpoint/status)."""
+    fields: dict[str, Any] = {"model": model, "finished_wall_s": finished_wall_s}
+    timings = found.get("timings")
+    if isinstance(timings, dict):
+        parsed = parse_timings({"timings": timings}, finished_wall_s=finished_wall_s, model=model)
+        if parsed is not None:
+            fields.update(_fields_of(parsed))
+            if streaming:
+                fields["ttft_s"] = ttft_s
+            return fields
+    stats = found.get("stats")
+    if isinstance(stats, dict):
+        body = {"stats": stats, "usage": found.get("usage"), "model": model}
+        parsed_stats = parse_chat_stats(body, finished_wall_s=finished_wall_s)
+        fields.update(_fields_of(parsed_stats))
+        fields["model"] = model
+        if streaming:
+            fields["ttft_s"] = ttft_s
+        return fields
+    if "eval_count" in found or "prompt_eval_count" in found:
+        fields.update(_ollama_fields(found))
+        if streaming:
+            fields["ttft_s"] = ttft_s
+        return fields
+    prompt, cached, output = _usage_counts(found.get("usage"))
+    fields.update(prompt_tokens=prompt, cached_tokens=cached, decode_tokens=output, ttft_s=ttft_s)
+    if prompt is not None and output is not None:
+        fields["context_tokens"] = prompt + output
+    metrics = found.get("metrics")
+    if isinstance(metrics, dict):  # vLLM's per-request block: the server's own clock
+        itl_ms = _as_num(metrics.get("mean_itl_ms"))
+        if itl_ms is not None and itl_ms > 0:
+            fields["decode_tok_s"] = 1000.0 / itl_ms
+        ttft_ms = _as_num(metrics.get("time_to_first_token_ms"))
+        if not streaming and ttft_ms is not None:
+            fields["ttft_s"] = ttft_ms / 1000.0
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, dict):
+            drafted = _as_int(spec.get("num_draft_tokens"))
+            accepted = _as_int(spec.get("num_accepted_draft_tokens"))
+            if drafted is not None and accepted is not None:
+                fields.update(draft_tokens=drafted, draft_accepted=accepted)
+        if "decode_tok_s" in fields:
+            return fields
+    # usage only: completion tokens after the first over the proxy's clock between text pieces
+    if (
+        output is not None
+        and output >= 2
+        and text_pieces >= 2
+        and first_text_mono_s is not None
+        and last_text_mono_s is not None
+        and last_text_mono_s > first_text_mono_s
+    ):
+        fields["decode_tok_s"] = (output - 1) / (last_text_mono_s - first_text_mono_s)
+        fields["decode_exact"] = False
+    return fields
+
+
+def _ollama_fields(found: Mapping[str, Any]) -> dict[str, Any]:
+    """Ollama's final object: `prompt_eval_count` includes cached tokens, its duration does not."""
+    prompt = _as_int(found.get("prompt_eval_count"))
+    prompt_ns = _as_num(found.get("prompt_eval_duration"))
+    output = _as_int(found.get("eval_count"))
+    eval_ns = _as_num(found.get("eval_duration"))
+    load_ns = _as_num(found.get("load_duration"))
+    fields: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "cached_tokens": None,
+        "decode_tokens": output,
+        "load_s": None if load_ns is None else load_ns / _NS_PER_S,
+        "prompt_rate_upper_bound": True,
+    }
+    if prompt is not None and prompt_ns:
+        fields["prompt_tok_s"] = prompt / (prompt_ns / _NS_PER_S)
+    if output is not None and eval_ns:
+        fields["decode_tok_s"] = output / (eval_ns / _NS_PER_S)
+    if prompt is not None and output is not None:
+        fields["context_tokens"] = prompt + output
+    if prompt_ns is not None:
+        fields["ttft_s"] = ((load_ns or 0.0) + prompt_ns) / _NS_PER_S
+    return fields
+
+
+_RECORD_FIELDS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "decode_tokens",
+    "prompt_tok_s",
+    "decode_tok_s",
+    "ttft_s",
+    "load_s",
+    "draft_tokens",
+    "draft_accepted",
+    "context_tokens",
+)
+
+
+def _fields_of(record: FinishedRequest) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in _RECORD_FIELDS}
