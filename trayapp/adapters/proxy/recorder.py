@@ -268,7 +268,7 @@ class RequestTap:
         """The request's record (None only when not recorded). An aborted or failed one still has one."""
         if not self.active:
             return None
-        self._request = None
+        self._read_request()  # no response head came (an abort before it): the request still names the model
         if self._line_kind == "data" and self._carry is not None:  # a last line without its newline
             merge_found(self.found, self._carry.found)
         self._carry = None
