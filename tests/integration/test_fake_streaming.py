@@ -193,6 +193,41 @@ def test_lmstudio_v0_stats(streamed: bool) -> None:
     assert obj["usage"] == {"prompt_tokens": 24, "completion_tokens": 10, "total_tokens": 34}
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_lmstudio_v1_chat_events_and_stats(streamed: bool) -> None:
+    with fast("lmstudio", tokens=4, token_delay_s=0.02, prefill_delay_s=0.1, prompt_tokens=27) as up:
+        url = up.url + "/api/v1/chat"
+        if streamed:
+            _, pieces = stream(url, {"model": "qwen/qwen3-30b-a3b", "input": "x", "stream": True})
+            body = b"".join(p for _, p in pieces).decode()
+            assert body.endswith("\n\n")
+            events = [e.split("\n") for e in body.split("\n\n")[:-1]]
+            names = [e[0].removeprefix("event: ") for e in events]
+            datas = [json.loads(e[1].removeprefix("data: ")) for e in events]
+            assert names == [
+                *("chat.start", "prompt_processing.start", "prompt_processing.progress"),
+                *("prompt_processing.progress", "prompt_processing.end", "message.start"),
+                *["message.delta"] * 4,
+                *("message.end", "chat.end"),
+            ]
+            assert [d["type"] for d in datas] == names
+            assert [d["progress"] for d in datas[2:4]] == [0.5, 1.0]
+            assert "".join(d["content"] for d in datas[6:10]) == "alpha bravo charlie alpha"
+            # The progress events come during the prefill, the first delta after it.
+            cap = only(up)
+            assert cap.first_token_at is not None and cap.first_token_at - cap.started_at >= 0.1
+            result = datas[-1]["result"]
+        else:
+            result = httpx.post(url, json={"input": "x"}, timeout=TIMEOUT).json()
+    fixture = json.loads((FIXTURES / "lmstudio" / "api_v1_chat.json").read_text())
+    assert set(result) == set(fixture) and set(result["stats"]) == set(fixture["stats"])
+    assert result["output"] == [{"type": "message", "content": "alpha bravo charlie alpha"}]
+    # 4 tokens × 0.02 s = 0.08 s → 50 tok/s; TTFT = the 0.1 s prefill.
+    assert result["stats"]["tokens_per_second"] == 50.0
+    assert result["stats"]["time_to_first_token_seconds"] == 0.1
+    assert (result["stats"]["input_tokens"], result["stats"]["total_output_tokens"]) == (27, 4)
+
+
 def test_split_lines_cross_reads_and_reassemble() -> None:
     with fast(split_lines=True) as up:
         _, pieces = stream(up.url + "/api/chat", {"messages": []})

@@ -9,7 +9,9 @@ by token with each server's framing and fields (tests/fixtures/, ../shared/refer
   (uvicorn / Express), a role-only first chunk (chat), a chunk per token, a finish chunk, a usage chunk
   (`choices: []`) only with `stream_options.include_usage`, `data: [DONE]`.
 - LM Studio `/api/v0/chat/completions`: plus `stats`, `model_info`, `runtime`; streamed, they ride on the
-  finish chunk with `usage` (an assumption: the streamed v0 shape is undocumented).
+  finish chunk with `usage` (an assumption: the streamed v0 shape is undocumented). `/api/v1/chat`: named
+  SSE events (`chat.start`, `prompt_processing.*` progress during the prefill, `message.delta` per token,
+  `chat.end` with the whole result and its `stats`).
 
 Reported figures follow the knobs (hand arithmetic): Ollama `prompt_eval_duration` = prefill_delay_s·1e9,
 `eval_duration` = tokens·token_delay_s·1e9, `load_duration` = load_delay_s·1e9, `total_duration` = their
@@ -87,16 +89,13 @@ class Capture:
         return self.response_head + self.response_body_wire
 
 
-class _ClientGone(Exception):
-    pass
+class _ClientGone(Exception): ...  # the client hung up (args[0]: the stage)
 
 
-class _Stopped(Exception):
-    pass
+class _Stopped(Exception): ...  # the fake is shutting down
 
 
-class _Died(Exception):
-    pass
+class _Died(Exception): ...  # die_after_tokens reached
 
 
 class _Wire:
@@ -193,10 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.server.owner._track(self.connection, add=True)
+        self.server.owner._conns[self.connection] = threading.current_thread()  # for stop()
 
     def finish(self) -> None:
-        self.server.owner._track(self.connection, add=False)
+        self.server.owner._conns.pop(self.connection, None)
         with contextlib.suppress(OSError):
             super().finish()
 
@@ -261,8 +260,7 @@ class FakeStreamingUpstream:
         self._stop.set()
         if self._thread.is_alive():
             self._server.shutdown()
-        with self._lock:
-            live = dict(self._conns)
+        live = dict(self._conns)
         for conn in live:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -275,13 +273,6 @@ class FakeStreamingUpstream:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def _track(self, conn: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._conns[conn] = threading.current_thread()
-            else:
-                self._conns.pop(conn, None)
 
     # helpers for tests -----------------------------------------------------------------------------
     def token_texts(self) -> list[str]:
@@ -354,15 +345,15 @@ class FakeStreamingUpstream:
             routes["/api/generate"] = lambda w, r, s: self._ollama(w, r, chat=False)
         if self.kind == "lmstudio":
             routes["/api/v0/chat/completions"] = lambda w, r, s: self._openai(w, r, s, chat=True, native=True)
+            routes["/api/v1/chat"] = lambda w, r, s: self._lmstudio_v1(w, r, s)
         return routes
 
     def _headers(self, content_type: str, length: int | None) -> list[tuple[str, str]]:
         date = formatdate(usegmt=True)
         size = [("Transfer-Encoding", "chunked")] if length is None else [("Content-Length", str(length))]
         if self.kind == "vllm":  # uvicorn: lower-case names, headers at once
-            return [("date", date), ("server", "uvicorn"), ("content-type", content_type)] + [
-                (k.lower(), v) for k, v in size
-            ]
+            named = [("date", date), ("server", "uvicorn"), ("content-type", content_type), *size]
+            return [(k.lower(), v) for k, v in named]
         if self.kind == "lmstudio":  # Express
             return [("X-Powered-By", "Express"), ("Content-Type", content_type), ("Date", date), *size]
         return [("Content-Type", content_type), ("Date", date), *size]  # Go net/http, sorted names
@@ -384,14 +375,21 @@ class FakeStreamingUpstream:
             wire.payload(data)
 
     def _stream(
-        self, wire: _Wire, content_type: str, early_headers: bool, lines: tuple[list[Line], ...]
+        self, wire: _Wire, content_type: str, early_headers: bool, lines: Sequence[list[Line]]
     ) -> None:
-        """Write `preface`, then one token line per token_delay_s, then `tail`; honour die_after_tokens."""
-        preface, token_lines, tail = lines
+        """Write (early, mid, preface, token_lines, tail): `early` with the headers, `mid` halfway through
+        the prefill (progress events), then `preface`, one token line per token_delay_s and `tail`."""
+        early, mid, preface, token_lines, tail = lines
         wire.cap.streamed = True
         if early_headers:
             wire.head(200, self._headers(content_type, None))
-        wire.wait(self.load_delay_s + self.prefill_delay_s, "prefill")
+        for data in early:
+            self._line(wire, data)
+        prefill_s = self.load_delay_s + self.prefill_delay_s
+        wire.wait(prefill_s / 2 if mid else prefill_s, "prefill")
+        for data in mid:
+            self._line(wire, data)
+        wire.wait(prefill_s / 2 if mid else 0.0, "prefill")
         if not early_headers:
             wire.head(200, self._headers(content_type, None))
         for data in preface:
@@ -449,7 +447,7 @@ class FakeStreamingUpstream:
             return
         token_lines: list[Line] = [functools.partial(obj, t) for t in texts]
         tail: list[Line] = [functools.partial(obj, "", True)]
-        self._stream(wire, "application/x-ndjson", False, ([], token_lines, tail))
+        self._stream(wire, "application/x-ndjson", False, ([], [], [], token_lines, tail))
 
     def _openai(self, wire: _Wire, request: dict[str, Any], seq: int, *, chat: bool, native: bool) -> None:
         model = str(request.get("model") or self.model or DEFAULT_MODELS[self.kind])
@@ -491,7 +489,33 @@ class FakeStreamingUpstream:
             tail.append(event([], usage=usage))
         tail.append(b"data: [DONE]\n\n")
         content_type = "text/event-stream; charset=utf-8" if self.kind == "vllm" else "text/event-stream"
-        self._stream(wire, content_type, True, (preface, token_lines, tail))
+        self._stream(wire, content_type, True, ([], [], preface, token_lines, tail))
+
+    def _lmstudio_v1(self, wire: _Wire, request: dict[str, Any], seq: int) -> None:
+        """LM Studio REST v1 `POST /api/v1/chat` (docs 1_developer/_2_rest/chat.md, streaming-events.md)."""
+        model = str(request.get("model") or self.model or DEFAULT_MODELS["lmstudio"])
+        texts, gen_s = self.token_texts(), self.tokens * self.token_delay_s
+        stats: dict[str, Any] = {"input_tokens": self.prompt_tokens, "total_output_tokens": self.tokens}
+        stats |= {"reasoning_output_tokens": 0, "tokens_per_second": self.tokens / gen_s if gen_s else 0.0}
+        stats["time_to_first_token_seconds"] = round(self.load_delay_s + self.prefill_delay_s, 3)
+        output = [{"type": "message", "content": "".join(texts)}]
+        result: dict[str, Any] = {"model_instance_id": model, "output": output, "stats": stats}
+        result |= {"response_id": f"resp_{seq:08x}fakelmstudio"}
+        if not request.get("stream", False):
+            self._whole(wire, _dumps(result))
+            return
+
+        def event(kind: str, **data: Any) -> bytes:
+            return b"event: %s\ndata: %s\n\n" % (kind.encode(), _dumps({"type": kind, **data}))
+
+        pp = "prompt_processing."
+        early: list[Line] = [event("chat.start", model_instance_id=model), event(pp + "start")]
+        mid: list[Line] = [event(pp + "progress", progress=0.5)]
+        preface: list[Line] = [event(pp + "progress", progress=1.0), event(pp + "end")]
+        preface.append(event("message.start"))
+        token_lines: list[Line] = [event("message.delta", content=t) for t in texts]
+        tail: list[Line] = [event("message.end"), event("chat.end", result=result)]
+        self._stream(wire, "text/event-stream", True, (early, mid, preface, token_lines, tail))
 
 
 def _choice(chat: bool, text: str | None, finish: str | None, role: bool = False, whole: bool = False) -> Any:
@@ -499,11 +523,7 @@ def _choice(chat: bool, text: str | None, finish: str | None, role: bool = False
     if not chat:
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
     if whole:
-        return {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": finish,
-        }
+        message = {"role": "assistant", "content": text}
+        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
     delta = {"role": "assistant", "content": ""} if role else {} if text is None else {"content": text}
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
