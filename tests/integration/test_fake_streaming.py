@@ -87,10 +87,11 @@ def test_ollama_chat_streams_ndjson_by_default_token_by_token() -> None:
     # Token by token: one chunk per line, spread over the 5 × 0.01 s of decoding.
     assert cap.payload_writes == [line + b"\n" for line in lines[:-1]]
     assert pieces[-1][0] - pieces[0][0] >= 0.04
+    assert len(cap.write_times) == 6 and cap.write_times[-1] - cap.write_times[0] >= 0.05
     assert cap.first_token_at is not None and cap.first_token_at - cap.started_at >= 0.05
     # The capture is what httpx received, and its wire bytes are the chunks as framed.
     assert cap.response_body == body
-    assert dechunk(cap.response_body_wire) == cap.payload_writes
+    assert dechunk(bytes(cap.response_body_wire)) == cap.payload_writes
     assert cap.completed and not cap.died and not cap.client_disconnected and cap.tokens_sent == 5
 
 

@@ -70,9 +70,10 @@ class Capture:
     status: int = 0
     streamed: bool = False
     response_head: bytes = b""  # status line + headers + blank line, as written
-    response_body_wire: bytes = b""  # body bytes as written (chunk framing included)
-    response_body: bytes = b""  # the payload (de-chunked)
+    response_body_wire: bytearray = field(default_factory=bytearray)  # as written (chunk framing included)
+    response_body: bytearray = field(default_factory=bytearray)  # the payload (de-chunked)
     payload_writes: list[bytes] = field(default_factory=list)  # one entry per socket write of payload
+    write_times: list[float] = field(default_factory=list)  # when each of payload_writes was sent
     tokens_sent: int = 0
     first_byte_at: float | None = None
     first_token_at: float | None = None
@@ -86,7 +87,7 @@ class Capture:
 
     @property
     def wire_bytes(self) -> bytes:
-        return self.response_head + self.response_body_wire
+        return self.response_head + bytes(self.response_body_wire)
 
 
 class _ClientGone(Exception): ...  # the client hung up (args[0]: the stage)
@@ -131,6 +132,7 @@ class _Wire:
         self.send(framed)
         self.cap.response_body += data
         self.cap.payload_writes.append(data)
+        self.cap.write_times.append(time.monotonic())
 
     def end(self) -> None:
         if self.chunked:
@@ -394,9 +396,9 @@ class FakeStreamingUpstream:
             wire.head(200, self._headers(content_type, None))
         for data in preface:
             self._line(wire, data)
+        start = time.monotonic()  # token i leaves at start + i × token_delay_s (no drift)
         for i, line in enumerate([*token_lines, None]):
-            if i:
-                wire.wait(self.token_delay_s, "streaming")
+            wire.wait(start + i * self.token_delay_s - time.monotonic(), "streaming")
             if self.die_after_tokens is not None and wire.cap.tokens_sent >= self.die_after_tokens:
                 raise _Died
             if line is None:
