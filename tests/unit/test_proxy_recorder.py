@@ -213,6 +213,24 @@ def test_responses_stream_every_split_point() -> None:
         assert feed_capture("responses_stream.sse", [(body[:k], T0 + 1), (body[k:], T0 + 1)]) == whole, k
 
 
+OTHER_STREAMS = [
+    ("/api/chat", "ollama/chat_stream.ndjson", "application/x-ndjson"),
+    ("/api/v1/chat", "lmstudio/api_v1_chat_stream.sse", "text/event-stream"),
+    ("/v1/chat/completions", "vllm/chat_stream_metrics.sse", "text/event-stream"),
+    ("/api/v0/chat/completions", "lmstudio/api_v0_chat_completion.json", "application/json"),
+]
+
+
+@pytest.mark.parametrize(("path", "name", "content_type"), OTHER_STREAMS)
+def test_every_split_point_other_servers(path: str, name: str, content_type: str) -> None:
+    body = (FIXTURES / name).read_bytes()
+    whole = feed(path, [(body, T0 + 1)], request={"stream": True}, content_type=content_type)
+    assert whole.decode_tok_s is not None
+    for k in range(1, len(body)):
+        pieces = [(body[:k], T0 + 1), (body[k:], T0 + 1)]
+        assert feed(path, pieces, request={"stream": True}, content_type=content_type) == whole, k
+
+
 def test_byte_by_byte_matches_line_by_line() -> None:
     for name in ("chat_stream_usage.sse", "responses_stream.sse", "chat_nonstream.json"):
         body = capture(name)[1]
@@ -330,6 +348,22 @@ def test_lmstudio_v1_chat_stats() -> None:
     record = feed("/api/v1/chat", [(body, T0 + 4)], request={"model": "x"}, content_type="application/json")
     assert record.ttft_s == pytest.approx(stats["time_to_first_token_seconds"])
     assert record.decode_tok_s == pytest.approx(stats["tokens_per_second"])
+
+
+def test_lmstudio_v1_chat_stream_reads_chat_end() -> None:
+    body = (FIXTURES / "lmstudio" / "api_v1_chat_stream.sse").read_bytes()
+    stats = json.loads((FIXTURES / "lmstudio" / "api_v1_chat.json").read_bytes())["stats"]
+    lines = body.split(b"\n")
+    first_delta = lines.index(b"event: reasoning.delta") + 1  # its data line; load and progress events first
+    for pieces in (by_lines(body), [(body, T0 + 1)]):
+        record = feed("/api/v1/chat", pieces, request={"model": "qwen3", "stream": True})
+        assert record.model == "qwen/qwen3-30b-a3b"  # the result's model_instance_id
+        assert (record.prompt_tokens, record.decode_tokens) == (27, 188)
+        assert record.decode_tok_s == pytest.approx(stats["tokens_per_second"])
+        assert record.load_s == pytest.approx(12.34)  # from model_load.end
+    assert feed("/api/v1/chat", by_lines(body), request={}).ttft_s == pytest.approx(
+        1 + first_delta * LINE_STEP_S
+    )
 
 
 def test_vllm_metrics_block() -> None:

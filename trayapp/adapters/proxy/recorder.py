@@ -25,9 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trayapp.adapters.proxy.recorder_parse import JsonScan, merge_found, scan_line
-from trayapp.adapters.servers.llamacpp_parse import parse_timings
-from trayapp.adapters.servers.lmstudio import parse_chat_stats
+from trayapp.adapters.proxy.recorder_parse import JsonScan, build_record, merge_found, scan_line, wants_model
 from trayapp.core.model import FinishedRequest
 
 log = logging.getLogger(__name__)
@@ -44,7 +42,6 @@ ENDPOINTS: dict[str, str] = {
     "/api/v0/completions": "lmstudio-v0",
     "/api/v1/chat": "lmstudio-v1-chat",
 }
-_NS_PER_S = 1e9
 
 
 def recorded_endpoint(method: str, path: str) -> str | None:
@@ -52,17 +49,6 @@ def recorded_endpoint(method: str, path: str) -> str | None:
     if method.upper() != "POST":
         return None
     return ENDPOINTS.get(path.rstrip("/") if len(path) > 1 else path)
-
-
-def _as_num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _as_int(value: Any) -> int | None:
-    number = _as_num(value)
-    return None if number is None else int(number)
 
 
 class RequestTap:
@@ -216,7 +202,7 @@ class RequestTap:
                 elif not line.strip():
                     self._event = ""
                 return
-        has_text, stats = scan_line(line, want_model="model" not in self.found)
+        has_text, stats = scan_line(line, want_model=wants_model(self.found))
         if has_text and self._text_counts():
             self._on_text(now_mono_s)
         if stats:
@@ -227,7 +213,7 @@ class RequestTap:
         if self._line_kind is None:
             if self.mode == "ndjson":
                 self._line_kind = "data"
-                self._carry = JsonScan(want_model="model" not in self.found)
+                self._carry = JsonScan(want_model=wants_model(self.found))
             else:
                 need = 6 - len(self._line_head)  # enough bytes to tell "data:" from "event:"
                 self._line_head += part[:need]
@@ -236,7 +222,7 @@ class RequestTap:
                 if head.startswith(b"data:"):
                     self._line_kind = "data"
                     self._line_head.clear()
-                    self._carry = JsonScan(want_model="model" not in self.found)
+                    self._carry = JsonScan(want_model=wants_model(self.found))
                     part = head[5:] + part
                 elif head.startswith(b"event:"):
                     self._line_kind = "event"
@@ -278,7 +264,7 @@ class RequestTap:
             merge_found(self.found, self._doc.found)
             self._doc = None
         found, self.found = self.found, {}
-        model = found.get("model")
+        model = found.get("model") or found.get("model_instance_id")  # LM Studio /api/v1 names it so
         record = build_record(
             found,
             model=model if isinstance(model, str) and model else self.request_model or "unknown",
@@ -298,126 +284,3 @@ class RequestTap:
                 "aborted": aborted,
             }
         )
-
-
-def _usage_counts(usage: Any) -> tuple[int | None, int | None, int | None]:
-    """OpenAI `usage` (chat/completions, or /v1/responses' input/output names) → prompt, cached, output."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    prompt = _as_int(usage.get("prompt_tokens", usage.get("input_tokens")))
-    output = _as_int(usage.get("completion_tokens", usage.get("output_tokens")))
-    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
-    cached = _as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
-    return prompt, cached, output
-
-
-def build_record(
-    found: Mapping[str, Any],
-    *,
-    model: str,
-    finished_wall_s: float,
-    streaming: bool,
-    ttft_s: float | None,
-    first_text_mono_s: float | None,
-    last_text_mono_s: float | None,
-    text_pieces: int,
-) -> dict[str, Any]:
-    """The captured statistics of one response → `FinishedRequest` fields (no source/endpoint/status)."""
-    fields: dict[str, Any] = {"model": model, "finished_wall_s": finished_wall_s}
-    timings = found.get("timings")
-    if isinstance(timings, dict):
-        parsed = parse_timings({"timings": timings}, finished_wall_s=finished_wall_s, model=model)
-        if parsed is not None:
-            fields.update(_fields_of(parsed))
-            if streaming:
-                fields["ttft_s"] = ttft_s
-            return fields
-    stats = found.get("stats")
-    if isinstance(stats, dict):
-        body = {"stats": stats, "usage": found.get("usage"), "model": model}
-        parsed_stats = parse_chat_stats(body, finished_wall_s=finished_wall_s)
-        fields.update(_fields_of(parsed_stats))
-        fields["model"] = model
-        if streaming:
-            fields["ttft_s"] = ttft_s
-        return fields
-    if "eval_count" in found or "prompt_eval_count" in found:
-        fields.update(_ollama_fields(found))
-        if streaming:
-            fields["ttft_s"] = ttft_s
-        return fields
-    prompt, cached, output = _usage_counts(found.get("usage"))
-    fields.update(prompt_tokens=prompt, cached_tokens=cached, decode_tokens=output, ttft_s=ttft_s)
-    if prompt is not None and output is not None:
-        fields["context_tokens"] = prompt + output
-    metrics = found.get("metrics")
-    if isinstance(metrics, dict):  # vLLM's per-request block: the server's own clock
-        itl_ms = _as_num(metrics.get("mean_itl_ms"))
-        if itl_ms is not None and itl_ms > 0:
-            fields["decode_tok_s"] = 1000.0 / itl_ms
-        ttft_ms = _as_num(metrics.get("time_to_first_token_ms"))
-        if not streaming and ttft_ms is not None:
-            fields["ttft_s"] = ttft_ms / 1000.0
-        spec = metrics.get("speculative_decoding")
-        if isinstance(spec, dict):
-            drafted = _as_int(spec.get("num_draft_tokens"))
-            accepted = _as_int(spec.get("num_accepted_draft_tokens"))
-            if drafted is not None and accepted is not None:
-                fields.update(draft_tokens=drafted, draft_accepted=accepted)
-        if "decode_tok_s" in fields:
-            return fields
-    # usage only: completion tokens after the first over the proxy's clock between text pieces
-    if (
-        output is not None
-        and output >= 2
-        and text_pieces >= 2
-        and first_text_mono_s is not None
-        and last_text_mono_s is not None
-        and last_text_mono_s > first_text_mono_s
-    ):
-        fields["decode_tok_s"] = (output - 1) / (last_text_mono_s - first_text_mono_s)
-        fields["decode_exact"] = False
-    return fields
-
-
-def _ollama_fields(found: Mapping[str, Any]) -> dict[str, Any]:
-    """Ollama's final object: `prompt_eval_count` includes cached tokens, its duration does not."""
-    prompt = _as_int(found.get("prompt_eval_count"))
-    prompt_ns = _as_num(found.get("prompt_eval_duration"))
-    output = _as_int(found.get("eval_count"))
-    eval_ns = _as_num(found.get("eval_duration"))
-    load_ns = _as_num(found.get("load_duration"))
-    fields: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "cached_tokens": None,
-        "decode_tokens": output,
-        "load_s": None if load_ns is None else load_ns / _NS_PER_S,
-        "prompt_rate_upper_bound": True,
-    }
-    if prompt is not None and prompt_ns:
-        fields["prompt_tok_s"] = prompt / (prompt_ns / _NS_PER_S)
-    if output is not None and eval_ns:
-        fields["decode_tok_s"] = output / (eval_ns / _NS_PER_S)
-    if prompt is not None and output is not None:
-        fields["context_tokens"] = prompt + output
-    if prompt_ns is not None:
-        fields["ttft_s"] = ((load_ns or 0.0) + prompt_ns) / _NS_PER_S
-    return fields
-
-
-_RECORD_FIELDS = (
-    "prompt_tokens",
-    "cached_tokens",
-    "decode_tokens",
-    "prompt_tok_s",
-    "decode_tok_s",
-    "ttft_s",
-    "load_s",
-    "draft_tokens",
-    "draft_accepted",
-    "context_tokens",
-)
-
-
-def _fields_of(record: FinishedRequest) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in _RECORD_FIELDS}

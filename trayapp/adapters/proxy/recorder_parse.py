@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
+
+from trayapp.adapters.servers.llamacpp_parse import parse_timings
+from trayapp.adapters.servers.lmstudio import parse_chat_stats
+from trayapp.core.model import FinishedRequest
 
 TEXT_KEYS = frozenset({"content", "reasoning_content", "reasoning", "text", "response", "delta", "thinking"})
 STAT_KEYS = frozenset(
@@ -35,25 +40,32 @@ STAT_KEYS = frozenset(
         "total_duration",
     }
 )
-WANTED_KEYS = STAT_KEYS | {"model"}
+WANTED_KEYS = STAT_KEYS | {"model", "model_instance_id", "load_time_seconds"}
+NESTS = frozenset({"response", "result"})  # /v1/responses events, LM Studio's chat.end
 MAX_CAPTURE_BYTES = 64 * 1024  # a statistics value larger than this is not statistics: dropped
 
 _TEXT_RE = re.compile(rb'"(?:content|reasoning_content|reasoning|text|response|delta|thinking)"\s*:\s*"(?!")')
 _STAT_RE = re.compile(
     rb'"(?:timings|usage|stats|metrics|prompt_eval_count|prompt_eval_duration|eval_count'
-    rb'|eval_duration|load_duration|total_duration)"\s*:'
+    rb'|eval_duration|load_duration|total_duration|load_time_seconds)"\s*:'
 )
-_MODEL_RE = re.compile(rb'"model"\s*:')
+_MODEL_RE = re.compile(rb'"model(?:_instance_id)?"\s*:')
+_MODEL_KEYS = ("model", "model_instance_id")
 _STR_STOP = re.compile(rb'["\\]')
 _QUOTE, _BACKSLASH = 0x22, 0x5C
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
 
+def wants_model(found: dict[str, Any]) -> bool:
+    """Whether lines should still be read for a model name (none seen yet)."""
+    return not any(key in found for key in _MODEL_KEYS)
+
+
 def merge_found(found: dict[str, Any], new: dict[str, Any]) -> None:
-    """Fold one line's captured values into the request's: later values win, except `model`."""
+    """Fold one line's captured values into the request's: later values win, except model names."""
     for key, value in new.items():
-        if key == "model" and "model" in found:
+        if key in _MODEL_KEYS and key in found:
             continue
         found[key] = value
 
@@ -63,11 +75,13 @@ def _wanted_of(obj: Any, want_model: bool) -> dict[str, Any]:
     if not isinstance(obj, dict):
         return out
     for key, value in obj.items():
-        if key == "response" and isinstance(value, dict):
+        if key in NESTS and isinstance(value, dict):
             for sub_key, sub_value in value.items():
-                if sub_key in WANTED_KEYS and (sub_key != "model" or (want_model and "model" not in out)):
+                if sub_key in WANTED_KEYS and (
+                    sub_key not in _MODEL_KEYS or (want_model and sub_key not in out)
+                ):
                     out[sub_key] = sub_value
-        elif key in WANTED_KEYS and (key != "model" or (want_model and "model" not in out)):
+        elif key in WANTED_KEYS and (key not in _MODEL_KEYS or (want_model and key not in out)):
             out[key] = value
     return out
 
@@ -125,10 +139,10 @@ class JsonScan:
         self.found: dict[str, Any] = {}
 
     def _wants(self, key: str) -> bool:
-        if key not in WANTED_KEYS or (key == "model" and (not self.want_model or "model" in self.found)):
+        if key not in WANTED_KEYS or (key in _MODEL_KEYS and (not self.want_model or key in self.found)):
             return False
         depth = len(self._stack)
-        return depth == 1 or (depth == 2 and self._keys[0] == "response")
+        return depth == 1 or (depth == 2 and self._keys[0] in NESTS)
 
     def _end_capture(self, tail: bytes) -> None:
         cap = self._cap
@@ -220,3 +234,143 @@ class JsonScan:
                 self._cap = None
             else:
                 self._cap += data[cap_start:n]
+
+
+# --------------------------------------------------------------------------- the record
+
+_NS_PER_S = 1e9
+
+
+def _as_num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _as_int(value: Any) -> int | None:
+    number = _as_num(value)
+    return None if number is None else int(number)
+
+
+def _usage_counts(usage: Any) -> tuple[int | None, int | None, int | None]:
+    """OpenAI `usage` (chat/completions, or /v1/responses' input/output names) → prompt, cached, output."""
+    if not isinstance(usage, dict):
+        return None, None, None
+    prompt = _as_int(usage.get("prompt_tokens", usage.get("input_tokens")))
+    output = _as_int(usage.get("completion_tokens", usage.get("output_tokens")))
+    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+    cached = _as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return prompt, cached, output
+
+
+def build_record(
+    found: Mapping[str, Any],
+    *,
+    model: str,
+    finished_wall_s: float,
+    streaming: bool,
+    ttft_s: float | None,
+    first_text_mono_s: float | None,
+    last_text_mono_s: float | None,
+    text_pieces: int,
+) -> dict[str, Any]:
+    """The captured statistics of one response → `FinishedRequest` fields (no source/endpoint/status)."""
+    fields: dict[str, Any] = {"model": model, "finished_wall_s": finished_wall_s}
+    timings = found.get("timings")
+    if isinstance(timings, dict):
+        parsed = parse_timings({"timings": timings}, finished_wall_s=finished_wall_s, model=model)
+        if parsed is not None:
+            fields.update(_fields_of(parsed))
+            if streaming:
+                fields["ttft_s"] = ttft_s
+            return fields
+    stats = found.get("stats")
+    if isinstance(stats, dict):
+        body = {"stats": stats, "usage": found.get("usage"), "model": model}
+        parsed_stats = parse_chat_stats(body, finished_wall_s=finished_wall_s)
+        fields.update(_fields_of(parsed_stats))
+        if fields["load_s"] is None:  # LM Studio /api/v1 streams it on its model_load.end event
+            fields["load_s"] = _as_num(found.get("load_time_seconds"))
+        if streaming:
+            fields["ttft_s"] = ttft_s
+        return fields
+    if "eval_count" in found or "prompt_eval_count" in found:
+        fields.update(_ollama_fields(found))
+        if streaming:
+            fields["ttft_s"] = ttft_s
+        return fields
+    prompt, cached, output = _usage_counts(found.get("usage"))
+    fields.update(prompt_tokens=prompt, cached_tokens=cached, decode_tokens=output, ttft_s=ttft_s)
+    if prompt is not None and output is not None:
+        fields["context_tokens"] = prompt + output
+    metrics = found.get("metrics")
+    if isinstance(metrics, dict):  # vLLM's per-request block: the server's own clock
+        itl_ms = _as_num(metrics.get("mean_itl_ms"))
+        if itl_ms is not None and itl_ms > 0:
+            fields["decode_tok_s"] = 1000.0 / itl_ms
+        ttft_ms = _as_num(metrics.get("time_to_first_token_ms"))
+        if not streaming and ttft_ms is not None:
+            fields["ttft_s"] = ttft_ms / 1000.0
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, dict):
+            drafted = _as_int(spec.get("num_draft_tokens"))
+            accepted = _as_int(spec.get("num_accepted_draft_tokens"))
+            if drafted is not None and accepted is not None:
+                fields.update(draft_tokens=drafted, draft_accepted=accepted)
+        if "decode_tok_s" in fields:
+            return fields
+    # usage only: completion tokens after the first over the proxy's clock between text pieces
+    if (
+        output is not None
+        and output >= 2
+        and text_pieces >= 2
+        and first_text_mono_s is not None
+        and last_text_mono_s is not None
+        and last_text_mono_s > first_text_mono_s
+    ):
+        fields["decode_tok_s"] = (output - 1) / (last_text_mono_s - first_text_mono_s)
+        fields["decode_exact"] = False
+    return fields
+
+
+def _ollama_fields(found: Mapping[str, Any]) -> dict[str, Any]:
+    """Ollama's final object: `prompt_eval_count` includes cached tokens, its duration does not."""
+    prompt = _as_int(found.get("prompt_eval_count"))
+    prompt_ns = _as_num(found.get("prompt_eval_duration"))
+    output = _as_int(found.get("eval_count"))
+    eval_ns = _as_num(found.get("eval_duration"))
+    load_ns = _as_num(found.get("load_duration"))
+    fields: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "cached_tokens": None,
+        "decode_tokens": output,
+        "load_s": None if load_ns is None else load_ns / _NS_PER_S,
+        "prompt_rate_upper_bound": True,
+    }
+    if prompt is not None and prompt_ns:
+        fields["prompt_tok_s"] = prompt / (prompt_ns / _NS_PER_S)
+    if output is not None and eval_ns:
+        fields["decode_tok_s"] = output / (eval_ns / _NS_PER_S)
+    if prompt is not None and output is not None:
+        fields["context_tokens"] = prompt + output
+    if prompt_ns is not None:
+        fields["ttft_s"] = ((load_ns or 0.0) + prompt_ns) / _NS_PER_S
+    return fields
+
+
+_RECORD_FIELDS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "decode_tokens",
+    "prompt_tok_s",
+    "decode_tok_s",
+    "ttft_s",
+    "load_s",
+    "draft_tokens",
+    "draft_accepted",
+    "context_tokens",
+)
+
+
+def _fields_of(record: FinishedRequest) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in _RECORD_FIELDS}
