@@ -287,6 +287,17 @@ def test_no_usage_no_timings_gives_times_only() -> None:
     assert record.ttft_s == pytest.approx(1 + first_text_line("chat_stream_no_usage.sse") * LINE_STEP_S)
 
 
+def test_tool_call_arguments_are_generated_text() -> None:
+    chunks = [
+        {"choices": [{"delta": {"role": "assistant", "content": None}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": ""}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "X"}'}}]}}]},
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    record = feed("/v1/chat/completions", by_lines(body), request={"model": "m", "stream": True})
+    assert record.ttft_s == pytest.approx(1 + 4 * LINE_STEP_S)  # line 4: the first non-empty arguments
+
+
 def test_usage_with_one_content_chunk_gives_no_rate() -> None:
     body = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: {"choices":[],"usage":'
     body += b'{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n'

@@ -10,8 +10,9 @@ Two paths read the same facts from a JSON line or document:
 
 Both report "has text" when a string value under one of `TEXT_KEYS` is non-empty (at any depth: a
 role-only delta, `"content":null`, `"content":""` and llama-server's `prompt_progress` chunks do not
-count), and capture the top-level values of `WANTED_KEYS` (and those under a top-level `response`
-object, as `/v1/responses` events nest them), the first `model` winning.
+count; tool-call `arguments` strings do), and capture the top-level values of `WANTED_KEYS` (and
+those under a top-level `response` or `result` object, as `/v1/responses` events and LM Studio's
+`chat.end` nest them), the first model name winning.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from trayapp.adapters.servers.llamacpp_parse import parse_timings
 from trayapp.adapters.servers.lmstudio import parse_chat_stats
 from trayapp.core.model import FinishedRequest
 
-TEXT_KEYS = frozenset({"content", "reasoning_content", "reasoning", "text", "response", "delta", "thinking"})
+TEXT_KEYS = frozenset(
+    {"content", "reasoning_content", "reasoning", "text", "response", "delta", "thinking", "arguments"}
+)
 STAT_KEYS = frozenset(
     {
         "timings",  # llama-server
@@ -44,7 +47,7 @@ WANTED_KEYS = STAT_KEYS | {"model", "model_instance_id", "load_time_seconds"}
 NESTS = frozenset({"response", "result"})  # /v1/responses events, LM Studio's chat.end
 MAX_CAPTURE_BYTES = 64 * 1024  # a statistics value larger than this is not statistics: dropped
 
-_TEXT_RE = re.compile(rb'"(?:content|reasoning_content|reasoning|text|response|delta|thinking)"\s*:\s*"(?!")')
+_TEXT_RE = re.compile(rb'"(?:' + b"|".join(k.encode() for k in sorted(TEXT_KEYS)) + rb')"\s*:\s*"(?!")')
 _STAT_RE = re.compile(
     rb'"(?:timings|usage|stats|metrics|prompt_eval_count|prompt_eval_duration|eval_count'
     rb'|eval_duration|load_duration|total_duration|load_time_seconds)"\s*:'
