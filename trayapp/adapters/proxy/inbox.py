@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 
 from trayapp.core.model import FinishedRequest
 
-
 INBOX_LIMIT = 10_000  # records waiting for a tick; the oldest go first if nothing drains them
 
 

@@ -1,0 +1,55 @@
+"""The recording proxy in a test: started on a free loopback port, its records collected."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from trayapp.adapters.proxy.runner import ProxyThread
+from trayapp.adapters.proxy.server import Route
+from trayapp.core.model import FinishedRequest
+
+
+@dataclass
+class Records:
+    """What the proxy recorded, thread-safe; `wait_for` blocks until there are enough."""
+
+    items: list[FinishedRequest] = field(default_factory=list)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def add(self, _route: Route, record: FinishedRequest) -> None:
+        with self._changed:
+            self.items.append(record)
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> list[FinishedRequest]:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while len(self.items) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(self.items)} of {count} records within {timeout_s} s")
+                self._changed.wait(left)
+            return list(self.items)
+
+
+@dataclass(frozen=True)
+class RunningProxy:
+    url: str
+    records: Records
+
+
+@contextmanager
+def running_proxy(
+    upstream_url: str, kind: str = "openai", token: str | None = None
+) -> Iterator[RunningProxy]:
+    records = Records()
+    thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], records.add)
+    (url,) = thread.start()
+    try:
+        yield RunningProxy(url, records)
+    finally:
+        thread.stop()
