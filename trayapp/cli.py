@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     proxy = sub.add_parser("proxy", help="a recording pass-through proxy: exact numbers for every request")
     add_proxy_arguments(proxy)
+    add_hardware_options(proxy)
     return parser
 
 
@@ -370,7 +371,7 @@ def run_agent(args: argparse.Namespace) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     from trayapp.commands.proxy import run_proxy as proxy_main
 
-    return proxy_main(args)
+    return proxy_main(args, _profile(args))
 
 
 def run_tray(args: argparse.Namespace) -> int:

@@ -99,14 +99,15 @@ def wait_for(condition: Callable[[], T | None], limit_s: float, what: str, inter
 
 
 class WatchToFile:
-    """`python -m trayapp watch --json ARGS` with stdout and stderr in files (no pipe to keep drained)."""
+    """`python -m trayapp watch --json ARGS` (or another command printing JSON lines: `proxy`) with
+    stdout and stderr in files (no pipe to keep drained)."""
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.out_path = tmp_path / "watch.jsonl"
-        self.err_path = tmp_path / "watch.err"
+    def __init__(self, tmp_path: Path, *args: str, command: str = "watch") -> None:
+        self.out_path = tmp_path / f"{command}.jsonl"
+        self.err_path = tmp_path / f"{command}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "trayapp", "watch", "--json", *args],
+                [sys.executable, "-m", "trayapp", command, "--json", *args],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             )  # fmt: skip
 
@@ -121,7 +122,7 @@ class WatchToFile:
         """The first line that satisfies `condition` (bounded); fails if watch exits first."""
 
         def found() -> dict[str, Any] | None:
-            assert self.process.poll() is None, f"watch exited: {self.err_path.read_text()[-2000:]}"
+            assert self.process.poll() is None, f"it exited: {self.err_path.read_text()[-2000:]}"
             return next((line for line in self.lines() if condition(line)), None)
 
         return wait_for(found, limit_s, what)

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from trayapp import paths
-from trayapp.core.model import FinishedRequest
+from trayapp.core.model import FinishedRequest, HardwareProfile
 from trayapp.core.units import format_rate
 
 if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (a fast `--help`)
@@ -137,7 +137,7 @@ def record_line(record: FinishedRequest) -> str:
     return "  ".join(parts)
 
 
-def run_proxy(args: argparse.Namespace) -> int:
+def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) -> int:
     from trayapp.adapters.proxy.inbox import RecordInbox
     from trayapp.adapters.proxy.runner import ProxyThread
     from trayapp.config import load_settings
@@ -156,6 +156,7 @@ def run_proxy(args: argparse.Namespace) -> int:
         extra_endpoints=[endpoint_from_arg(u) for u in args.upstream],
         discover=False,
         record=not args.no_record,
+        profile=profile,
         proxy_inbox=inbox,
     )
     proxies = ProxyThread(routes, on_record)
