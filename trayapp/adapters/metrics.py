@@ -6,9 +6,16 @@ counters). Nothing is registered in prometheus_client's global registry, and the
 listener binds 127.0.0.1 unless told otherwise. The `server` label is the URL with any
 password or query-string value masked, as in the store.
 
-Counters:
+Counters and histograms (each finished request is in exactly one snapshot's `requests`, so
+each is counted and observed once):
 
-* `llm_tray_requests_total{server,kind,model}`: finished requests from `snapshot.requests`.
+* `llm_tray_requests_total{server,kind,model,source,outcome}`: finished requests from
+  `snapshot.requests`; `outcome` is "error" (HTTP status >= 400), "aborted" or "ok".
+* `llm_tray_request_ttft_seconds{server,kind,model}`: histogram of time to first token, for
+  requests that report it (OpenTelemetry's `gen_ai.server.time_to_first_token`).
+* `llm_tray_request_time_per_output_token_seconds{server,kind,model}`: histogram of 1 / decode
+  tok/s per request, i.e. time per output token after the first
+  (OpenTelemetry's `gen_ai.server.time_per_output_token`). Error outcomes observe neither.
 * `llm_tray_decoded_tokens_total{server,kind,model}`: decoded tokens. Live: the polled
   total decode rate integrated over each tick interval (estimated). When a finished-request
   record arrives, only the tokens the live estimate has not already counted are added, so a
@@ -18,6 +25,7 @@ Counters:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import socket
 import threading
@@ -28,10 +36,11 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from trayapp.core.model import ModelStatus, Snapshot
+from trayapp.core.model import ModelStatus, RequestRecord, Snapshot
 from trayapp.core.redact import redact_url
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -39,7 +48,16 @@ DEFAULT_PORT = 9464
 MAX_ESTIMATE_INTERVAL_S = 10.0  # a longer gap (suspend, stall) adds no estimated tokens
 
 MODEL_LABELS = ["server", "kind", "model"]
+REQUEST_LABELS = [*MODEL_LABELS, "source", "outcome"]
 _Key = tuple[str, str, str]
+_RequestKey = tuple[str, str, str, str, str]
+
+# Upper bounds (le, seconds) for local LLMs: TTFT from a cached prompt on a GPU (50 ms) to a long
+# prompt read on a CPU (2 min); time per output token from 1000 tok/s (1 ms) to 0.5 tok/s (2 s).
+TTFT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+TPOT_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0,
+)  # fmt: skip
 
 # metric name, ModelStatus attribute, help
 _MODEL_GAUGES: list[tuple[str, str, str]] = [
@@ -75,10 +93,45 @@ _MODEL_GAUGES: list[tuple[str, str, str]] = [
 
 
 @dataclass(frozen=True)
+class _Histogram:
+    """Counts per bucket (not cumulative; the last one is above every bound), sum and count."""
+
+    counts: tuple[int, ...]
+    sum_s: float
+
+    @staticmethod
+    def empty(bounds: tuple[float, ...]) -> _Histogram:
+        return _Histogram((0,) * (len(bounds) + 1), 0.0)
+
+    def add(self, bounds: tuple[float, ...], value_s: float) -> _Histogram:
+        i = bisect.bisect_left(bounds, value_s)  # the first bound >= value: `le` is inclusive
+        counts = list(self.counts)
+        counts[i] += 1
+        return _Histogram(tuple(counts), self.sum_s + value_s)
+
+    def cumulative(self, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
+        running = 0
+        out: list[tuple[str, float]] = []
+        for bound, count in zip([*map(floatToGoString, bounds), "+Inf"], self.counts, strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
+@dataclass(frozen=True)
 class _Observed:
     snapshot: Snapshot | None
     decoded: dict[_Key, float]
-    requests: dict[_Key, float]
+    requests: dict[_RequestKey, float]
+    ttft: dict[_Key, _Histogram]
+    tpot: dict[_Key, _Histogram]
+
+
+def request_outcome(record: RequestRecord) -> str:
+    """The `outcome` label: error (HTTP status >= 400), else aborted (ended early), else ok."""
+    if record.http_status is not None and record.http_status >= 400:
+        return "error"
+    return "aborted" if record.aborted else "ok"
 
 
 class MetricsState:
@@ -89,18 +142,24 @@ class MetricsState:
         self._snapshot: Snapshot | None = None
         self._decoded: dict[_Key, float] = {}
         self._pending: dict[tuple[str, str], float] = {}  # estimated tokens no record has confirmed yet
-        self._requests: dict[_Key, float] = {}
+        self._requests: dict[_RequestKey, float] = {}
+        self._ttft: dict[_Key, _Histogram] = {}  # keyed by the redacted server label
+        self._tpot: dict[_Key, _Histogram] = {}
         self._last_mono_s: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self))
 
     def observe(self, snapshot: Snapshot) -> None:
-        """Take a new snapshot: swap it in and add its requests and decoded tokens to the counters."""
+        """Take a new snapshot: swap it in and add its requests and decoded tokens to the counters.
+
+        `snapshot.requests` holds the requests finished since the previous snapshot: each is
+        counted once here.
+        """
         with self._lock:
             kinds = {s.url: s.kind for s in snapshot.servers}
             for record in snapshot.requests:
                 key = (record.server, kinds.get(record.server, record.server_kind), record.model)
-                self._requests[key] = self._requests.get(key, 0.0) + 1.0
+                self._observe_request(record, (_server_label(key[0]), key[1], key[2]))
                 if record.decode_tokens:
                     pending = self._pending.get((record.server, record.model), 0.0)
                     unseen = max(0.0, record.decode_tokens - pending)
@@ -119,9 +178,26 @@ class MetricsState:
             self._last_mono_s = snapshot.t_mono_s
             self._snapshot = snapshot
 
+    def _observe_request(self, record: RequestRecord, key: _Key) -> None:
+        outcome = request_outcome(record)
+        rkey = (*key, record.source, outcome)
+        self._requests[rkey] = self._requests.get(rkey, 0.0) + 1.0
+        if outcome == "error":
+            return
+        if record.ttft_s is not None and record.ttft_s >= 0:
+            self._ttft[key] = self._ttft.get(key, _Histogram.empty(TTFT_BUCKETS_S)).add(
+                TTFT_BUCKETS_S, record.ttft_s
+            )
+        if record.decode_tok_s is not None and record.decode_tok_s > 0:
+            self._tpot[key] = self._tpot.get(key, _Histogram.empty(TPOT_BUCKETS_S)).add(
+                TPOT_BUCKETS_S, 1.0 / record.decode_tok_s
+            )
+
     def observed(self) -> _Observed:
         with self._lock:
-            return _Observed(self._snapshot, dict(self._decoded), dict(self._requests))
+            return _Observed(
+                self._snapshot, dict(self._decoded), dict(self._requests), dict(self._ttft), dict(self._tpot)
+            )
 
 
 def _attribute(model: ModelStatus, path: str) -> float | None:
@@ -140,6 +216,15 @@ def _server_label(url: str) -> str:
     return redact_url(url)
 
 
+def _histogram_family(
+    name: str, help_text: str, bounds: tuple[float, ...], histograms: dict[_Key, _Histogram]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, help_text, labels=MODEL_LABELS)
+    for key, histogram in sorted(histograms.items()):
+        family.add_metric(list(key), histogram.cumulative(bounds), histogram.sum_s)
+    return family
+
+
 def _model_labels(server_url: str, kind: str, model: ModelStatus) -> list[str]:
     return [_server_label(server_url), kind, model.name]
 
@@ -156,9 +241,12 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         observed = self._state.observed()
         snapshot = observed.snapshot
-        requests = CounterMetricFamily("llm_tray_requests", "Finished requests seen.", labels=MODEL_LABELS)
+        requests = CounterMetricFamily(
+            "llm_tray_requests", "Finished requests seen, by source and outcome (ok, aborted, error).",
+            labels=REQUEST_LABELS,
+        )  # fmt: skip
         for key, value in sorted(observed.requests.items()):
-            requests.add_metric([_server_label(key[0]), *key[1:]], value)
+            requests.add_metric(list(key), value)
         decoded = CounterMetricFamily(
             "llm_tray_decoded_tokens",
             "Decoded tokens: polled decode rate x interval, topped up from finished-request records.",
@@ -168,6 +256,17 @@ class SnapshotCollector(Collector):
             decoded.add_metric([_server_label(dkey[0]), *dkey[1:]], value)
         yield requests
         yield decoded
+        yield _histogram_family(
+            "llm_tray_request_ttft_seconds",
+            "Time to first token per finished request (gen_ai.server.time_to_first_token).",
+            TTFT_BUCKETS_S, observed.ttft,
+        )  # fmt: skip
+        yield _histogram_family(
+            "llm_tray_request_time_per_output_token_seconds",
+            "Time per output token after the first, 1 / decode tok/s, per finished request "
+            "(gen_ai.server.time_per_output_token).",
+            TPOT_BUCKETS_S, observed.tpot,
+        )  # fmt: skip
         if snapshot is None:
             return
         yield from self._snapshot_metrics(snapshot)
