@@ -3,21 +3,24 @@
 A syntax error names the line; a bad value names its key path. Either way the
 app starts on defaults for what is broken, and the broken file is kept as a
 backup beside the config so nothing the user wrote is lost. Saving is atomic
-(write a temp file, then rename). API keys never live here: an endpoint names
-the keyring entry or an environment variable instead.
+(write a temp file, then rename). API keys and proxy tokens never live here: an
+endpoint names the keyring entry or an environment variable, a proxy the variable.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tomli_w
 
@@ -30,6 +33,7 @@ from trayapp import paths
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
 
+DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"  # the proxy clients' bearer token (as `llm-tray proxy`)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 GB = 1_000_000_000
 
@@ -67,6 +71,46 @@ class EndpointConfig:
                 self.ram_bandwidth_gbps if self.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
             ),
         )
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP literal (`127.x.x.x`, `::1`)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """A recording proxy the tray app runs: clients use `listen`, requests go on to `upstream`."""
+
+    listen: str  # HOST:PORT, e.g. 127.0.0.1:11435 ([::1]:PORT for IPv6)
+    upstream: str  # the server's base URL, e.g. http://127.0.0.1:11434
+    kind: str | None = None  # the upstream's server kind; None: OpenAI-compatible
+    enabled: bool = True
+    allow_remote: bool = False  # needed for a listen address beyond loopback (clients then need a token)
+    token_env: str = DEFAULT_TOKEN_ENV  # the environment variable holding the clients' token
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def remote(self) -> bool:
+        return not is_loopback_host(self.listen_host)
+
+    @property
+    def client_url(self) -> str:
+        """The address clients should use, e.g. `http://127.0.0.1:11435`."""
+        host = self.listen_host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.listen_port}"
 
 
 @dataclass(frozen=True)
@@ -134,6 +178,7 @@ class Settings:
     store: StoreConfig = field(default_factory=StoreConfig)
     ui: UiConfig = field(default_factory=UiConfig)
     endpoints: tuple[EndpointConfig, ...] = ()
+    proxies: tuple[ProxyConfig, ...] = ()
 
 
 _SECTIONS: dict[str, type] = {
@@ -233,6 +278,110 @@ def _build_endpoint(data: Any, index: int) -> EndpointConfig:
     return endpoint
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_listen(prefix: str, listen: str) -> None:
+    host, sep, port_text = listen.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit():
+        raise ConfigError(f"{prefix}.listen: expected HOST:PORT, e.g. 127.0.0.1:11435, got {listen!r}")
+    if not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{prefix}.listen: port {port_text} is out of range (1 to 65535)")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(
+                f"{prefix}.listen: {host!r} is not an IP address (use 127.0.0.1, ::1 or localhost)"
+            ) from None
+
+
+def _build_proxy(data: Any, index: int) -> ProxyConfig:
+    prefix = f"proxies[{index}]"
+    if isinstance(data, dict) and "token" in data:
+        raise ConfigError(
+            f"{prefix}.token: tokens never go in the config file: put it in an environment variable "
+            f"and name that variable with token_env (default {DEFAULT_TOKEN_ENV})"
+        )
+    if not isinstance(data, dict) or "listen" not in data or "upstream" not in data:
+        raise ConfigError(f"{prefix}: every proxy needs listen and upstream")
+    proxy: ProxyConfig = _build(ProxyConfig, data, prefix)
+    _check_listen(prefix, proxy.listen)
+    parts = urlsplit(proxy.upstream)
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        raise ConfigError(f"{prefix}.upstream: bad port in {proxy.upstream!r}") from None
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ConfigError(
+            f"{prefix}.upstream: expected http://HOST:PORT (local servers speak plain HTTP), "
+            f"got {proxy.upstream!r}"
+        )
+    if proxy.kind is not None and proxy.kind not in SERVER_KINDS:
+        raise ConfigError(f"{prefix}.kind: unknown server kind {proxy.kind!r}")
+    if not _ENV_NAME.match(proxy.token_env):
+        raise ConfigError(f"{prefix}.token_env: {proxy.token_env!r} is not an environment variable name")
+    if proxy.remote and not proxy.allow_remote:
+        raise ConfigError(
+            f"{prefix}.listen: {proxy.listen_host} is not a loopback address: add allow_remote = true "
+            f"(clients then need the token from ${proxy.token_env})"
+        )
+    return replace(proxy, upstream=proxy.upstream.rstrip("/"))
+
+
+def _server_key(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return _host_key(parts.hostname or ""), parts.port or 80
+
+
+def _host_key(host: str) -> str:
+    return "127.0.0.1" if host.lower() in ("localhost", "::1") else host.lower()
+
+
+def _parse_proxies(value: Any, errors: list[str]) -> tuple[ProxyConfig, ...]:
+    """Good entries; each bad one is reported and skipped (the rest still load)."""
+    if not isinstance(value, list):
+        errors.append("proxies: expected a list of [[proxies]] tables")
+        return ()
+    proxies: list[ProxyConfig] = []
+    for index, item in enumerate(value):
+        try:
+            proxy = _build_proxy(item, index)
+            listen_key = _host_key(proxy.listen_host), proxy.listen_port
+            if listen_key == _server_key(proxy.upstream):
+                raise ConfigError(f"proxies[{index}].upstream: the proxy would forward to itself")
+            if any((_host_key(p.listen_host), p.listen_port) == listen_key for p in proxies):
+                raise ConfigError(f"proxies[{index}].listen: {proxy.listen} is used by another proxy")
+            proxies.append(proxy)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return tuple(proxies)
+
+
+def proxy_token(proxy: ProxyConfig, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(the clients' token or None, why the proxy cannot start or None), as `llm-tray proxy` decides:
+    a set token is always required from clients; off loopback one must be set."""
+    token = environ.get(proxy.token_env) or None
+    if proxy.remote and token is None:
+        return None, (
+            f"proxy {proxy.listen} is off: it listens beyond this machine and needs a token: "
+            f"set the environment variable {proxy.token_env}"
+        )
+    return token, None
+
+
+def watched_settings(settings: Settings) -> Settings:
+    """The settings the monitor uses: each enabled proxy's upstream is watched (its records need it)."""
+    taken = {_server_key(e.url) for e in settings.endpoints}
+    extra: list[EndpointConfig] = []
+    for proxy in settings.proxies:
+        if proxy.enabled and _server_key(proxy.upstream) not in taken:
+            taken.add(_server_key(proxy.upstream))
+            extra.append(EndpointConfig(url=proxy.upstream, kind=proxy.kind))
+    return replace(settings, endpoints=settings.endpoints + tuple(extra)) if extra else settings
+
+
 def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
     """Build Settings from parsed TOML. Bad sections fall back to defaults; errors are returned."""
     errors: list[str] = []
@@ -254,6 +403,8 @@ def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
                 except ConfigError as exc:
                     errors.append(str(exc))
             kwargs["endpoints"] = tuple(endpoints)
+        elif key == "proxies":
+            kwargs["proxies"] = _parse_proxies(value, errors)
         else:
             errors.append(f"{key}: unknown section")
     return Settings(**kwargs), errors
@@ -326,8 +477,9 @@ def _to_plain(value: Any) -> Any:
 
 def settings_to_toml(settings: Settings) -> str:
     plain = _to_plain(settings)
-    if not plain.get("endpoints"):
-        plain.pop("endpoints", None)
+    for key in ("endpoints", "proxies"):
+        if not plain.get(key):
+            plain.pop(key, None)
     header = "# llm-tray settings. API keys are kept in the OS keyring, never here.\n"
     return header + tomli_w.dumps(plain)
 
