@@ -310,8 +310,11 @@ class Monitor:
         for reading in readings:
             mine = [r for url, r, _ in waiting if same_server(url, reading.url)]
             waiting = [w for w in waiting if not same_server(w[0], reading.url)]
+            if self._proxy_inbox.proxied(reading.url):
+                reading = replace(reading, proxied=True)
             if mine and reading.age_s is None:  # a repeated reading already carried its records
-                reading = replace(reading, finished=merge_proxy_records(reading.finished, mine))
+                names = [m.name for m in reading.models if m.loaded]
+                reading = replace(reading, finished=merge_proxy_records(reading.finished, mine, names))
             elif mine:
                 waiting += [(reading.url, r, now_mono) for r in mine]
             merged.append(reading)

@@ -144,7 +144,7 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
     from trayapp.monitor import Monitor, endpoint_from_arg
 
     routes = build_routes(args)
-    inbox = RecordInbox()
+    inbox = RecordInbox(route.upstream_url for route in routes)
     printed: queue.SimpleQueue[FinishedRequest] = queue.SimpleQueue()
 
     def on_record(route: Route, record: FinishedRequest) -> None:

@@ -270,6 +270,7 @@ class ServerReading:
     pid: int | None = None  # the server process, when found
     age_s: float | None = None  # set when this is an earlier reading repeated (the poll is still running)
     t_mono_s: float | None = None  # when the answers arrived (monotonic); rates use it when set
+    proxied: bool = False  # a recording proxy is in front: its records are this server's requests
 
 
 # --------------------------------------------------------------------------- computed status

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trayapp.core.model import (
     CounterReading,
@@ -177,17 +177,23 @@ SAME_REQUEST_WITHIN_S = 10.0  # a server's own record and the proxy's of one req
 
 
 def merge_proxy_records(
-    server_records: tuple[FinishedRequest, ...], proxy_records: Sequence[FinishedRequest]
+    server_records: tuple[FinishedRequest, ...],
+    proxy_records: Sequence[FinishedRequest],
+    model_names: Sequence[str] = (),
 ) -> tuple[FinishedRequest, ...]:
     """A server's finished requests plus the proxy's, one record per request.
 
     A request the proxy saw is kept as the proxy recorded it (exact TTFT, cached tokens, status);
     the server's own record of it (same model and decode tokens, finished within
     SAME_REQUEST_WITHIN_S) goes. Requests that bypassed the proxy, and records with no tokens
-    (a router's measured load), stay.
+    (a router's measured load), stay. A proxy record naming a model the server does not list
+    (llama-server answers with its file path) is the server's only model when it has one.
     """
     if not proxy_records:
         return server_records
+    if len(model_names) == 1:
+        (only,) = model_names
+        proxy_records = [p if p.model in model_names else replace(p, model=only) for p in proxy_records]
 
     def seen_by_proxy(record: FinishedRequest) -> bool:
         return record.decode_tokens is not None and any(

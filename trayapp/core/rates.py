@@ -165,7 +165,7 @@ class RateTracker:
             stream, record = _update_slot(reading, model, track, slot, now_mono_s, now_wall_s)
             if stream is not None:
                 streams.append(stream)
-            if record is not None:
+            if record is not None and not reading.proxied:  # the proxy reports each request exactly
                 requests.append(record)
         live_ids = {s.slot_id for s in model.slots}
         for slot_id in list(track.slots):
@@ -178,7 +178,7 @@ class RateTracker:
             requests.append(record_from_finished(reading, fin))
             if fin.decode_tok_s is not None:
                 track.last_decode_tok_s = fin.decode_tok_s
-                track.last_decode_exact = True
+                track.last_decode_exact = fin.decode_exact
                 track.last_decode_context = fin.context_tokens
             if fin.prompt_tok_s is not None:
                 track.last_prompt_tok_s = fin.prompt_tok_s
@@ -329,7 +329,8 @@ def _interrupt_slots(
         if not state.reported:
             record = record_from_track(reading, name, state, now_wall_s)
             if record is not None:
-                records.append(record)
+                if not reading.proxied:
+                    records.append(record)
                 _learn_from_record(track, record)
             state.reported = True
         state.points.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from trayapp.core.model import FinishedRequest
@@ -28,9 +29,17 @@ def same_server(url_a: str, url_b: str) -> bool:
 class RecordInbox:
     """Records from proxy threads, taken by the monitor at each tick (thread-safe, bounded)."""
 
-    def __init__(self, limit: int = INBOX_LIMIT) -> None:
+    def __init__(self, upstreams: Iterable[str] = (), limit: int = INBOX_LIMIT) -> None:
         self._records: collections.deque[tuple[str, FinishedRequest]] = collections.deque(maxlen=limit)
         self._lock = threading.Lock()
+        self.upstreams: tuple[str, ...] = tuple(upstreams)  # servers with a proxy in front
+
+    def set_upstreams(self, upstreams: Iterable[str]) -> None:
+        """The servers the running proxies forward to (their requests are recorded by the proxy)."""
+        self.upstreams = tuple(upstreams)
+
+    def proxied(self, url: str) -> bool:
+        return any(same_server(url, upstream) for upstream in self.upstreams)
 
     def put(self, upstream_url: str, record: FinishedRequest) -> None:
         with self._lock:
