@@ -1,9 +1,10 @@
-"""The tray app's composition root: QApplication, sampler thread, tray, dashboard, notifier.
+"""The tray app's composition root: QApplication, sampler thread, tray, dashboard, notifier, proxies.
 
 `run_tray()` is what `llm-tray` (no subcommand) runs. Threads: the GUI thread
 owns every widget and never does blocking I/O; one sampler QThread runs the
 Monitor (HTTP, NVML, SQLite); one-off work (export, keyring, start-at-login,
-the exporter's socket) runs on short-lived daemon threads.
+the exporter's socket) runs on short-lived daemon threads. Each recording proxy the user turned
+on runs on its own event-loop thread; its records reach the monitor's tick through a RecordInbox.
 
 `LLM_TRAY_TEST_EVENTS=<path>` makes the app append JSON lines describing what
 it shows (tray shown, icon changes with their number, dashboard shown, curve
@@ -22,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -31,6 +32,9 @@ from PySide6.QtCore import QObject, QTimer, qVersion
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp import paths
+from trayapp.adapters.proxy.inbox import RecordInbox
+from trayapp.adapters.proxy.runner import ProxyThread
+from trayapp.adapters.proxy.server import Route
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -38,10 +42,17 @@ from trayapp.commands.actions import (
     set_autostart,
     store_api_key,
 )
-from trayapp.config import EndpointConfig, ExporterConfig, Settings
+from trayapp.config import (
+    EndpointConfig,
+    ExporterConfig,
+    ProxyConfig,
+    Settings,
+    proxy_token,
+    watched_settings,
+)
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.model import FinishedRequest, HardwareProfile, Snapshot
 from trayapp.ui.dashboard import Dashboard
 from trayapp.ui.icons import app_icon
 from trayapp.ui.notifier import Notifier
@@ -146,6 +157,63 @@ def collect_versions() -> dict[str, str]:
     }
 
 
+class ProxyService:
+    """The recording proxies turned on in the settings, one ProxyThread each (a taken port stops only
+    its own proxy). Binding a loopback port is quick, and no upstream is contacted until a client calls."""
+
+    def __init__(self, inbox: RecordInbox, environ: Mapping[str, str] = os.environ) -> None:
+        self.inbox = inbox
+        self._environ = environ
+        self._running: dict[ProxyConfig, ProxyThread] = {}
+
+    @property
+    def running(self) -> list[ProxyConfig]:
+        return list(self._running)
+
+    def _on_record(self, route: Route, record: FinishedRequest) -> None:
+        self.inbox.put(route.upstream_url, record)
+
+    def apply(self, proxies: Sequence[ProxyConfig]) -> list[str]:
+        """Run exactly the enabled `proxies` (unchanged ones keep running); returns why any did not start."""
+        wanted = [p for p in proxies if p.enabled]
+        for config in [c for c in self._running if c not in wanted]:
+            self._running.pop(config).stop()
+        problems: list[str] = []
+        for config in wanted:
+            if config in self._running:
+                continue
+            token, why = proxy_token(config, self._environ)
+            if why is not None:
+                problems.append(why)
+                continue
+            route = Route(
+                config.listen_host, config.listen_port, config.upstream, config.kind or "openai", token
+            )
+            thread = ProxyThread([route], self._on_record)
+            try:
+                thread.start(timeout_s=5.0)
+            except Exception as exc:  # OSError: the port is taken (or not ours to bind)
+                why = (
+                    exc.strerror
+                    if isinstance(exc, OSError) and exc.strerror
+                    else str(exc) or type(exc).__name__
+                )
+                problems.append(f"proxy {config.listen} not started: {why}. Choose another port in Settings.")
+                continue
+            if config.remote:
+                log.warning(
+                    "proxy %s: no TLS: the token and all traffic cross the network in clear text",
+                    config.listen,
+                )
+            log.info("proxy %s → %s started", config.client_url, config.upstream)
+            self._running[config] = thread
+        return problems
+
+    def stop(self) -> None:
+        while self._running:
+            self._running.popitem()[1].stop()
+
+
 # --------------------------------------------------------------------------- the app
 
 
@@ -161,6 +229,7 @@ class TrayApp(QObject):
         at_login: bool = False,
         events: TestEvents | None = None,
         instance: SingleInstance | None = None,
+        proxy_inbox: RecordInbox | None = None,
     ) -> None:
         super().__init__()
         self.app = app
@@ -178,6 +247,7 @@ class TrayApp(QObject):
         self._metrics_state: Any = None
         self._tray_deadline = 0.0
         self._stopped = False
+        self.proxies = ProxyService(proxy_inbox or RecordInbox())  # the monitor's inbox (run_tray)
 
         self.runner = WorkerThread(monitor_factory)
         self.dashboard = Dashboard(kv_type=settings.hardware.kv_type, thresholds=settings.thresholds)
@@ -231,6 +301,7 @@ class TrayApp(QObject):
             self._tray_timer.start()
         else:
             self._run_without_tray("No system tray is available on this desktop")
+        self._apply_proxies(self.settings.proxies)  # after the tray shows, so its warnings are seen
 
     def _poll_tray(self) -> None:
         if QSystemTrayIcon.isSystemTrayAvailable():
@@ -267,6 +338,7 @@ class TrayApp(QObject):
         exporter, self._exporter = self._exporter, None
         if exporter is not None:
             exporter.stop(1.0)
+        self.proxies.stop()
         if self.instance is not None:
             self.instance.close()
         self.tray.hide()
@@ -339,13 +411,15 @@ class TrayApp(QObject):
         """New settings from the dialog, applied without a restart."""
         old = self.settings
         self.settings = settings
-        self.runner.apply_settings(settings)
+        self.runner.apply_settings(watched_settings(settings))
         self.notifier.set_config(settings.notifications)
         self.tray.set_thresholds(settings.thresholds)
         self.dashboard.set_kv_type(settings.hardware.kv_type)
         self.dashboard.set_thresholds(settings.thresholds)
         if settings.exporter != old.exporter:
             self._apply_exporter(settings.exporter)
+        if settings.proxies != old.proxies:
+            self._apply_proxies(settings.proxies)
         log.info("settings applied")
         self.events.emit("settings_applied")
 
@@ -356,6 +430,13 @@ class TrayApp(QObject):
         for warning in self.warnings[-5:]:
             text += f"monitor warning: {warning}\n"
         return text
+
+    def _apply_proxies(self, proxies: Sequence[ProxyConfig]) -> None:
+        for problem in self.proxies.apply(proxies):
+            self.on_warning(problem)
+        running = self.proxies.running
+        self.tray.set_proxies(running)
+        self.events.emit("proxies", running=[p.client_url for p in running])
 
     # ------------------------------------------------------------------ Prometheus exporter
 
@@ -420,12 +501,18 @@ def default_monitor_factory(
     extra_endpoints: Sequence[EndpointConfig],
     discover: bool | None,
     profile: HardwareProfile | None,
+    proxy_inbox: RecordInbox | None = None,
 ) -> MonitorFactory:
     def factory() -> MonitorLike:
         from trayapp.monitor import Monitor  # built on the sampler thread, with its handles
 
         return Monitor(
-            settings, extra_endpoints=extra_endpoints, discover=discover, profile=profile, record=True
+            watched_settings(settings),
+            extra_endpoints=extra_endpoints,
+            discover=discover,
+            profile=profile,
+            record=True,
+            proxy_inbox=proxy_inbox,
         )
 
     return factory
@@ -463,7 +550,8 @@ def run_tray(
     instance.listen()
     log.info("starting (log: %s, at_login=%s)", log_path, at_login)
 
-    factory = monitor_factory or default_monitor_factory(settings, extra_endpoints, discover, profile)
+    inbox = RecordInbox()
+    factory = monitor_factory or default_monitor_factory(settings, extra_endpoints, discover, profile, inbox)
     tray_app = TrayApp(
         app,
         settings,
@@ -471,6 +559,7 @@ def run_tray(
         at_login=at_login,
         events=TestEvents(os.environ.get(EVENTS_ENV)),
         instance=instance,
+        proxy_inbox=inbox,
     )
     heartbeat = _handle_signals(app)
     tray_app.start()

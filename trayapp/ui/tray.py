@@ -2,7 +2,8 @@
 
 The icon is redrawn only when what it shows changes (IconState equality, with
 rounding and hysteresis in trayapp.core.glance), at most twice a second. The
-menu is rebuilt each time it opens, from the latest snapshot. Slow actions
+menu is rebuilt each time it opens, from the latest snapshot, and lists the
+running recording proxies with the address clients should use. Slow actions
 (export, start-at-login files) run off the GUI thread.
 """
 
@@ -11,14 +12,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 
-from trayapp.config import Settings
+from trayapp.config import ProxyConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
@@ -77,6 +78,12 @@ def model_line(model: ModelStatus, offload_gpu_fraction: float = Thresholds.offl
     return "   " + "  ·  ".join(parts)
 
 
+def proxy_line(proxy: ProxyConfig) -> str:
+    """'Proxy 127.0.0.1:11435 → Ollama' (the upstream's address when its kind is not set)."""
+    target = kind_label(proxy.kind) if proxy.kind else host_port(proxy.upstream)
+    return f"Proxy {host_port(proxy.client_url)} → {target}"
+
+
 def settings_summary(settings: Settings) -> str:
     """Settings for the diagnostics text: no secrets (only whether a key is configured, and how)."""
     lines = []
@@ -101,6 +108,11 @@ def settings_summary(settings: Settings) -> str:
         f"notifications enabled={notifications.enabled} dnd={notifications.do_not_disturb} "
         f"muted={','.join(notifications.muted_kinds) or 'none'}"
     )
+    for proxy in settings.proxies:
+        lines.append(
+            f"proxy {proxy.listen} -> {redact_url(proxy.upstream)} kind={proxy.kind or 'openai'} "
+            f"{'on' if proxy.enabled else 'off'}{' remote' if proxy.allow_remote else ''}"
+        )
     exporter = settings.exporter
     lines.append(f"exporter {'on' if exporter.enabled else 'off'} {exporter.address}:{exporter.port}")
     lines.append(f"retention {settings.store.retention_days:g} days")
@@ -143,6 +155,8 @@ class TrayController(QObject):
         self.tracker = GlanceTracker(self.thresholds)
         self.snapshot: Snapshot | None = None
         self.paused = False
+        self.proxies: list[ProxyConfig] = []  # the running recording proxies
+        self.proxy_copy_actions: list[QAction] = []
         self.shown_state: IconState | None = None  # what the icon shows now
         self._pending: IconState | None = None
         self._last_draw_s = -1e9
@@ -173,6 +187,11 @@ class TrayController(QObject):
         """The user's thresholds: the icon's health (low efficiency) and the menu's offload mark."""
         self.thresholds = thresholds
         self.tracker.thresholds = thresholds
+
+    def set_proxies(self, proxies: Sequence[ProxyConfig]) -> None:
+        """The recording proxies now running (the menu lists them the next time it opens)."""
+        self.proxies = list(proxies)
+        self.rebuild_menu()
 
     def _show(self, state: IconState) -> None:
         if state.tooltip != self.tray.toolTip():
@@ -227,6 +246,7 @@ class TrayController(QObject):
         menu.clear()
         self._add_server_lines(menu)
         menu.addSeparator()
+        self._add_proxy_lines(menu)
         self.dashboard_action = menu.addAction("Open dashboard")
         self.dashboard_action.triggered.connect(self.open_dashboard)
         self.pause_action = menu.addAction("Pause monitoring")
@@ -278,6 +298,18 @@ class TrayController(QObject):
             for model in server.models:
                 self._info(menu, model_line(model, self.thresholds.offload_gpu_fraction))
 
+    def _add_proxy_lines(self, menu: QMenu) -> None:
+        self.proxy_copy_actions = []
+        for proxy in self.proxies:
+            url = proxy.client_url
+            self._info(menu, proxy_line(proxy)).setToolTip(f"Point clients at {url}")
+            action = menu.addAction("   Copy address")
+            action.setToolTip(f"Copy {url}")
+            action.triggered.connect(lambda _checked=False, url=url: self.copy_proxy_address(url))
+            self.proxy_copy_actions.append(action)
+        if self.proxies:
+            menu.addSeparator()
+
     def server_lines(self) -> list[str]:
         """The menu's server/model lines as they read now (for tests and the e2e check)."""
         texts = []
@@ -315,6 +347,12 @@ class TrayController(QObject):
             "Diagnostics copied", "A redacted summary is on the clipboard, ready for a bug report."
         )
         return text
+
+    def copy_proxy_address(self, url: str) -> None:
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None:
+            clipboard.setText(url)
+        self.show_message("Proxy address copied", f"Point clients at {url} to record their requests.")
 
     def ask_export_path(self) -> Path | None:
         """Ask where to export (a modal file dialog; tests replace this method)."""
