@@ -77,6 +77,9 @@ def test_proxy_records_exact_requests_to_the_store_and_leaks_no_text(
         assert row["decode_tok_s"] == pytest.approx(timings["predicted_per_second"])
         assert row["prompt_tokens"] == timings["prompt_n"] + timings["cache_n"]
         assert row["endpoint"] == "/completion" and row["exact"] in (1, True)
+    samples = run_cli("export", "--table", "samples", "--format", "jsonl").stdout.splitlines()
+    sampled_models = {json.loads(line)["model"] for line in samples if line.strip()}
+    assert {row["model"] for row in proxied} <= sampled_models  # the model as the monitor names it
 
     # The canary: the prompt's uuid and the words the model generated, nowhere. (Words that are in
     # llm-tray's own source could be static text of the report: those are not evidence.)

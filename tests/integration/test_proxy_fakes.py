@@ -231,3 +231,24 @@ def test_no_generated_text_reaches_a_record() -> None:
         )
         (record,) = proxy.records.wait_for(1)
     assert not any(word in repr(record) for word in WORDS)
+
+
+def test_expect_100_continue_is_relayed_before_the_body() -> None:
+    upload = json.dumps({"model": "m", "prompt": "hi", "stream": False}).encode()
+    head = (
+        "POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(upload)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    )
+    with fake() as upstream, running_proxy(upstream.url, "ollama") as proxy:
+        host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head.encode())
+            interim = sock.recv(4096)  # the upstream's 100 Continue, relayed while the body waits
+            sock.sendall(upload)
+            final = b""
+            while chunk := sock.recv(65536):
+                final += chunk
+        (capture,) = upstream.wait_for_captures(1)
+    assert interim.startswith(b"HTTP/1.1 100 Continue")
+    assert interim.endswith(b"\r\n\r\n") and final.startswith(b"HTTP/1.1 200")
+    assert capture.request_body == upload
