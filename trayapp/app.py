@@ -207,9 +207,11 @@ class ProxyService:
                 )
             log.info("proxy %s → %s started", config.client_url, config.upstream)
             self._running[config] = thread
+        self.inbox.set_upstreams(c.upstream for c in self._running)  # their polled records give way
         return problems
 
     def stop(self) -> None:
+        self.inbox.set_upstreams(())
         while self._running:
             self._running.popitem()[1].stop()
 

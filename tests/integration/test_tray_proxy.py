@@ -19,7 +19,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.support.fake_streaming import FakeStreamingUpstream
+from tests.support.fake_streaming import Capture, FakeStreamingUpstream
 from trayapp import app as app_module
 from trayapp.adapters.proxy.inbox import RecordInbox
 from trayapp.app import settings_services
@@ -41,10 +41,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _refused(port: int) -> bool:
+def _listening(port: int) -> bool:
+    """Whether something listens on the port: binding it fails (no connection is opened to a live proxy,
+    so none is left half-accepted when the proxy is stopped right after)."""
     with socket.socket() as sock:
-        sock.settimeout(2.0)
-        return sock.connect_ex(("127.0.0.1", port)) != 0
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's listener does
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
 
 
 @pytest.fixture
@@ -98,6 +104,7 @@ def test_a_request_through_the_proxy_reaches_the_snapshot_and_the_menu_copies_th
     tray = run.app.tray
     address = f"http://127.0.0.1:{port}"
     assert [p.client_url for p in tray.proxies] == [address]
+    assert run.app.proxies.inbox.upstreams == (ollama.url,)  # the monitor knows the server is proxied
 
     tray.rebuild_menu()  # as the menu opens
     texts = [a.text() for a in tray.menu.actions()]
@@ -112,8 +119,13 @@ def test_a_request_through_the_proxy_reaches_the_snapshot_and_the_menu_copies_th
     with httpx.Client(trust_env=False, timeout=10.0) as client:
         response = client.post(address + "/api/chat", json=body)
     assert response.status_code == 200
-    (capture,) = ollama.wait_for_captures(1)
-    assert capture.path == "/api/chat" and bytes(capture.response_body) == response.content
+
+    def chats() -> list[Capture]:  # the monitor's own polls (GET /api/version, …) are captured too
+        return [c for c in list(ollama.captures) if c.path == "/api/chat" and c.finished.is_set()]
+
+    qtbot.waitUntil(lambda: bool(chats()), timeout=WAIT_MS)
+    (capture,) = chats()
+    assert bytes(capture.response_body) == response.content  # reached the fake, bytes unchanged
 
     qtbot.waitUntil(lambda: bool(run.proxy_records()), timeout=WAIT_MS)
     (record,) = run.proxy_records()
@@ -124,7 +136,7 @@ def test_a_request_through_the_proxy_reaches_the_snapshot_and_the_menu_copies_th
     assert ollama.url in server_urls and address not in server_urls  # the upstream is watched, once
 
     run.app.shutdown()
-    assert _refused(port)  # quitting stops the proxy
+    assert not _listening(port)  # quitting stops the proxy
 
 
 def test_a_taken_port_is_a_warning_and_the_other_proxies_run(
@@ -159,11 +171,11 @@ def test_settings_apply_live_and_remote_without_a_token_stays_off(
     first, second = _free_port(), _free_port()
     proxy = ProxyConfig(f"127.0.0.1:{first}", ollama.url, kind="ollama")
     run = running(proxy)
-    assert not _refused(first)
+    assert _listening(first)
 
     moved = ProxyConfig(f"127.0.0.1:{second}", ollama.url)  # another port, no kind
     run.app.apply_settings(Settings(monitor=run.app.settings.monitor, proxies=(moved,)))
-    assert _refused(first) and not _refused(second)
+    assert not _listening(first) and _listening(second)
     run.app.tray.rebuild_menu()
     assert f"Proxy 127.0.0.1:{second} → {ollama.url.removeprefix('http://')}" in [
         a.text() for a in run.app.tray.menu.actions()
@@ -174,10 +186,11 @@ def test_settings_apply_live_and_remote_without_a_token_stays_off(
     run.app.apply_settings(Settings(monitor=run.app.settings.monitor, proxies=(moved, remote)))
     assert any("needs a token" in w and "NO_SUCH_TOKEN_VAR" in w for w in run.app.warnings)
     assert [p.listen_port for p in run.app.tray.proxies] == [second]  # unchanged one kept running
-    assert _refused(first)
+    assert not _listening(first)
 
     run.app.apply_settings(Settings(monitor=run.app.settings.monitor))
-    assert _refused(second) and run.app.tray.proxies == [] and run.app.tray.proxy_copy_actions == []
+    assert not _listening(second) and run.app.tray.proxies == [] and run.app.tray.proxy_copy_actions == []
+    assert run.app.proxies.inbox.upstreams == ()
 
 
 def test_the_settings_dialog_edits_proxies_and_shows_the_client_address(qtbot: QtBot, tmp_path: Path) -> None:
