@@ -14,6 +14,7 @@ those events.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import logging.handlers
@@ -193,11 +194,8 @@ class ProxyService:
             try:
                 thread.start(timeout_s=5.0)
             except Exception as exc:  # OSError: the port is taken (or not ours to bind)
-                why = (
-                    exc.strerror
-                    if isinstance(exc, OSError) and exc.strerror
-                    else str(exc) or type(exc).__name__
-                )
+                taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+                why = f"port {config.listen_port} is already in use" if taken else str(exc) or repr(exc)
                 problems.append(f"proxy {config.listen} not started: {why}. Choose another port in Settings.")
                 continue
             if config.remote:

@@ -152,7 +152,10 @@ def test_a_taken_port_is_a_warning_and_the_other_proxies_run(
             ProxyConfig(f"127.0.0.1:{free}", ollama.url, kind="ollama"),
         )
         warnings = [w for w in run.app.warnings if f"proxy 127.0.0.1:{busy} not started" in w]
-        assert len(warnings) == 1 and "another port" in warnings[0], run.app.warnings
+        assert warnings == [
+            f"proxy 127.0.0.1:{busy} not started: port {busy} is already in use. "
+            "Choose another port in Settings."
+        ], run.app.warnings
         assert [p.listen_port for p in run.app.tray.proxies] == [free]
         qtbot.waitUntil(lambda: len(run.snapshots) >= 2, timeout=WAIT_MS)  # still sampling
         assert run.app.runner.is_running()
