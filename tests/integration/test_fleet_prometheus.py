@@ -298,10 +298,12 @@ def test_prometheus_stores_decode_rate_and_ceiling_from_two_agents(fleet: Fleet)
     for instance in fleet.instances:
         rates = decode[instance]
         assert rates and all(rate > 0 for _, rate in rates), (instance, rates)
-        for t, rate in rates:  # the same evaluation step: decode can never exceed the ceiling
+        for t, rate in rates:  # the same evaluation step: decode never (beyond noise) exceeds the ceiling
             assert t in ceiling[instance], f"{instance}: decode at {t} without a ceiling"
-            assert 0 < rate <= ceiling[instance][t], (
-                f"{instance}: decode {rate:.1f} > ceiling {ceiling[instance][t]:.1f}"
+            # The stored decode rate is the agent's polled estimate, which agrees with the server's own
+            # timings to 10 % (test_watch_reports_the_servers_own_decode_rate); the ceiling is a bound.
+            assert 0 < rate <= 1.10 * ceiling[instance][t], (
+                f"{instance}: decode {rate:.1f} > ceiling {ceiling[instance][t]:.1f} beyond the estimate's 10 %"
             )
         median = statistics.median(rate for _, rate in rates)
         assert median == pytest.approx(server_rate, rel=0.30), (
