@@ -8,9 +8,11 @@ below is computed from the knobs, never by the code under test.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import time
+import warnings
 from typing import Any
 
 import httpx
@@ -19,6 +21,8 @@ import pytest
 from tests.support.fake_streaming import FakeStreamingUpstream
 from tests.support.llama import free_port
 from tests.support.proxy import running_proxy
+from trayapp.adapters.proxy.runner import ProxyThread
+from trayapp.adapters.proxy.server import Route
 
 WORDS = ("Zanzibar", "quokka", "marmalade")
 TIMEOUT = httpx.Timeout(10.0)
@@ -252,3 +256,20 @@ def test_expect_100_continue_is_relayed_before_the_body() -> None:
     assert interim.startswith(b"HTTP/1.1 100 Continue")
     assert interim.endswith(b"\r\n\r\n") and final.startswith(b"HTTP/1.1 200")
     assert capture.request_body == upload
+
+
+def test_stopping_as_a_client_connects_leaves_no_socket_open() -> None:
+    """A connection accepted just as the proxy stops must still be closed (Python 3.11's
+    Server.close() races its accept; see ProxyServer.close)."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for _ in range(30):
+            thread = ProxyThread([Route("127.0.0.1", 0, dead, "ollama")], lambda _route, _record: None)
+            (url,) = thread.start()
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
+            thread.stop()
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not leaks, leaks[:3]

@@ -52,6 +52,7 @@ class ProxyThread:
         async def close_all() -> None:
             for server in self._servers:
                 await server.close()
+            await _finish_leftover_tasks(self._servers)
 
         try:
             asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(timeout_s)
@@ -60,3 +61,18 @@ class ProxyThread:
             self._thread.join(timeout_s)
             if not self._thread.is_alive():
                 self._loop.close()
+
+
+async def _finish_leftover_tasks(servers: Sequence[ProxyServer], limit_s: float = 5.0) -> None:
+    """Let connections accepted as the listeners closed get their handlers, then end those
+    handlers (each closes its sockets), until nothing is left on the loop or `limit_s` passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while loop.time() < deadline:
+        await asyncio.sleep(0.01)  # an accepted socket's handler starts within a few loop turns
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        if not others:
+            return
+        for server in servers:
+            server.cancel_connections()
+        await asyncio.wait(others, timeout=max(0.0, min(0.5, deadline - loop.time())))

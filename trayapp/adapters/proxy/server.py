@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 READ_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -184,11 +185,22 @@ class ProxyServer:
             self.route.server_kind,
         )
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    def cancel_connections(self) -> None:
         for task in list(self._connections):
             task.cancel()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            # Stop accepting first and let connections accepted a moment ago get their transports:
+            # Python 3.11's Server.close() would otherwise fail those ("assert self._sockets is not
+            # None" in Server._attach) and leave their sockets open.
+            loop = asyncio.get_running_loop()
+            for sock in self._server.sockets:
+                loop.remove_reader(sock.fileno())
+            for _ in range(3):
+                await asyncio.sleep(0)
+            self._server.close()
+        self.cancel_connections()
         if self._connections:
             await asyncio.wait(self._connections, timeout=5)
         if self._server is not None:
@@ -215,12 +227,14 @@ class ProxyServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
+            self._connections.discard(task)
             if upstream is not None:
                 upstream.close()
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            writer.close()
-            self._connections.discard(task)
+            writer.close()  # before any await: a cancel arriving now must not leave a socket open
+            for closing in (writer, upstream.writer if upstream is not None else None):
+                if closing is not None:  # the transport flushes what it holds, then closes
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await asyncio.wait_for(closing.wait_closed(), CLOSE_TIMEOUT_S)
 
     def _authorized(self, head: Head) -> Head | None:
         """The head to forward when the client may use the proxy (our token removed), else None."""
