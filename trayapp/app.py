@@ -14,7 +14,6 @@ those events.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import logging.handlers
@@ -24,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,8 +33,6 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp import paths
 from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.proxy.runner import ProxyThread
-from trayapp.adapters.proxy.server import Route
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -43,17 +40,11 @@ from trayapp.commands.actions import (
     set_autostart,
     store_api_key,
 )
-from trayapp.config import (
-    EndpointConfig,
-    ExporterConfig,
-    ProxyConfig,
-    Settings,
-    proxy_token,
-    watched_settings,
-)
+from trayapp.config import EndpointConfig, ExporterConfig, ProxyConfig, Settings, watched_settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
-from trayapp.core.model import FinishedRequest, HardwareProfile, Snapshot
+from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.proxy_service import ProxyService
 from trayapp.ui.dashboard import Dashboard
 from trayapp.ui.icons import app_icon
 from trayapp.ui.notifier import Notifier
@@ -156,62 +147,6 @@ def collect_versions() -> dict[str, str]:
         "pyqtgraph": str(getattr(pyqtgraph, "__version__", "?")),
         "OS": platform.platform(terse=True),
     }
-
-
-class ProxyService:
-    """The recording proxies turned on in the settings, one ProxyThread each (a taken port stops only
-    its own proxy). Binding a loopback port is quick, and no upstream is contacted until a client calls."""
-
-    def __init__(self, inbox: RecordInbox, environ: Mapping[str, str] = os.environ) -> None:
-        self.inbox = inbox
-        self._environ = environ
-        self._running: dict[ProxyConfig, ProxyThread] = {}
-
-    @property
-    def running(self) -> list[ProxyConfig]:
-        return list(self._running)
-
-    def _on_record(self, route: Route, record: FinishedRequest) -> None:
-        self.inbox.put(route.upstream_url, record)
-
-    def apply(self, proxies: Sequence[ProxyConfig]) -> list[str]:
-        """Run exactly the enabled `proxies` (unchanged ones keep running); returns why any did not start."""
-        wanted = [p for p in proxies if p.enabled]
-        for config in [c for c in self._running if c not in wanted]:
-            self._running.pop(config).stop()
-        problems: list[str] = []
-        for config in wanted:
-            if config in self._running:
-                continue
-            token, why = proxy_token(config, self._environ)
-            if why is not None:
-                problems.append(why)
-                continue
-            route = Route(
-                config.listen_host, config.listen_port, config.upstream, config.kind or "openai", token
-            )
-            thread = ProxyThread([route], self._on_record)
-            try:
-                thread.start(timeout_s=5.0)
-            except Exception as exc:  # OSError: the port is taken (or not ours to bind)
-                taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
-                why = f"port {config.listen_port} is already in use" if taken else str(exc) or repr(exc)
-                problems.append(f"proxy {config.listen} not started: {why}. Choose another port in Settings.")
-                continue
-            if config.remote:
-                log.warning(
-                    "proxy %s: no TLS: the token and all traffic cross the network in clear text",
-                    config.listen,
-                )
-            log.info("proxy %s → %s started", config.client_url, config.upstream)
-            self._running[config] = thread
-        self.inbox.set_upstreams(c.upstream for c in self._running)  # their polled records give way
-        return problems
-
-    def stop(self) -> None:
-        self.inbox.set_upstreams(())
-        while self._running:
-            self._running.popitem()[1].stop()
 
 
 # --------------------------------------------------------------------------- the app

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import cast
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -43,7 +42,6 @@ from trayapp.config import (
     RANGES,
     EndpointConfig,
     MonitorConfig,
-    ProxyConfig,
     Settings,
     StoreConfig,
     Thresholds,
@@ -54,6 +52,7 @@ from trayapp.config import (
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
+from trayapp.ui.proxies_tab import ProxiesTab
 from trayapp.ui.worker import run_in_background
 
 if sys.version_info >= (3, 11):
@@ -95,11 +94,6 @@ def validate(settings: Settings) -> list[str]:
     return errors
 
 
-def _proxy_item(proxy: ProxyConfig) -> str:
-    """The list's line: '127.0.0.1:11435 → http://127.0.0.1:11434' (marked when turned off)."""
-    return f"{proxy.listen or '?'} → {proxy.upstream or '?'}{'' if proxy.enabled else '  (off)'}"
-
-
 def _spin(path: str, value: float, decimals: int = 2, integer: bool = False) -> QDoubleSpinBox | QSpinBox:
     # The loader's own limits, so the dialog cannot save what the loader would reject.
     low, high = RANGES.get(path, (0.0, 1e6))
@@ -134,7 +128,6 @@ class SettingsDialog(QDialog):
         self.services = services
         self.test_timeout_s = test_timeout_s
         self._endpoints: list[EndpointConfig] = list(settings.endpoints)
-        self._proxies: list[ProxyConfig] = list(settings.proxies)
         self._test_token = 0
         self._loading = False
         self.saving = False
@@ -143,7 +136,8 @@ class SettingsDialog(QDialog):
         self.tabs = QTabWidget()
         layout.addWidget(self.tabs)
         self.tabs.addTab(self._endpoints_tab(), "Servers")
-        self.tabs.addTab(self._proxies_tab(), "Proxies")
+        self.proxies_tab = ProxiesTab(settings.proxies)
+        self.tabs.addTab(self.proxies_tab, "Proxies")
         self.tabs.addTab(self._monitor_tab(settings.monitor), "Monitoring")
         self.tabs.addTab(self._thresholds_tab(settings.thresholds), "Thresholds")
         self.tabs.addTab(self._notifications_tab(settings), "Notifications")
@@ -160,7 +154,12 @@ class SettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
         self._select_endpoint(0 if self._endpoints else -1)
-        self._select_proxy(0 if self._proxies else -1)
+        tab = self.proxies_tab  # its widgets and actions, reachable from the dialog as before
+        self.proxy_list, self.proxy_address = tab.proxy_list, tab.proxy_address
+        self.proxy_listen_edit, self.proxy_upstream_edit = tab.proxy_listen_edit, tab.proxy_upstream_edit
+        self.proxy_kind_combo, self.proxy_enabled_check = tab.proxy_kind_combo, tab.proxy_enabled_check
+        self.add_proxy, self.remove_proxy = tab.add_proxy, tab.remove_proxy
+        self.copy_proxy_address = tab.copy_proxy_address
 
     # ------------------------------------------------------------------ tabs
 
@@ -220,55 +219,6 @@ class SettingsDialog(QDialog):
             edit.textEdited.connect(self._store_fields)
         self.kind_combo.currentIndexChanged.connect(self._store_fields)
         layout.addWidget(self.endpoint_box, 2)
-        return tab
-
-    def _proxies_tab(self) -> QWidget:
-        tab = QWidget()
-        layout = QHBoxLayout(tab)
-        left = QVBoxLayout()
-        self.proxy_list = QListWidget()
-        self.proxy_list.addItems([_proxy_item(p) for p in self._proxies])
-        self.proxy_list.currentRowChanged.connect(self._select_proxy)
-        left.addWidget(QLabel("Recording proxies: exact numbers for every request sent through them"))
-        left.addWidget(self.proxy_list)
-        row = QHBoxLayout()
-        self.proxy_add_button = QPushButton("Add")
-        self.proxy_add_button.clicked.connect(lambda: self.add_proxy())
-        self.proxy_remove_button = QPushButton("Remove")
-        self.proxy_remove_button.clicked.connect(self.remove_proxy)
-        row.addWidget(self.proxy_add_button)
-        row.addWidget(self.proxy_remove_button)
-        left.addLayout(row)
-        layout.addLayout(left, 1)
-        self.proxy_box = QGroupBox("Proxy")
-        form = QFormLayout(self.proxy_box)
-        self.proxy_enabled_check = QCheckBox("Run this proxy")
-        self.proxy_listen_edit = QLineEdit()
-        self.proxy_listen_edit.setPlaceholderText("127.0.0.1:11435")
-        self.proxy_upstream_edit = QLineEdit()
-        self.proxy_upstream_edit.setPlaceholderText("http://127.0.0.1:11434")
-        self.proxy_kind_combo = QComboBox()
-        self.proxy_kind_combo.addItem("OpenAI-compatible", None)
-        for kind in SERVER_KINDS:
-            if kind not in ("unknown", "openai"):
-                self.proxy_kind_combo.addItem(kind_label(kind), kind)
-        self.proxy_address = QLabel()
-        self.proxy_copy_button = QPushButton("Copy")
-        self.proxy_copy_button.clicked.connect(self.copy_proxy_address)
-        address_row = QHBoxLayout()
-        address_row.addWidget(self.proxy_address, 1)
-        address_row.addWidget(self.proxy_copy_button)
-        form.addRow(self.proxy_enabled_check)
-        form.addRow("Listen on (host:port)", self.proxy_listen_edit)
-        form.addRow("Server (upstream URL)", self.proxy_upstream_edit)
-        form.addRow("Server kind", self.proxy_kind_combo)
-        form.addRow("Clients use", address_row)
-        form.addRow(QLabel("Listening beyond this machine needs allow_remote and a token: see the README."))
-        for edit in (self.proxy_listen_edit, self.proxy_upstream_edit):
-            edit.textEdited.connect(self._store_proxy)
-        self.proxy_kind_combo.currentIndexChanged.connect(self._store_proxy)
-        self.proxy_enabled_check.toggled.connect(self._store_proxy)
-        layout.addWidget(self.proxy_box, 2)
         return tab
 
     def _monitor_tab(self, monitor: MonitorConfig) -> QWidget:
@@ -389,69 +339,6 @@ class SettingsDialog(QDialog):
         self.endpoint_list.takeItem(row)
         self._select_endpoint(min(row, len(self._endpoints) - 1))
 
-    # ------------------------------------------------------------------ proxies
-
-    def _select_proxy(self, row: int) -> None:
-        valid = 0 <= row < len(self._proxies)
-        self.proxy_box.setEnabled(valid)
-        self.proxy_remove_button.setEnabled(valid)
-        self._loading = True
-        proxy = self._proxies[row] if valid else ProxyConfig(listen="", upstream="", enabled=False)
-        self.proxy_enabled_check.setChecked(proxy.enabled)
-        self.proxy_listen_edit.setText(proxy.listen)
-        self.proxy_upstream_edit.setText(proxy.upstream)
-        self.proxy_kind_combo.setCurrentIndex(max(self.proxy_kind_combo.findData(proxy.kind), 0))
-        self._loading = False
-        self._show_proxy_address(proxy)
-        if valid and self.proxy_list.currentRow() != row:
-            self.proxy_list.setCurrentRow(row)
-
-    def _show_proxy_address(self, proxy: ProxyConfig) -> None:
-        ok = proxy.listen.rpartition(":")[2].isdigit()
-        self.proxy_address.setText(proxy.client_url if ok else "(enter host:port)")
-        self.proxy_copy_button.setEnabled(ok)
-
-    def _store_proxy(self, *_args: object) -> None:
-        row = self.proxy_list.currentRow()
-        if self._loading or not 0 <= row < len(self._proxies):
-            return
-        proxy = replace(
-            self._proxies[row],
-            enabled=self.proxy_enabled_check.isChecked(),
-            listen=self.proxy_listen_edit.text().strip(),
-            upstream=self.proxy_upstream_edit.text().strip(),
-            kind=self.proxy_kind_combo.currentData(),
-        )
-        self._proxies[row] = proxy
-        self.proxy_list.item(row).setText(_proxy_item(proxy))
-        self._show_proxy_address(proxy)
-
-    def add_proxy(
-        self, listen: str = "", upstream: str = "http://127.0.0.1:11434", kind: str | None = "ollama"
-    ) -> None:
-        """A new proxy (by default in front of Ollama, on the first free port from 11435)."""
-        if not listen:
-            taken = {p.listen for p in self._proxies}
-            listen = next(
-                f"127.0.0.1:{port}" for port in range(11435, 65536) if f"127.0.0.1:{port}" not in taken
-            )
-        self._proxies.append(ProxyConfig(listen=listen, upstream=upstream, kind=kind))
-        self.proxy_list.addItem(_proxy_item(self._proxies[-1]))
-        self._select_proxy(len(self._proxies) - 1)
-
-    def remove_proxy(self) -> None:
-        row = self.proxy_list.currentRow()
-        if not 0 <= row < len(self._proxies):
-            return
-        del self._proxies[row]
-        self.proxy_list.takeItem(row)
-        self._select_proxy(min(row, len(self._proxies) - 1))
-
-    def copy_proxy_address(self) -> None:
-        clipboard = QGuiApplication.clipboard()
-        if clipboard is not None:
-            clipboard.setText(self.proxy_address.text())
-
     # ------------------------------------------------------------------ connection test
 
     def test_connection(self) -> None:
@@ -533,7 +420,7 @@ class SettingsDialog(QDialog):
         return replace(
             s,
             endpoints=tuple(self._endpoints),
-            proxies=tuple(self._proxies),
+            proxies=self.proxies_tab.proxies(),
             monitor=replace(
                 s.monitor,
                 discover=self.discover_check.isChecked(),
