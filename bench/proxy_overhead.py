@@ -1,0 +1,565 @@
+"""What a proxy costs a streaming client: direct vs llm-tray's proxy vs LiteLLM's proxy, in one run.
+
+    python bench/proxy_overhead.py [--runs 5] [--requests 4] [--json] [--litellm-venv /tmp/litellm-venv]
+
+Streaming `POST /v1/chat/completions`, a fresh TCP connection per request, from one asyncio client
+(raw sockets: the same cheap client for every variant). Variants, interleaved request by request
+(direct, ours, litellm, direct, …) so that drift hits all of them equally:
+- direct: the client talks to the upstream;
+- ours: `llm-tray proxy --listen 127.0.0.1:0 --upstream KIND=URL --json --no-record`, its own process;
+- litellm: LiteLLM's proxy from PyPI in its own venv (`bench/requirements-litellm.txt`), started with
+  `LITELLM_LOCAL_MODEL_COST_MAP=True`, the upstream as an openai-compatible model, every internet
+  request pointed at a closed local port.
+Scenarios: (a) the real llama-server (`-t 1`) on loopback, 1 stream (on 2 cores it serves concurrent
+streams one after another, so no 50-stream case there); (b) a fake streaming upstream in its own
+process (tests/support/fake_streaming.py, vLLM-style SSE, no server noise) at 1 stream and at 50
+concurrent streams. Figures per variant: client-side decode tok/s ((N−1)/(t_last−t_first) over the
+content events of a stream) and the server's `timings.predicted_per_second` when it arrives, the ratio
+to direct, time to first byte (TTFB) and to the first content token (TTFT) — median of the per-run
+medians and p99 over all samples, and what the proxy adds to direct — and the proxy process's CPU
+seconds per request (psutil, whole process: llm-tray's includes its monitor polls). Children write to
+files, never to a pipe; every wait has a deadline; every process is stopped in `finally`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.llama import LlamaServer, free_port  # noqa: E402
+
+VARIANTS = ("direct", "ours", "litellm")
+STREAM_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0
+IDLE_S = 5.0
+TIE = 0.005  # throughput ratios this close count as equal (run-to-run noise)
+KEY = "sk-" + secrets.token_hex(32)  # LiteLLM's master key (it refuses to start without one)
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+
+
+# ---------------------------------------------------------------------------------------------- client
+@dataclass
+class Stream:
+    """One streamed response as the client saw it (times in seconds from just before connect)."""
+
+    ok: bool = False
+    error: str = ""
+    ttfb_s: float | None = None
+    ttft_s: float | None = None
+    tokens: int = 0
+    first_token_s: float = 0.0
+    last_token_s: float = 0.0
+    server_tok_s: float | None = None
+
+    @property
+    def client_tok_s(self) -> float | None:
+        span = self.last_token_s - self.first_token_s
+        return (self.tokens - 1) / span if self.tokens >= 2 and span > 0 else None
+
+
+def _request(host: str, port: int, body: bytes) -> bytes:
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {KEY}\r\nAccept: text/event-stream\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _Body:
+    """Incremental HTTP/1.1 body decoder (chunked, Content-Length or until close) → SSE data lines."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self.buffer = b""
+        self.need: int | None = None  # bytes left in the current chunk (+2 for its CRLF)
+        self.lines = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        payload = b""
+        if not self.chunked:
+            payload = data
+        else:
+            self.buffer += data
+            while not self.done:
+                if self.need is None:
+                    end = self.buffer.find(b"\r\n")
+                    if end < 0:
+                        break
+                    size = int(self.buffer[:end].split(b";")[0], 16)
+                    self.buffer = self.buffer[end + 2 :]
+                    if size == 0:
+                        self.done = True
+                        break
+                    self.need = size + 2
+                if len(self.buffer) < self.need:
+                    break
+                payload += self.buffer[: self.need - 2]
+                self.buffer = self.buffer[self.need :]
+                self.need = None
+        self.lines += payload
+        *complete, self.lines = self.lines.split(b"\n")
+        return [line.strip() for line in complete if line.startswith(b"data:")]
+
+
+async def one_stream(host: str, port: int, body: bytes) -> Stream:
+    out = Stream()
+    try:
+        await asyncio.wait_for(_stream(host, port, body, out), STREAM_TIMEOUT_S)
+    except Exception as exc:  # a failed stream is reported, never silently dropped
+        out.ok, out.error = False, f"{type(exc).__name__}: {exc}"
+    return out
+
+
+async def _stream(host: str, port: int, body: bytes, out: Stream) -> None:
+    t0 = time.perf_counter()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(_request(host, port, body))
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError("closed before the response head")
+            if out.ttfb_s is None:
+                out.ttfb_s = time.perf_counter() - t0
+            buffer += data
+        head, _, rest = buffer.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        if " 200 " not in status_line + " ":
+            raise RuntimeError(f"{status_line}: {rest[:200]!r}")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+        decoder = _Body(headers)
+        data = rest
+        while True:
+            now = time.perf_counter() - t0
+            for line in decoder.feed(data):
+                text = line[5:].strip()
+                if text == b"[DONE]":
+                    out.ok = True
+                    continue
+                event = json.loads(text)
+                for choice in event.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        if out.tokens == 0:
+                            out.ttft_s = out.first_token_s = now
+                        out.tokens += 1
+                        out.last_token_s = now
+                timings = event.get("timings")
+                if isinstance(timings, dict) and timings.get("predicted_per_second"):
+                    out.server_tok_s = float(timings["predicted_per_second"])
+            if decoder.done:
+                break
+            data = await reader.read(65536)
+            if not data:
+                break
+        out.ok = out.ok and out.tokens > 0
+        if not out.ok:
+            out.error = out.error or "no [DONE] or no content"
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+# ------------------------------------------------------------------------------------------- processes
+def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ready():
+            return
+        time.sleep(0.1)
+    tail = log.read_bytes()[-3000:].decode(errors="replace") if log.exists() else "(no log)"
+    raise RuntimeError(f"{what} not ready (exit status {proc.poll()}):\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate by pid (its process group), kill if it lingers; always reaped."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _spawn(cmd: list[str], log_dir: Path, name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    out = open(log_dir / f"{name}.out", "wb")  # noqa: SIM115  # closed below: the child keeps its copy
+    err = open(log_dir / f"{name}.err", "wb")  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True
+        )
+    finally:
+        out.close()
+        err.close()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def fake_upstream(log_dir: Path, tokens: int, token_delay_s: float, prefill_s: float) -> Iterator[str]:
+    """The fake vLLM-style upstream in its own process (its threads never share the client's GIL)."""
+    port_file = log_dir / "fake.port"
+    port_file.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-fake", str(port_file)]
+    cmd += ["--fake-tokens", str(tokens), "--fake-token-delay-s", str(token_delay_s)]
+    cmd += ["--fake-prefill-s", str(prefill_s)]
+    proc = _spawn(cmd, log_dir, f"fake-{tokens}x{token_delay_s}", dict(os.environ))
+    try:
+        ready = lambda: port_file.exists() and bool(port_file.read_text())  # noqa: E731
+        _wait("fake upstream", ready, proc, log_dir / f"fake-{tokens}x{token_delay_s}.err")
+        yield port_file.read_text().strip()
+    finally:
+        _stop(proc)
+
+
+def _serve_fake(port_file: Path, tokens: int, token_delay_s: float, prefill_s: float) -> int:
+    from tests.support.fake_streaming import FakeStreamingUpstream
+
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    knobs = {"tokens": tokens, "token_delay_s": token_delay_s, "prefill_delay_s": prefill_s}
+    with FakeStreamingUpstream("vllm", **knobs) as fake:
+        port_file.write_text(fake.url)
+        deadline = time.monotonic() + 1800  # never outlives a forgotten bench
+        while not stop[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return 0
+
+
+@dataclass
+class Proxy:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the process and its children (0 for direct)."""
+        total = 0.0
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.proc.pid) if self.proc else None
+            for p in [root, *root.children(recursive=True)] if root else []:
+                with contextlib.suppress(psutil.Error):
+                    total += sum(p.cpu_times()[:2])
+        return total
+
+
+@contextlib.contextmanager
+def our_proxy(log_dir: Path, upstream: str) -> Iterator[Proxy]:
+    env = {**os.environ, "LLM_TRAY_HOME": tempfile.mkdtemp(prefix="llm-tray-bench-", dir=log_dir)}
+    cmd = [sys.executable, "-m", "trayapp", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream]
+    proc = _spawn([*cmd, "--json", "--no-record"], log_dir, "ours", env)
+    out = log_dir / "ours.out"
+
+    def listening() -> dict[str, Any] | None:
+        for line in out.read_text().splitlines():
+            if line.startswith("{") and json.loads(line).get("event") == "listening":
+                return dict(json.loads(line))
+        return None
+
+    try:
+        _wait("llm-tray proxy", lambda: listening() is not None, proc, log_dir / "ours.err")
+        url = str((listening() or {})["listen"])
+        yield Proxy("ours", int(url.rsplit(":", 1)[1]), proc)
+    finally:
+        _stop(proc)
+
+
+@contextlib.contextmanager
+def litellm_proxy(log_dir: Path, venv: Path, upstream_url: str) -> Iterator[Proxy]:
+    config = log_dir / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n"
+        f"      api_base: {upstream_url}/v1\n      api_key: sk-bench\n"
+        "litellm_settings:\n  telemetry: false\n  drop_params: true\n"
+    )
+    port = free_port()
+    closed = f"http://127.0.0.1:{free_port()}"  # any internet request fails at once, never leaves
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+           "HTTP_PROXY": closed, "HTTPS_PROXY": closed, "NO_PROXY": "127.0.0.1,localhost",
+           "LITELLM_LOG": "ERROR", "HF_HUB_OFFLINE": "1", "LITELLM_MASTER_KEY": KEY}  # fmt: skip
+    env.pop("PYTHONPATH", None)
+    cmd = [str(venv / "bin" / "litellm"), "--config", str(config), "--host", "127.0.0.1"]
+    proc = _spawn([*cmd, "--port", str(port), "--num_workers", "1"], log_dir, "litellm", env)
+    try:
+        _wait("litellm", lambda: _port_open(port), proc, log_dir / "litellm.err")
+        yield Proxy("litellm", port, proc)
+    finally:
+        _stop(proc)
+
+
+# ----------------------------------------------------------------------------------------- the bench
+@dataclass
+class Scenario:
+    name: str
+    concurrency: int
+    samples: dict[str, list[list[Stream]]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(VARIANTS, 0.0))
+    failures: dict[str, list[str]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(VARIANTS, 0.0))
+    idle_cpu_pct: dict[str, float] = field(default_factory=dict)
+
+
+async def _batch(proxy: Proxy, body: bytes, n: int) -> tuple[list[Stream], float, float]:
+    """n concurrent streams → (streams, proxy CPU seconds, wall seconds)."""
+    cpu0, t0 = proxy.cpu_s(), time.perf_counter()
+    streams = await asyncio.gather(*(one_stream("127.0.0.1", proxy.port, body) for _ in range(n)))
+    return list(streams), proxy.cpu_s() - cpu0, time.perf_counter() - t0
+
+
+async def run_scenario(
+    sc: Scenario, proxies: dict[str, Proxy], body: bytes, runs: int, requests: int
+) -> None:
+    for proxy in proxies.values():  # warm-up: first connections, imports on first use, caches
+        await _batch(proxy, body, min(sc.concurrency, 4))
+    idle0 = {name: proxy.cpu_s() for name, proxy in proxies.items()}
+    await asyncio.sleep(IDLE_S)  # background CPU (llm-tray's monitor polls, LiteLLM's own loops)
+    sc.idle_cpu_pct = {name: (proxies[name].cpu_s() - idle0[name]) * 100 / IDLE_S for name in VARIANTS}
+    rounds = 1 if sc.concurrency > 1 else requests
+    for _ in range(runs):
+        per_run: dict[str, list[Stream]] = {v: [] for v in VARIANTS}
+        for _ in range(rounds):
+            for name in VARIANTS:
+                streams, cpu, wall = await _batch(proxies[name], body, sc.concurrency)
+                per_run[name] += streams
+                sc.cpu_s[name] += cpu
+                sc.wall_s[name] += wall
+        for name in VARIANTS:
+            sc.failures[name] += [s.error for s in per_run[name] if not s.ok]
+            sc.samples[name].append([s for s in per_run[name] if s.ok])
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def summarize(sc: Scenario) -> dict[str, Any]:
+    """Per variant: medians of the per-run medians, p99 over all samples, paired deltas to direct."""
+
+    def per_run(name: str, pick: Callable[[Stream], float | None]) -> list[float | None]:
+        return [_median([x for s in run if (x := pick(s)) is not None]) for run in sc.samples[name]]
+
+    def flat(name: str, pick: Callable[[Stream], float | None]) -> list[float]:
+        return [x for run in sc.samples[name] for s in run if (x := pick(s)) is not None]
+
+    picks: dict[str, Callable[[Stream], float | None]] = {
+        "client_tok_s": lambda s: s.client_tok_s,
+        "server_tok_s": lambda s: s.server_tok_s,
+        "client_over_server": lambda s: (
+            s.client_tok_s / s.server_tok_s if s.client_tok_s and s.server_tok_s else None
+        ),  # delivery vs the server's own rate: server-speed noise cancels
+        "ttfb_ms": lambda s: None if s.ttfb_s is None else s.ttfb_s * 1000,
+        "ttft_ms": lambda s: None if s.ttft_s is None else s.ttft_s * 1000,
+    }
+    out: dict[str, Any] = {"scenario": sc.name, "concurrency": sc.concurrency, "variants": {}}
+    base = {key: per_run("direct", pick) for key, pick in picks.items()}
+    for name in VARIANTS:
+        row: dict[str, Any] = {"streams_ok": sum(len(r) for r in sc.samples[name])}
+        row["streams_failed"] = len(sc.failures[name])
+        row["first_failures"] = sc.failures[name][:3]
+        row["tokens_median"] = _median([float(s.tokens) for r in sc.samples[name] for s in r])
+        for key, pick in picks.items():
+            runs = per_run(name, pick)
+            row[key] = _median([x for x in runs if x is not None])
+            row[f"{key}_p99"] = _p99(flat(name, pick))
+            if key.endswith("_ms"):  # paired per run: (variant − direct) of the same run
+                deltas = [
+                    a - b for a, b in zip(runs, base[key], strict=True) if a is not None and b is not None
+                ]
+                row[f"added_{key}"] = _median(deltas)
+                p99, p99_direct = row[f"{key}_p99"], _p99(flat("direct", pick))
+                row[f"added_{key}_p99"] = None if p99 is None or p99_direct is None else p99 - p99_direct
+            else:
+                ratios = [a / b for a, b in zip(runs, base[key], strict=True) if a and b]
+                row[f"{key}_ratio"] = _median(ratios)
+        n_ok = row["streams_ok"] + row["streams_failed"]
+        proxied = name != "direct" and n_ok > 0
+        row["cpu_ms_per_request"] = sc.cpu_s[name] * 1000 / n_ok if proxied else None
+        row["idle_cpu_pct"] = sc.idle_cpu_pct.get(name) if proxied else None
+        idle_s = (row["idle_cpu_pct"] or 0.0) / 100 * sc.wall_s[name]  # what it burns with no request
+        row["net_cpu_ms_per_request"] = (sc.cpu_s[name] - idle_s) * 1000 / n_ok if proxied else None
+        row["cpu_pct_while_streaming"] = sc.cpu_s[name] * 100 / sc.wall_s[name] if proxied else None
+        out["variants"][name] = row
+    return out
+
+
+def _fmt(value: float | None, spec: str, signed: bool = False) -> str:
+    return "—" if value is None else format(value, ("+" if signed else "") + spec)
+
+
+COLUMNS = (
+    "upstream, streams", "variant", "client tok/s (× direct)", "server tok/s (× direct)",
+    "TTFB median (added)", "added TTFB p99", "TTFT median (added)", "added TTFT p99",
+    "proxy CPU ms/request (net of idle)", "idle CPU %", "tokens", "ok/failed",
+)  # fmt: skip
+
+
+def _cells(res: dict[str, Any], name: str, r: dict[str, Any]) -> list[str]:
+    direct = name == "direct"
+
+    def times(key: str) -> list[str]:
+        added = "" if direct else f" ({_fmt(r['added_' + key], '.2f', True)})"
+        p99 = "—" if direct else _fmt(r[f"added_{key}_p99"], ".2f", True)
+        return [f"{_fmt(r[key], '.2f')}{added}", p99]
+
+    def rate(key: str) -> str:
+        ratio = "" if direct or r[key] is None else f" ({_fmt(r[key + '_ratio'], '.3f')}×)"
+        return f"{_fmt(r[key], '.1f')}{ratio}"
+
+    cpu = f"{_fmt(r['cpu_ms_per_request'], '.1f')} ({_fmt(r['net_cpu_ms_per_request'], '.1f')})"
+    return [
+        f"{res['scenario']}, {res['concurrency']}", name, rate("client_tok_s"), rate("server_tok_s"),
+        *times("ttfb_ms"), *times("ttft_ms"), "—" if direct else cpu, _fmt(r["idle_cpu_pct"], ".2f"),
+        _fmt(r["tokens_median"], ".0f"), f"{r['streams_ok']}/{r['streams_failed']}",
+    ]  # fmt: skip
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The results table (times in ms; "added" = variant − direct, paired per run)."""
+    rows = [COLUMNS, tuple("---" for _ in COLUMNS)]
+    rows += [tuple(_cells(res, name, r)) for res in results for name, r in res["variants"].items()]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets, each MET or MISSED, never hidden."""
+    verdicts: list[str] = []
+    for res in results:
+        ours, lite = res["variants"]["ours"], res["variants"]["litellm"]
+        label = f"{res['scenario']}, {res['concurrency']} stream(s)"
+        ratio = ours["client_tok_s_ratio"]
+        met = ratio is not None and ratio >= 0.99
+        verdicts.append(f"{label}: throughput ≥ 0.99× direct: {_verdict(met)} ({_fmt(ratio, '.3f')}×)")
+        if res["scenario"].startswith("fake") and res["concurrency"] == 1:
+            added = ours["added_ttft_ms"]
+            met = added is not None and added <= 1.0
+            shown = _fmt(added, ".2f", True)
+            verdicts.append(f"{label}: added median TTFT ≤ 1 ms: {_verdict(met)} ({shown} ms)")
+        keys = ("added_ttfb_ms", "added_ttfb_ms_p99", "added_ttft_ms", "added_ttft_ms_p99")
+        keys += ("cpu_ms_per_request", "net_cpu_ms_per_request")
+        worse = [k for k in keys if ours[k] is not None and lite[k] is not None and ours[k] > lite[k]]
+        lite_ratio = lite["client_tok_s_ratio"]  # within TIE: a tie (noise; bunched tokens read high)
+        if ratio is not None and lite_ratio is not None and ratio < lite_ratio - TIE:
+            worse.insert(0, "client_tok_s")
+        behind = f" (behind on {', '.join(worse)})" if worse else ""
+        verdicts.append(f"{label}: ahead of LiteLLM on every figure: {_verdict(not worse)}{behind}")
+    return verdicts
+
+
+def _verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def _body(max_tokens: int, llama: bool) -> bytes:
+    body: dict[str, Any] = {"model": "bench", "stream": True}
+    body["messages"] = [{"role": "user", "content": PROMPT}]
+    if llama:
+        body |= {"max_tokens": max_tokens, "temperature": 0, "seed": 1, "ignore_eos": True}
+    return json.dumps(body).encode()
+
+
+def _scenario(
+    sc: Scenario, ours: Proxy, lite: Proxy, direct_port: int, body: bytes, a: Any
+) -> dict[str, Any]:
+    proxies = {"direct": Proxy("direct", direct_port), "ours": ours, "litellm": lite}
+    asyncio.run(run_scenario(sc, proxies, body, a.runs, a.requests))
+    return summarize(sc)
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=5, help="repetitions; figures are medians over them")
+    p.add_argument("--requests", type=int, default=4, help="1-stream requests per variant per run")
+    p.add_argument("--llama-tokens", type=int, default=32, help="max_tokens per llama-server request")
+    p.add_argument("--fake-tokens", type=int, default=100)
+    p.add_argument("--fake-token-delay-s", type=float, default=0.01, help="1 stream (100 tok/s)")
+    p.add_argument("--fake-prefill-s", type=float, default=0.02)
+    p.add_argument("--concurrent", type=int, default=50)
+    p.add_argument("--concurrent-tokens", type=int, default=50)
+    p.add_argument("--concurrent-token-delay-s", type=float, default=0.02, help="per stream (50 tok/s)")
+    p.add_argument("--skip-llama", action="store_true")
+    venv = Path(os.environ.get("LITELLM_VENV", "/tmp/litellm-venv"))
+    p.add_argument("--litellm-venv", type=Path, default=venv)
+    p.add_argument("--json", action="store_true", help="print the results as JSON (after the table)")
+    p.add_argument("--log-dir", type=Path, default=None, help="children's output (default: a temp dir)")
+    p.add_argument("--serve-fake", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
+    if a.serve_fake is not None:
+        return _serve_fake(a.serve_fake, a.fake_tokens, a.fake_token_delay_s, a.fake_prefill_s)
+    venv = a.litellm_venv
+    if not (venv / "bin" / "litellm").exists():
+        hint = f"python -m venv {venv} && {venv}/bin/pip install -r bench/requirements-litellm.txt"
+        print(f"no LiteLLM in {venv}: {hint}", file=sys.stderr)
+        return 2
+    log_dir = a.log_dir or Path(tempfile.mkdtemp(prefix="proxy-overhead-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"logs: {log_dir}", file=sys.stderr)
+    results: list[dict[str, Any]] = []
+    if not a.skip_llama:
+        with (
+            LlamaServer(threads=1, log_dir=log_dir) as server,
+            our_proxy(log_dir, f"llamacpp={server.url}") as ours,
+            litellm_proxy(log_dir, venv, server.url) as lite,
+        ):
+            body = _body(a.llama_tokens, True)
+            results.append(_scenario(Scenario("llama-server", 1), ours, lite, server.port, body, a))
+    plan = [(1, a.fake_tokens, a.fake_token_delay_s)]
+    plan.append((a.concurrent, a.concurrent_tokens, a.concurrent_token_delay_s))
+    for concurrency, tokens, delay_s in plan:
+        with (
+            fake_upstream(log_dir, tokens, delay_s, a.fake_prefill_s) as url,
+            our_proxy(log_dir, f"vllm={url}") as ours,
+            litellm_proxy(log_dir, venv, url) as lite,
+        ):
+            sc = Scenario(f"fake ({1 / delay_s:g} tok/s)", concurrency)
+            results.append(_scenario(sc, ours, lite, int(url.rsplit(":", 1)[1]), _body(tokens, False), a))
+    print(markdown(results))
+    print()
+    print("\n".join(f"- {line}" for line in targets(results)))
+    if a.json:
+        print(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
