@@ -1,0 +1,223 @@
+"""`llm-tray bar` text rules (trayapp/core/bar.py): the glance document, the line and each bar's syntax.
+
+The format checks are small grammars of each bar's own rules; tests/integration/test_bar_cli.py
+applies the same ones to the real command's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.support import snapshots as s
+from trayapp.core.bar import FORMATS, NOT_RUNNING, bar_line, glance_json, render
+from trayapp.core.glance import icon_state, prefill_line
+from trayapp.core.model import PrefillProgress
+
+SPILL_WORDS = "part of a model spilled to system RAM"  # ALERT_KINDS["offload"].label
+
+
+def decoding_doc(**kw: Any) -> dict[str, Any]:
+    """llama3.1:8b decoding at 42 of 62 tok/s (42 / 62 = 67.7 %), as the sampler would publish it."""
+    doc: dict[str, Any] = {
+        "schema": 1, "t": 1.0, "health": "ok", "text": "42", "ring": 0.7, "offload": False,
+        "prefill": False, "tooltip": ["llama3.1:8b Q4_K_M · llama-server", "42 tok/s"],
+        "model": {"server": "127.0.0.1:8080", "kind": "llamacpp", "name": "llama3.1:8b",
+                  "phase": "decoding", "decode_tok_s": 42.0, "ceiling_tok_s": 62.0,
+                  "efficiency": 42 / 62, "prefill_tokens_done": None, "prefill_tokens_total": None},
+        "models": [], "alerts": [],
+    }  # fmt: skip
+    doc["models"] = [doc["model"]]
+    doc.update(kw)
+    return doc
+
+
+SPILL = {"kind": "offload", "severity": "warning", "model": "qwen3:30b", "words": SPILL_WORDS,
+         "message": "qwen3:30b spilled to the CPU (52 %)"}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- grammars
+
+
+def check_waybar(text: str) -> dict[str, Any]:
+    """Waybar's custom module, return-type json: one JSON object per line with these keys/types."""
+    assert "\n" not in text
+    data = json.loads(text)
+    assert set(data) == {"text", "tooltip", "class", "percentage"}
+    assert isinstance(data["text"], str) and isinstance(data["tooltip"], str)
+    assert isinstance(data["class"], str) and re.fullmatch(r"[a-z-]+", data["class"])
+    assert isinstance(data["percentage"], int) and 0 <= data["percentage"] <= 100
+    assert not re.search(r"<|&(?!amp;|lt;|gt;)", data["text"] + data["tooltip"])  # valid Pango text
+    return data
+
+
+def check_tmux(text: str) -> str:
+    """tmux style markup: `#[...]` tags with known attributes, `##` for a literal #; the colour reset."""
+    assert "\n" not in text
+    visible, rest = [], text
+    while rest:
+        if rest.startswith("##"):
+            visible.append("#")
+            rest = rest[2:]
+        elif rest.startswith("#["):
+            tag = re.match(r"#\[(fg=(colour\d{1,3}|[a-z]+|#[0-9a-f]{6})|default)\]", rest)
+            assert tag, f"bad tmux tag in {text!r}"
+            rest = rest[tag.end() :]
+        else:
+            assert not rest.startswith("#"), f"lone # in {text!r}"
+            visible.append(rest[0])
+            rest = rest[1:]
+    assert text.startswith("#[fg=") and text.endswith("#[default]")
+    return "".join(visible)
+
+
+def check_polybar(text: str) -> str:
+    """Polybar / lemonbar `%{F#rrggbb}` ... `%{F-}`: every colour set is reset, no other tag opens."""
+    assert "\n" not in text
+    depth, visible = 0, []
+    for part in re.split(r"(%\{[^}]*\})", text):
+        if part.startswith("%{"):
+            if re.fullmatch(r"%\{F#[0-9a-f]{6}\}", part):
+                depth += 1
+            else:
+                assert part == "%{F-}" and depth > 0, f"bad tag {part!r} in {text!r}"
+                depth -= 1
+        else:
+            assert "%{" not in part
+            visible.append(part)
+    assert depth == 0
+    return "".join(visible)
+
+
+def check_swiftbar(text: str) -> list[tuple[str, dict[str, str]]]:
+    """SwiftBar / xbar: `text | key=value ...` lines, the title first, then `---`, then the menu."""
+    lines = text.split("\n")
+    assert len(lines) >= 3 and lines[1] == "---"
+    items = []
+    for line in lines:
+        if line == "---":
+            continue
+        title, sep, params = line.partition(" | ")
+        assert title.strip() and "|" not in title
+        pairs: dict[str, str] = {}
+        if sep:
+            for token in re.findall(r"""(\S+=(?:'[^']*'|"[^"]*"|\S+))""", params):
+                key, _, value = token.partition("=")
+                pairs[key] = value
+            assert " ".join(f"{k}={v}" for k, v in pairs.items()) == params.strip(), params
+        items.append((title, pairs))
+    return items
+
+
+# --------------------------------------------------------------------------- the line
+
+
+def test_decoding_line_has_the_tray_number_and_share_of_ceiling() -> None:
+    assert bar_line(decoding_doc()) == "llama3.1:8b 42 tok/s 68%"
+
+
+def test_the_model_name_goes_first_then_the_alert_is_cut_never_dropped() -> None:
+    doc = decoding_doc(alerts=[SPILL, SPILL], health="alert")
+    full = f"llama3.1:8b 42 tok/s 68% ⚠ {SPILL_WORDS} +1"
+    assert bar_line(doc, None) == full
+    assert bar_line(doc, 60) == f"42 tok/s 68% ⚠ {SPILL_WORDS} +1"  # 12 + 3 + 37 + 3 = 55
+    assert bar_line(doc, 30) == "42 tok/s 68% ⚠ part of a mode…"  # 12 + 18 = 30
+    assert bar_line(doc, 10) == "42 tok/s …"
+
+
+def test_prefill_idle_and_nothing() -> None:
+    prefill = decoding_doc(text="12k", prefill=True)
+    prefill["model"] = {**prefill["model"], "phase": "prefill", "prefill_tokens_done": 12_400,
+                        "prefill_tokens_total": 28_000}  # fmt: skip
+    assert bar_line(prefill) == "llama3.1:8b prefill 12k/28k 44%"  # 12.4 / 28 = 44.3 %
+    prefill["model"]["prefill_tokens_total"] = None
+    assert bar_line(prefill) == "llama3.1:8b prefill 12k"
+    idle = decoding_doc(text=None, health="idle")
+    idle["model"] = {**idle["model"], "phase": "idle"}
+    assert bar_line(idle) == "llama3.1:8b idle"
+    assert bar_line(decoding_doc(model=None, models=[], health="none")) == "LLM: no server"
+    assert bar_line(decoding_doc(model=None, models=[], health="idle")) == "LLM: no model"
+    assert bar_line(None) == NOT_RUNNING
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def test_glance_json_speaks_for_the_tray_icons_model() -> None:
+    snapshot = s.snap(
+        1.0,
+        s.server(s.model("llama3.1:8b", "decoding", 42.0)),
+        s.server(s.model("qwen3:30b", "idle"), url=s.OLLAMA, kind="ollama"),
+        alerts=(s.alert(),),
+    )
+    state = icon_state(snapshot)
+    doc = glance_json(state, snapshot)
+    json.dumps(doc)  # serialisable as it is
+    assert doc["health"] == "alert" and doc["text"] == "42"
+    assert doc["ring"] == 0.7  # 42 / 62 = 0.677 → the nearest 5 % step
+    assert doc["model"]["name"] == "llama3.1:8b" and doc["model"]["server"] == "127.0.0.1:8080"
+    assert doc["model"]["efficiency"] == pytest.approx(42 / 62)
+    assert [m["name"] for m in doc["models"]] == ["llama3.1:8b", "qwen3:30b"]
+    assert doc["alerts"] == [{**SPILL, "words": SPILL_WORDS}]
+    assert doc["tooltip"] == list(state.tooltip_lines)
+    assert render("waybar", doc, max_width=None).startswith('{"text": "llama3.1:8b 42 tok/s 68% ⚠ part')
+
+
+def test_prefill_progress_reaches_the_bar() -> None:
+    progress = PrefillProgress(tokens_done=12_400, cached_tokens=0, tokens_total=28_000, tok_s=250.0)
+    m = s.model("llama3.1:8b", "prefill", None, prefill=progress)
+    snapshot = s.snap(1.0, s.server(m))
+    doc = glance_json(icon_state(snapshot), snapshot)
+    assert bar_line(doc) == "llama3.1:8b prefill 12k/28k 44%"
+    assert prefill_line(m) in doc["tooltip"]  # the tooltip is the tray's
+
+
+# --------------------------------------------------------------------------- each bar
+
+
+@pytest.mark.parametrize("doc", [decoding_doc(), decoding_doc(alerts=[SPILL], health="alert"), None])
+def test_every_format_follows_its_bars_rules(doc: dict[str, Any] | None) -> None:
+    line = bar_line(doc)
+    waybar = check_waybar(render("waybar", doc))
+    assert waybar["text"] == line and waybar["class"] == (doc["health"] if doc else "not-running")
+    assert waybar["percentage"] == (70 if doc else 0)
+    assert check_tmux(render("tmux", doc)) == line
+    assert check_polybar(render("polybar", doc)) == line
+    assert check_polybar(render("lemonbar", doc)) == line
+    i3 = render("i3blocks", doc)
+    assert re.fullmatch(r"<span foreground='#[0-9a-f]{6}'>[^<>]*</span>", i3), i3
+    assert render("plain", doc) == line
+    for fmt in ("swiftbar", "xbar"):
+        items = check_swiftbar(render(fmt, doc, open_command=["/usr/bin/python3", "-m", "trayapp"]))
+        assert items[0][0] == line and items[0][1]["color"].startswith("#")
+        assert items[-1] == ("Open dashboard", {"shell": "/usr/bin/python3", "param1": "-m",
+                                                "param2": "trayapp", "terminal": "false"})  # fmt: skip
+    assert set(FORMATS) == {"waybar", "polybar", "i3blocks", "lemonbar", "tmux", "swiftbar", "xbar", "plain"}
+
+
+def test_hostile_model_names_cannot_break_the_markup() -> None:
+    doc = decoding_doc()
+    doc["model"] = {**doc["model"], "name": "a#[fg=red]%{F#000000}<b>&|x"}
+    doc["models"] = [doc["model"]]
+    line = bar_line(doc, None)
+    assert check_tmux(render("tmux", doc, max_width=None)) == line
+    assert check_polybar(render("polybar", doc, max_width=None)) == line.replace("%{", "% {")
+    waybar = json.loads(render("waybar", doc, max_width=None))
+    assert waybar["text"].startswith("a#[fg=red]%{F#000000}&lt;b&gt;&amp;|x")
+    menu = check_swiftbar(render("swiftbar", doc, max_width=None))
+    assert all("|" not in title for title, _ in menu)
+
+
+def test_swiftbar_menu_lists_models_and_alerts() -> None:
+    doc = decoding_doc(alerts=[SPILL], health="alert")
+    titles = [title for title, _ in check_swiftbar(render("swiftbar", doc))]
+    assert "llama3.1:8b · decoding · 42 tok/s · llama-server 127.0.0.1:8080" in titles
+    assert "⚠ qwen3:30b spilled to the CPU (52 %)" in titles
+
+
+def test_unknown_format_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown bar format"):
+        render("conky", None)

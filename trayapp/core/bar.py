@@ -1,0 +1,236 @@
+"""Status-bar text (`llm-tray bar`): the glance document and its rendering for each bar.
+
+Pure. The sampler turns each tick's `IconState` (core/glance.py: the tray's own number, ring,
+health and tooltip, with their hysteresis) into a small JSON document, `glance_json`; `bar`
+renders that document for Waybar, Polybar, i3blocks, lemonbar, tmux, SwiftBar, xbar or plain
+text, `render(fmt, doc)`. `doc=None` means no sampler is running. See docs/status-bars.md.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trayapp.core.alert_kinds import ALERT_KINDS
+from trayapp.core.glance import IconState, active_alerts, host_port, kind_label
+from trayapp.core.model import Snapshot
+from trayapp.core.units import format_rate_short, format_tokens_short
+
+GLANCE_SCHEMA = 1
+FORMATS = ("waybar", "polybar", "i3blocks", "lemonbar", "tmux", "swiftbar", "xbar", "plain")
+NOT_RUNNING = "llm-tray not running"
+DEFAULT_MAX_WIDTH = 40
+ELLIPSIS = "…"
+
+# health → (hex colour for Polybar, lemonbar, i3blocks, SwiftBar; tmux colour name)
+COLOURS: dict[str, tuple[str, str]] = {
+    "ok": ("#4caf50", "green"),
+    "degraded": ("#ff9800", "yellow"),
+    "alert": ("#f44336", "red"),
+    "idle": ("#9e9e9e", "colour245"),
+    "none": ("#9e9e9e", "colour245"),
+    "not-running": ("#9e9e9e", "colour245"),
+}
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def glance_json(state: IconState, snapshot: Snapshot) -> dict[str, Any]:
+    """What a bar needs from one tick: the tray's glance plus the chosen model's numbers.
+
+    Server addresses are host:port (no credentials, no path); never prompt text.
+    """
+    chosen: dict[str, Any] | None = None
+    models: list[dict[str, Any]] = []
+    for server, model in snapshot.models():
+        entry: dict[str, Any] = {
+            "server": host_port(server.url),
+            "kind": server.kind,
+            "name": model.name,
+            "phase": model.phase,
+            "decode_tok_s": model.decode_tok_s,
+            "ceiling_tok_s": model.ceiling_tok_s,
+            "efficiency": model.efficiency,
+            "prefill_tokens_done": model.prefill.tokens_done if model.prefill else None,
+            "prefill_tokens_total": model.prefill.tokens_total if model.prefill else None,
+        }
+        models.append(entry)
+        if state.model_key == (server.url, model.name):
+            chosen = entry
+    alerts = sorted(active_alerts(snapshot), key=lambda a: a.severity != "critical")
+    return {
+        "schema": GLANCE_SCHEMA,
+        "t": round(snapshot.t_wall_s, 3),
+        "health": state.health,
+        "text": state.text,
+        "ring": state.ring,
+        "offload": state.offload,
+        "prefill": state.prefill,
+        "tooltip": list(state.tooltip_lines),
+        "model": chosen,
+        "models": models,
+        "alerts": [
+            {
+                "kind": a.kind,
+                "severity": a.severity,
+                "model": a.model,
+                "words": ALERT_KINDS[a.kind].label if a.kind in ALERT_KINDS else a.kind,
+                "message": a.message,
+            }
+            for a in alerts
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- the line
+
+
+def _core(doc: Mapping[str, Any]) -> str:
+    model = doc.get("model")
+    if not model:
+        return "LLM: no server" if doc.get("health") == "none" else "LLM: no model"
+    phase = model.get("phase")
+    if phase == "decoding":
+        if not doc.get("text"):
+            return "decoding"
+        line = f"{doc['text']} tok/s"
+        if model.get("efficiency") is not None:
+            line += f" {model['efficiency'] * 100:.0f}%"
+        return line
+    if phase == "prefill":
+        done, total = model.get("prefill_tokens_done"), model.get("prefill_tokens_total")
+        if done is None:
+            return "prefill"
+        if total:
+            return (
+                f"prefill {format_tokens_short(done)}/{format_tokens_short(total)} {done / total * 100:.0f}%"
+            )
+        return f"prefill {format_tokens_short(done)}"
+    return str(phase or "idle")
+
+
+def _alert(doc: Mapping[str, Any]) -> str:
+    alerts = doc.get("alerts") or []
+    if not alerts:
+        return ""
+    more = f" +{len(alerts) - 1}" if len(alerts) > 1 else ""
+    return f" ⚠ {alerts[0]['words']}{more}"
+
+
+def fit(text: str, max_width: int | None) -> str:
+    """`text` cut to `max_width` characters, the cut marked with an ellipsis."""
+    if max_width is None or len(text) <= max_width:
+        return text
+    return text[: max(max_width - 1, 0)] + ELLIPSIS if max_width > 0 else ""
+
+
+def bar_line(doc: Mapping[str, Any] | None, max_width: int | None = DEFAULT_MAX_WIDTH) -> str:
+    """The bar's text: '<model> 42 tok/s 71% ⚠ <alert>', shortened to fit `max_width`.
+
+    Drops the model name first, then cuts the alert's words, then the rest.
+    """
+    if doc is None:
+        return fit(NOT_RUNNING, max_width)
+    core, alert = _core(doc), _alert(doc)
+    model = doc.get("model")
+    full = f"{model['name']} {core}{alert}" if model else f"{core}{alert}"
+    if max_width is None or len(full) <= max_width:
+        return full
+    if len(core) + len(alert) <= max_width:
+        return core + alert
+    if alert and len(core) + 4 <= max_width:  # room for ' ⚠ x…'
+        return core + fit(alert, max_width - len(core))
+    return fit(core, max_width)
+
+
+def _health(doc: Mapping[str, Any] | None) -> str:
+    return "not-running" if doc is None else str(doc.get("health") or "none")
+
+
+def _percentage(doc: Mapping[str, Any] | None) -> int:
+    ring = None if doc is None else doc.get("ring")
+    return round(min(max(float(ring), 0.0), 1.0) * 100) if ring is not None else 0
+
+
+def _tooltip(doc: Mapping[str, Any] | None) -> str:
+    if doc is None:
+        return f"{NOT_RUNNING}: start the tray app or `llm-tray agent`"
+    return "\n".join(doc.get("tooltip") or [])
+
+
+# --------------------------------------------------------------------------- per bar
+
+
+def _markup_safe(text: str) -> str:
+    """Polybar / lemonbar: `%{` opens a tag; break it so text can never open one."""
+    return text.replace("%{", "% {")
+
+
+def _menu_safe(text: str) -> str:
+    """SwiftBar / xbar: ` | ` starts the parameters; a newline ends the item."""
+    return text.replace("|", "¦").replace("\n", " ")
+
+
+def _menu(doc: Mapping[str, Any] | None, title: str, open_command: Sequence[str]) -> str:
+    colour = COLOURS[_health(doc)][0]
+    lines = [f"{_menu_safe(title)} | color={colour}", "---"]
+    if doc is None:
+        lines.append(f"{NOT_RUNNING} | color={colour}")
+    else:
+        for model in doc.get("models") or []:
+            rate = model.get("decode_tok_s")
+            speed = f" · {format_rate_short(rate)} tok/s" if rate is not None else ""
+            item = (
+                f"{model['name']} · {model['phase']}{speed} · {kind_label(model['kind'])} {model['server']}"
+            )
+            lines.append(_menu_safe(item))
+        if not doc.get("models"):
+            lines.append(_menu_safe(bar_line(doc, None)))
+        for alert in doc.get("alerts") or []:
+            lines.append(f"⚠ {_menu_safe(alert['message'])} | color={COLOURS['alert'][0]}")
+    if open_command:
+        params = " ".join(f"param{i}={shlex.quote(arg)}" for i, arg in enumerate(open_command[1:], 1))
+        lines += ["---", f"Open dashboard | shell={shlex.quote(open_command[0])} {params} terminal=false"]
+    return "\n".join(lines)
+
+
+def render(
+    fmt: str,
+    doc: Mapping[str, Any] | None,
+    *,
+    max_width: int | None = DEFAULT_MAX_WIDTH,
+    open_command: Sequence[str] = (),
+) -> str:
+    """What `llm-tray bar --format FMT` prints for `doc` (None: no sampler running).
+
+    One line, except SwiftBar / xbar (title, `---`, the menu). `open_command` is the argv of
+    the "Open dashboard" menu item (running llm-tray shows the running tray's dashboard).
+    """
+    line = bar_line(doc, max_width)
+    health = _health(doc)
+    hex_colour, tmux_colour = COLOURS[health]
+    if fmt == "waybar":
+        return json.dumps(
+            {
+                "text": html.escape(line, quote=False),  # Waybar reads Pango markup
+                "tooltip": html.escape(_tooltip(doc), quote=False),
+                "class": health,
+                "percentage": _percentage(doc),
+            },
+            ensure_ascii=False,
+        )
+    if fmt in ("polybar", "lemonbar"):
+        return f"%{{F{hex_colour}}}{_markup_safe(line)}%{{F-}}"
+    if fmt == "i3blocks":
+        return f"<span foreground='{hex_colour}'>{html.escape(line)}</span>"
+    if fmt == "tmux":
+        return f"#[fg={tmux_colour}]{line.replace('#', '##')}#[default]"
+    if fmt in ("swiftbar", "xbar"):
+        return _menu(doc, line, open_command)
+    if fmt == "plain":
+        return line
+    raise ValueError(f"unknown bar format {fmt!r}: one of {', '.join(FORMATS)}")
