@@ -26,6 +26,7 @@ copies them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -45,6 +46,7 @@ from trayapp.adapters.servers.llamacpp_parse import (  # the parsers, re-exporte
 )
 from trayapp.core.model import (
     CounterReading,
+    FinishedRequest,
     ModelFacts,
     ModelReading,
     ServerReading,
@@ -56,9 +58,14 @@ from trayapp.core.quants import normalize_quant_name
 HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a llama-server
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
 API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
+WAKE_LOAD_SOURCE = "wake-load"  # FinishedRequest.source of a reload after sleeping (no tokens)
+
 # A sleeping server reloads its model on the next request and answers slowly meanwhile: a timeout
 # this soon after a sleeping /props answer is the wake-up ("loading"), not a failure.
 WAKE_GRACE_S = 120.0
+# While a woken server reloads, /props waits for the load to finish: an answer slower than this came
+# at the load's end; a faster one, after it (then the load's length is unknown, and under one poll).
+WAKE_ANSWER_MIN_S = 0.05
 WAKING_REASON = "waking up: the server is loading the model again"
 
 # --------------------------------------------------------------------------- pure parsers
@@ -116,16 +123,18 @@ class LlamaCppProbe(LlamaServerProbe):
         self._busy = True  # a slot was processing at the last /slots answer (or none was asked yet)
         self._last_spec_type: str | None = None
         self._cpu = CpuActivity()  # the server process's CPU use: the sign of new work while idle
+        self._waking_since_s: float | None = None  # the first poll that saw it reload after sleeping
         self.facts_reason: str | None = None  # why the current model has no facts, when so
 
     def _poll(self, now_mono_s: float) -> ServerReading:
+        started_s = time.monotonic()
         waking = self._was_sleeping(now_mono_s)
         # 1. /health: is it up, and done loading?
         try:
             health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
         except FetchError as exc:
             if waking and exc.status == "error":
-                return self._waking_reading()
+                return self._waking_reading(now_mono_s)
             self._forget_load()
             raise self._key_hint(exc) from exc
         if not isinstance(health, dict) or health.get("status") != "ok":
@@ -135,11 +144,14 @@ class LlamaCppProbe(LlamaServerProbe):
 
         # 2. /props: every poll while idle (it wakes nothing and resets no idle timer), cached while busy.
         try:
+            asked_s = time.monotonic()
             props = self._current_props(now_mono_s)
+            answered_s = time.monotonic()
         except FetchError as exc:
             if waking and exc.status == "error":
-                return self._waking_reading()
+                return self._waking_reading(now_mono_s)
             raise self._key_hint(exc) from exc
+        finished = self._wake_load(props, waking, now_mono_s, answered_s - started_s, answered_s - asked_s)
         problems: list[str] = []
         status: ServerState = "ok"
 
@@ -191,8 +203,32 @@ class LlamaCppProbe(LlamaServerProbe):
         reason = "; ".join(problems) if problems else None
         pid = self._server_pid(now_mono_s)  # lets NVML's per-process memory tell the model's GPU share
         return ServerReading(
-            self.kind, self.url, status, reason, version=props.build_info, models=(model,), pid=pid
+            self.kind, self.url, status, reason, version=props.build_info, models=(model,), pid=pid,
+            finished=finished,
+        )  # fmt: skip
+
+    def _wake_load(
+        self, props: PropsInfo, waking: bool, now_s: float, answered_after_s: float, answer_s: float
+    ) -> tuple[FinishedRequest, ...]:
+        """A reload after sleeping, timed from the first poll that found it reloading (or this one) to
+        /props's answer, which the server holds back until the model is in memory again. Measured
+        between polls, like a router's loads: it may start up to one poll interval late."""
+        if not waking:
+            return ()
+        if props.is_sleeping:  # still asleep: nothing woke it
+            self._waking_since_s = None
+            return ()
+        since, self._waking_since_s = self._waking_since_s, None
+        if since is None and answer_s < WAKE_ANSWER_MIN_S:
+            return ()  # it was back before this poll: the load was shorter than a poll interval
+        start = now_s if since is None else since
+        load = FinishedRequest(
+            model=props.model_name,
+            finished_wall_s=time.time(),
+            load_s=now_s + answered_after_s - start,
+            source=WAKE_LOAD_SOURCE,
         )
+        return (load,)
 
     def _current_props(self, now_s: float) -> PropsInfo:
         props = self._props
@@ -217,9 +253,11 @@ class LlamaCppProbe(LlamaServerProbe):
         props = self._props
         return props is not None and props.is_sleeping and now_s - self._props_at_s < WAKE_GRACE_S
 
-    def _waking_reading(self) -> ServerReading:
+    def _waking_reading(self, now_s: float) -> ServerReading:
         """The server said it was asleep and now answers too slowly: it is reloading the model."""
         assert self._props is not None
+        if self._waking_since_s is None:
+            self._waking_since_s = now_s
         props = replace(self._props, is_sleeping=False)
         model = replace(self._model_reading(props, (), None), loading=True)
         return ServerReading(
@@ -238,6 +276,7 @@ class LlamaCppProbe(LlamaServerProbe):
         """The server is down or loading: the next answer may come from another model or flags."""
         self._props = None
         self._busy = True
+        self._waking_since_s = None
         self._last_spec_type = None
         self._meta, self._meta_at_s = None, None
         self._metrics_disabled = False
