@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--duration", type=_positive(), default=None, metavar="S", help="stop after S seconds")
     watch.add_argument("--no-record", action="store_true", help="do not write to the session store")
 
+    from trayapp.commands.bar import add_bar_arguments
+
+    add_bar_arguments(sub.add_parser("bar", help="one short line for a status bar, from the running sampler"))
+
     ceiling = sub.add_parser("ceiling", help="the decode-speed ceiling of a model on some hardware")
     source = ceiling.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="FILE.gguf", help="a GGUF file (exact bytes per token)")
@@ -172,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
     )
     agent.add_argument("--duration", type=_positive(), default=None, metavar="S", help=argparse.SUPPRESS)
+    from trayapp.commands.agent import add_snapshot_arguments
+
+    add_snapshot_arguments(agent)
 
     from trayapp.commands.proxy import add_proxy_arguments
 
@@ -241,9 +248,14 @@ def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from trayapp.commands.bar import live_sampler, status_from
     from trayapp.core.jsonview import snapshot_json
     from trayapp.core.text import format_snapshot
 
+    live = live_sampler(args)
+    answered = status_from(live, args.json) if live is not None else None
+    if answered is not None:
+        return answered
     monitor = _make_monitor(args, record=False, one_shot=True)
     try:
         snapshot = monitor.tick()
@@ -278,9 +290,13 @@ def _hardware_note(args: argparse.Namespace) -> str | None:
 
 
 def run_watch(args: argparse.Namespace) -> int:
+    from trayapp.commands.bar import live_sampler, watch_from
     from trayapp.core.jsonview import snapshot_json
     from trayapp.core.text import format_watch_line
 
+    live = live_sampler(args)
+    if live is not None:
+        return watch_from(live, args)
     monitor = _make_monitor(args, record=not args.no_record, one_shot=False)
     for warning in monitor.warnings:
         print(f"llm-tray: {warning}", file=sys.stderr)
@@ -308,6 +324,12 @@ def run_watch(args: argparse.Namespace) -> int:
     finally:
         monitor.close()
     return 0
+
+
+def _run_bar(args: argparse.Namespace) -> int:
+    from trayapp.commands.bar import run_bar
+
+    return run_bar(args)
 
 
 def run_ceiling(args: argparse.Namespace) -> int:
@@ -420,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         None: run_tray,
         "status": run_status,
         "watch": run_watch,
+        "bar": _run_bar,
         "ceiling": run_ceiling,
         "sessions": logs.run_sessions,
         "export": logs.run_export,

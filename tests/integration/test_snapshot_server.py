@@ -1,0 +1,312 @@
+"""One sampler per machine (#15): the snapshot endpoint over real loopback HTTP.
+
+In process: `SnapshotServer` fed hand-made snapshots (documents, SSE, alert transitions, token,
+bad clients). As a user runs it: a real `llm-tray agent` process against a fake Ollama (shaped
+like tests/fixtures/ollama), its own LLM_TRAY_HOME; `status` answers from it; its sampler file
+goes on exit; a stale one is ignored. Child output goes to files, never an unread pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import snapshots as s
+from tests.support.cli import run_cli
+from tests.support.fake_servers import FakeOllama, wait_until
+from trayapp.adapters.snapshot_server import SnapshotServer
+from trayapp.core.jsonview import snapshot_json
+
+WAIT_S = 20.0
+SNAPSHOT_KEYS = {"schema", "t", "servers", "hardware", "alerts"}  # docs/json.md, schema 1
+
+
+def decoding(t: float, *, alerts: tuple[Any, ...] = ()) -> Any:
+    return s.snap(t, s.server(s.model("llama3.1:8b", "decoding", 42.0)), alerts=alerts)
+
+
+@pytest.fixture
+def server() -> Iterator[SnapshotServer]:
+    srv = SnapshotServer(request_timeout_s=0.5).start()
+    try:
+        yield srv
+    finally:
+        srv.stop(2.0)
+
+
+def _wait_doc(url: str, path: str = "/v1/snapshot", **kw: Any) -> httpx.Response:
+    def ready() -> httpx.Response | None:
+        response = httpx.get(url + path, timeout=2.0, **kw)
+        return response if response.status_code == 200 else None
+
+    return wait_until(ready, timeout_s=5.0)
+
+
+class Events:
+    """`GET /v1/events` read on a thread into a list of (event, data)."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        self.items: list[tuple[str, Any]] = []
+        self._lock = threading.Lock()
+        self._client = httpx.Client(timeout=httpx.Timeout(5.0, read=30.0))
+        self._response = self._client.send(
+            self._client.build_request("GET", url + "/v1/events", headers=headers), stream=True
+        )
+        self.status = self._response.status_code
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        event = "message"
+        try:
+            for line in self._response.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    with self._lock:
+                        self.items.append((event, json.loads(line[6:])))
+        except (httpx.HTTPError, RuntimeError):
+            pass
+
+    def of(self, name: str) -> list[Any]:
+        with self._lock:
+            return [data for event, data in self.items if event == name]
+
+    def close(self) -> None:
+        self._response.close()
+        self._client.close()
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def test_snapshot_glance_and_text_documents(server: SnapshotServer) -> None:
+    assert httpx.get(server.url + "/v1/snapshot", timeout=2).status_code == 503  # nothing yet
+    snapshot = decoding(1.0)
+    server.publish(snapshot)
+    doc = _wait_doc(server.url).json()
+    assert set(doc) == SNAPSHOT_KEYS and doc == json.loads(json.dumps(snapshot_json(snapshot)))
+    glance = httpx.get(server.url + "/v1/glance", timeout=2).json()
+    assert glance["text"] == "42" and glance["model"]["name"] == "llama3.1:8b"
+    text = httpx.get(server.url + "/v1/snapshot?format=text", timeout=2).text
+    assert "llama3.1:8b Q4_K_M [decoding] 42 tok/s (estimated)" in text  # the `status` model line
+    assert httpx.get(server.url + "/nope", timeout=2).status_code == 404
+    assert httpx.post(server.url + "/v1/snapshot", timeout=2).status_code == 405
+
+
+def test_events_stream_snapshots_and_alert_transitions(server: SnapshotServer) -> None:
+    server.publish(decoding(1.0))
+    _wait_doc(server.url)
+    stream = Events(server.url)
+    try:
+        assert stream.status == 200
+        wait_until(lambda: stream.of("glance"), WAIT_S)  # the state now, at once
+        assert stream.of("snapshot")[0]["t"] == s.T0 + 1.0
+        spill = s.alert()
+        server.publish(decoding(2.0, alerts=(spill,)))
+        started = wait_until(lambda: stream.of("alert"), WAIT_S)
+        assert started == [{"transition": "started", "alert": json.loads(json.dumps(
+            snapshot_json(decoding(2.0, alerts=(spill,)))["alerts"][0]))}]  # fmt: skip
+        server.publish(decoding(3.0))
+        wait_until(lambda: len(stream.of("alert")) == 2, WAIT_S)
+        ended = stream.of("alert")[1]
+        assert ended["transition"] == "ended" and ended["alert"]["id"] == "offload-1"
+        wait_until(lambda: [d["t"] for d in stream.of("snapshot")] == [s.T0 + 1, s.T0 + 2, s.T0 + 3], WAIT_S)
+        assert [line for line in stream.of("line") if "llama3.1:8b decoding 42 tok/s" in line]
+    finally:
+        stream.close()
+
+
+def test_publishing_never_waits_on_a_client_that_does_not_read(server: SnapshotServer) -> None:
+    server.publish(decoding(0.0))
+    _wait_doc(server.url)
+    stuck = socket.create_connection(("127.0.0.1", server.port))  # an event stream never read
+    stuck.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        started = time.monotonic()
+        for i in range(2000):
+            server.publish(decoding(float(i)))
+        assert time.monotonic() - started < 1.0  # a reference swap each (2000 in well under 1 s)
+        wait_until(
+            lambda: httpx.get(server.url + "/v1/snapshot", timeout=2).json()["t"] == s.T0 + 1999, WAIT_S
+        )
+    finally:
+        stuck.close()
+
+
+def test_slow_garbage_and_oversized_clients_do_not_stop_the_others(server: SnapshotServer) -> None:
+    server.publish(decoding(1.0))
+    _wait_doc(server.url)
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    slow.sendall(b"GET /v1/snap")  # slowloris: never finishes its request line
+    garbage = socket.create_connection(("127.0.0.1", server.port))
+    garbage.sendall(b"\x00\x01\x02 nonsense\r\n\r\n")
+    huge = socket.create_connection(("127.0.0.1", server.port))
+    huge.sendall(b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n")
+    try:
+        assert httpx.get(server.url + "/v1/snapshot", timeout=2).status_code == 200  # others are served
+        garbage.settimeout(5)
+        assert garbage.recv(100).startswith(b"HTTP/1.0 400")
+        huge.settimeout(5)
+        assert huge.recv(100).startswith(b"HTTP/1.0 414")
+        slow.settimeout(5)
+        started = time.monotonic()
+        assert slow.recv(100) == b""  # dropped after the request timeout (0.5 s here)
+        assert time.monotonic() - started < 4.0
+        assert httpx.get(server.url + "/v1/glance", timeout=2).status_code == 200
+    finally:
+        for sock in (slow, garbage, huge):
+            sock.close()
+
+
+def test_a_token_is_required_on_every_path_and_off_loopback() -> None:
+    with pytest.raises(ValueError, match="needs a token"):
+        SnapshotServer("0.0.0.0")
+    srv = SnapshotServer(token="s3cret-token").start()
+    try:
+        srv.publish(decoding(1.0))
+        good = {"Authorization": "Bearer s3cret-token"}
+        _wait_doc(srv.url, headers=good)
+        for path in ("/v1/snapshot", "/v1/glance", "/v1/events", "/nope"):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}):
+                response = httpx.get(srv.url + path, headers=headers, timeout=2)
+                assert response.status_code == 401 and "llama3.1" not in response.text
+                assert response.headers["WWW-Authenticate"].startswith("Bearer")
+        assert httpx.get(srv.url + "/v1/glance", headers=good, timeout=2).json()["text"] == "42"
+        stream = Events(srv.url, good)
+        try:
+            assert stream.status == 200
+            wait_until(lambda: stream.of("snapshot"), WAIT_S)
+        finally:
+            stream.close()
+    finally:
+        srv.stop(2.0)
+
+
+# --------------------------------------------------------------------------- a real agent
+
+
+class Agent:
+    """`python -m trayapp agent` against `upstream`, its own LLM_TRAY_HOME, output in files."""
+
+    def __init__(self, root: Path, upstream: str, *extra: str) -> None:
+        self.home = root / "home"
+        (self.home / "config").mkdir(parents=True, exist_ok=True)
+        (self.home / "config" / "config.toml").write_text(
+            "[monitor]\npoll_idle_s = 0.3\npoll_active_s = 0.3\n"
+        )
+        self.env = {**os.environ, "LLM_TRAY_HOME": str(self.home)}
+        self.env.pop("LLM_TRAY_TOKEN", None)
+        self.out = (root / "agent.out").open("wb")
+        self.err_path = root / "agent.err"
+        self.err = self.err_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trayapp", "agent", "--endpoint", f"ollama={upstream}", "--no-discover",
+             "--gpu", "RTX 4090", "--ram-bandwidth-gbps", "50", "--metrics-port", "0", *extra],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
+        )  # fmt: skip
+        self.file = self.home / "data" / "sampler.json"
+
+    def wait_ready(self) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            assert self.process.poll() is None, self.err_path.read_text()
+            if not self.file.exists():
+                return None
+            info: dict[str, Any] = json.loads(self.file.read_text())
+            try:
+                return info if httpx.get(info["url"] + "/v1/glance", timeout=1).status_code == 200 else None
+            except httpx.HTTPError:
+                return None
+
+        return wait_until(ready, WAIT_S, 0.1)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.env, timeout_s=60)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=10)
+        self.out.close()
+        self.err.close()
+        return code
+
+
+@pytest.fixture
+def ollama() -> Iterator[FakeOllama]:
+    fake = FakeOllama()
+    fake.load("llama3.1:8b")
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path, ollama: FakeOllama) -> Iterator[Agent]:
+    running = Agent(tmp_path, ollama.url)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_agent_publishes_and_status_answers_from_it(agent: Agent, ollama: FakeOllama) -> None:
+    info = agent.wait_ready()
+    assert info["pid"] == agent.process.pid and info["url"].startswith("http://127.0.0.1:")
+    assert info["started"].endswith("Z") and oct(agent.file.stat().st_mode & 0o777) == "0o600"
+    result = agent.cli("status", "--json")
+    assert result.returncode == 0, result.stderr
+    assert f"answering from the running sampler (pid {agent.process.pid}" in result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) == SNAPSHOT_KEYS and doc["schema"] == 1
+    (server,) = doc["servers"]
+    assert server["url"] == ollama.url and server["kind"] == "ollama"
+    assert [m["name"] for m in server["models"]] == ["llama3.1:8b"]
+    assert doc["t"] <= httpx.get(info["url"] + "/v1/snapshot", timeout=2).json()["t"]
+    text = agent.cli("status")
+    assert text.returncode == 0 and "answering from the running sampler" in text.stderr
+    assert f"ollama 0.32.15 {ollama.url}" in text.stdout and "llama3.1:8b" in text.stdout
+    own = agent.cli("status", "--json", "--endpoint", f"ollama={ollama.url}", "--no-discover")
+    assert own.returncode == 0 and "answering from" not in own.stderr  # flags: a probe of its own
+
+
+def test_watch_follows_the_agents_ticks(agent: Agent) -> None:
+    agent.wait_ready()
+    result = agent.cli("watch", "--json", "--duration", "1")
+    assert result.returncode == 0, result.stderr
+    assert "answering from the running sampler" in result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) >= 2 and all(set(line) == SNAPSHOT_KEYS for line in lines)
+    assert [line["t"] for line in lines] == sorted({line["t"] for line in lines})  # one per tick, in order
+
+
+def test_sampler_file_goes_on_exit_and_a_stale_one_is_ignored(agent: Agent, ollama: FakeOllama) -> None:
+    info = agent.wait_ready()
+    assert agent.stop() == 0
+    assert not agent.file.exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True, timeout=30)  # fmt: skip
+    for pid in (int(dead.stdout), os.getpid()):  # a dead pid; a live pid whose endpoint is gone
+        agent.file.write_text(json.dumps({"url": info["url"], "pid": pid, "started": info["started"]}))
+        result = agent.cli("status", "--json")  # no flags: it would use a live sampler
+        assert result.returncode == 0 and "answering from" not in result.stderr, result.stderr
+        bar = agent.cli("bar")
+        assert (bar.returncode, bar.stdout) == (0, "llm-tray not running\n"), bar.stderr

@@ -1,0 +1,314 @@
+"""The sampler's local endpoint: the latest snapshot over HTTP, for `status`, `watch` and `bar`.
+
+One sampler per machine (the tray app or `llm-tray agent`) serves:
+
+* `GET /v1/snapshot`: the `status --json` document (core/jsonview.py, docs/json.md);
+  `?format=text` the `status` text, `?format=line` the `watch` line;
+* `GET /v1/glance`: the status-bar document (core/bar.py `glance_json`);
+* `GET /v1/events`: server-sent events, `snapshot`, `line` and `glance` each tick and `alert`
+  on each alert transition (`{"transition": "started" | "ended", "alert": {...}}`).
+
+`publish(snapshot)` only swaps a reference and wakes a builder thread, so neither the sampler
+nor the GUI thread ever waits on a client; the builder makes the documents once per tick and
+the handler threads only send bytes. Loopback by default; any other address needs a token,
+checked on every request (`Authorization: Bearer ...`, 401 without). A client that sends its
+request too slowly is dropped (socket timeout); many event streams at once get 503.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from trayapp.adapters.proxy.server import is_loopback
+from trayapp.core.bar import glance_json
+from trayapp.core.glance import GlanceTracker
+from trayapp.core.jsonview import alert_json, snapshot_json
+from trayapp.core.model import Alert, Snapshot
+from trayapp.core.text import format_snapshot, format_watch_line
+from trayapp.core.thresholds import Thresholds
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 10.0  # a client this slow to send its request (or to read) is dropped
+KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
+MAX_STREAMS = 32  # event streams at once; more get 503
+BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
+
+
+@dataclass(frozen=True)
+class _Published:
+    snapshot: Snapshot
+    doc: bytes
+    glance: bytes
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _sse(event: str, data: bytes) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"  # JSON has no raw newline
+
+
+class SnapshotServer:
+    """The endpoint; `start()` binds it, `publish()` feeds it, `stop()` ends it."""
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        thresholds: Thresholds | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        if not is_loopback(address) and not token:
+            raise ValueError(f"{address} is not a loopback address: the snapshot endpoint needs a token")
+        self.address = address
+        self.token = token
+        self.request_timeout_s = request_timeout_s
+        self._port = port
+        self._tracker = GlanceTracker(thresholds or Thresholds())
+        self._cond = threading.Condition()
+        self._pending: Snapshot | None = None
+        self._latest: _Published | None = None
+        self._events: deque[tuple[int, bytes]] = deque(maxlen=BACKLOG)
+        self._seq = 0
+        self._streams = 0
+        self._closed = False
+        self._alerts: dict[str, Alert] = {}
+        self._httpd: ThreadingHTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> SnapshotServer:
+        """Bind and serve from daemon threads; raises OSError when the port is taken."""
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+            timeout = server.request_timeout_s
+
+        httpd = _HttpServer((self.address, self._port), Handler)
+        self._httpd = httpd
+        self._threads = [
+            threading.Thread(target=httpd.serve_forever, name="llm-tray-snapshot-http", daemon=True),
+            threading.Thread(target=self._build_loop, name="llm-tray-snapshot-build", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        log.info("snapshot endpoint on %s", self.url)
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1]) if self._httpd is not None else self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    # ------------------------------------------------------------------ feeding
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """The newest snapshot: swapped in, documents built later on the builder thread."""
+        with self._cond:
+            self._pending = snapshot
+            self._cond.notify_all()
+
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        self._tracker.thresholds = thresholds  # read by the builder thread at its next snapshot
+
+    def _build_loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                snapshot, self._pending = self._pending, None
+            try:
+                self._build(snapshot)
+            except Exception:  # a bug here must not end the endpoint
+                log.exception("snapshot endpoint: building the documents failed")
+
+    def _build(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None:
+            return
+        doc = _json_bytes(snapshot_json(snapshot))
+        glance = _json_bytes(glance_json(self._tracker.update(snapshot), snapshot))
+        events = [_sse("snapshot", doc), _sse("line", _json_bytes(format_watch_line(snapshot))),
+                  _sse("glance", glance)]  # fmt: skip
+        active = {a.id: a for a in snapshot.alerts if a.ended_wall_s is None}
+        for alert_id, alert in active.items():
+            if alert_id not in self._alerts:
+                events.append(
+                    _sse("alert", _json_bytes({"transition": "started", "alert": alert_json(alert)}))
+                )
+        ended = {a.id: a for a in snapshot.alerts if a.ended_wall_s is not None}
+        for alert_id, previous in self._alerts.items():
+            if alert_id not in active:
+                alert = ended.get(alert_id, previous)
+                events.append(_sse("alert", _json_bytes({"transition": "ended", "alert": alert_json(alert)})))
+        self._alerts = active
+        with self._cond:
+            self._latest = _Published(snapshot, doc, glance)
+            for event in events:
+                self._seq += 1
+                self._events.append((self._seq, event))
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ for the handlers
+
+    def latest(self) -> _Published | None:
+        with self._cond:
+            return self._latest
+
+    def _stream_slot(self, delta: int) -> bool:
+        with self._cond:
+            if delta > 0 and self._streams >= MAX_STREAMS:
+                return False
+            self._streams += delta
+            return True
+
+    def _next_events(self, after: int, timeout_s: float) -> tuple[int, list[bytes]] | None:
+        """Events numbered after `after` (waits up to `timeout_s`); None once the server stops."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._seq > after, timeout_s)
+            if self._closed:
+                return None
+            return self._seq, [event for seq, event in self._events if seq > after]
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        import socket
+
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: SnapshotServer
+    timeout = REQUEST_TIMEOUT_S
+    server_version = "llm-tray"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log."""
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="llm-tray"')
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, _json_bytes({"error": message}))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's errors (bad request line, too long, ...) as short JSON, with a status line."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # garbage parsed as HTTP/0.9 still gets a status line
+        with contextlib.suppress(OSError):  # the client may be gone already
+            self._error(code, message or "bad request")
+
+    def _authorized(self) -> bool:
+        token = self.owner.token
+        if token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+            return
+        parts = urlsplit(self.path)
+        if parts.path == "/v1/events":
+            self._events()
+            return
+        if parts.path not in ("/v1/snapshot", "/v1/glance"):
+            self._error(404, "not found: /v1/snapshot, /v1/glance, /v1/events")
+            return
+        latest = self.owner.latest()
+        if latest is None:
+            self._error(503, "no snapshot yet")
+            return
+        if parts.path == "/v1/glance":
+            self._send(200, latest.glance)
+            return
+        fmt = parse_qs(parts.query).get("format", ["json"])[0]
+        if fmt == "text":
+            self._send(200, format_snapshot(latest.snapshot).encode(), "text/plain; charset=utf-8")
+        elif fmt == "line":
+            self._send(200, format_watch_line(latest.snapshot).encode(), "text/plain; charset=utf-8")
+        else:
+            self._send(200, latest.doc)
+
+    def _refuse(self) -> None:
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+        else:
+            self._error(405, "only GET")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+
+    def _events(self) -> None:
+        owner = self.owner
+        if not owner._stream_slot(+1):
+            self._error(503, "too many event streams")
+            return
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            with owner._cond:  # the state now and the number of the last event, together
+                latest, seq = owner._latest, owner._seq
+            first = [b"retry: 2000\n\n"]
+            if latest is not None:  # the state now, then every change
+                first += [_sse("snapshot", latest.doc), _sse("glance", latest.glance)]
+            self.wfile.write(b"".join(first))
+            self.wfile.flush()
+            while True:
+                got = owner._next_events(seq, KEEPALIVE_S)
+                if got is None:
+                    return
+                seq, events = got
+                self.wfile.write(b"".join(events) if events else b": keepalive\n\n")
+                self.wfile.flush()
+        except OSError:  # the client went away (or stopped reading for REQUEST_TIMEOUT_S)
+            return
+        finally:
+            owner._stream_slot(-1)
