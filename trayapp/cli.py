@@ -185,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     proxy = sub.add_parser("proxy", help="a recording pass-through proxy: exact numbers for every request")
     add_proxy_arguments(proxy)
     add_hardware_options(proxy)
+
+    from trayapp.commands.bench import add_bench_arguments
+
+    bench = sub.add_parser("bench", help="measure decode, TTFT and a context sweep through the server")
+    add_endpoint_options(bench)
+    add_hardware_options(bench)
+    add_bench_arguments(bench)
     return parser
 
 
@@ -396,6 +403,12 @@ def run_proxy(args: argparse.Namespace) -> int:
     return proxy_main(args, _profile(args))
 
 
+def run_bench(args: argparse.Namespace) -> int:
+    from trayapp.commands.bench import run_bench as bench_main
+
+    return bench_main(args, _make_monitor(args, record=False, one_shot=True))
+
+
 def run_tray(args: argparse.Namespace) -> int:
     if (
         sys.platform.startswith("linux")
@@ -449,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": logs.run_report,
         "agent": run_agent,
         "proxy": run_proxy,
+        "bench": run_bench,
     }
     try:
         if getattr(args, "gpu", None):
