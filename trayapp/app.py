@@ -5,6 +5,8 @@ owns every widget and never does blocking I/O; one sampler QThread runs the
 Monitor (HTTP, NVML, SQLite); one-off work (export, keyring, start-at-login,
 the exporter's socket) runs on short-lived daemon threads. Each recording proxy the user turned
 on runs on its own event-loop thread; its records reach the monitor's tick through a RecordInbox.
+Each snapshot is also published on this machine's loopback snapshot endpoint
+(adapters/snapshot_server.py) for `status`, `watch` and `bar`: a reference swap on the GUI thread.
 
 `LLM_TRAY_TEST_EVENTS=<path>` makes the app append JSON lines describing what
 it shows (tray shown, icon changes with their number, dashboard shown, curve
@@ -33,6 +35,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp import paths
 from trayapp.adapters.proxy.inbox import RecordInbox
+from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -183,6 +186,7 @@ class TrayApp(QObject):
         self._tray_deadline = 0.0
         self._stopped = False
         self.proxies = ProxyService(proxy_inbox or RecordInbox())  # the monitor's inbox (run_tray)
+        self.snapshots = SnapshotServer(thresholds=settings.thresholds)  # for status, watch and bar
 
         self.runner = WorkerThread(monitor_factory)
         self.dashboard = Dashboard(kv_type=settings.hardware.kv_type, thresholds=settings.thresholds)
@@ -223,6 +227,7 @@ class TrayApp(QObject):
         if self.tray.shown_state is not None:
             self._on_icon_changed(self.tray.shown_state)  # drawn before anyone listened
         self.runner.start()
+        self.snapshots.start_in_background(announce=True)
         self._apply_exporter(self.settings.exporter)
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._show_tray()
@@ -274,6 +279,7 @@ class TrayApp(QObject):
         if exporter is not None:
             exporter.stop(1.0)
         self.proxies.stop()
+        self.snapshots.stop(1.0)
         if self.instance is not None:
             self.instance.close()
         self.tray.hide()
@@ -291,6 +297,7 @@ class TrayApp(QObject):
         self.tray.update_snapshot(snapshot)
         self.dashboard.update_snapshot(snapshot)
         self.notifier.on_snapshot(snapshot)
+        self.snapshots.publish(snapshot)  # a reference swap; its documents are built on its thread
         if self._metrics_state is not None:
             self._metrics_state.observe(snapshot)
         if first:
@@ -349,6 +356,7 @@ class TrayApp(QObject):
         self.runner.apply_settings(watched_settings(settings))
         self.notifier.set_config(settings.notifications)
         self.tray.set_thresholds(settings.thresholds)
+        self.snapshots.set_thresholds(settings.thresholds)
         self.dashboard.set_kv_type(settings.hardware.kv_type)
         self.dashboard.set_thresholds(settings.thresholds)
         if settings.exporter != old.exporter:

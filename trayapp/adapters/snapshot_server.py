@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from trayapp.adapters.proxy.server import is_loopback
+from trayapp.adapters.sampler_file import remove_sampler_file, write_sampler_file
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 10.0  # a client this slow to send its request (or to read) is dropped
 KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
 MAX_STREAMS = 32  # event streams at once; more get 503
+SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
 
 
@@ -85,13 +87,17 @@ class SnapshotServer:
         self._streams = 0
         self._closed = False
         self._alerts: dict[str, Alert] = {}
+        self._announced = False
         self._httpd: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ life
 
-    def start(self) -> SnapshotServer:
-        """Bind and serve from daemon threads; raises OSError when the port is taken."""
+    def start(self, announce: bool = False) -> SnapshotServer:
+        """Bind and serve from daemon threads; raises OSError when the port is taken.
+
+        `announce`: write the sampler file (adapters/sampler_file.py), removed again by `stop`.
+        """
         server = self
 
         class Handler(_Handler):
@@ -99,15 +105,38 @@ class SnapshotServer:
             timeout = server.request_timeout_s
 
         httpd = _HttpServer((self.address, self._port), Handler)
-        self._httpd = httpd
-        self._threads = [
-            threading.Thread(target=httpd.serve_forever, name="llm-tray-snapshot-http", daemon=True),
+        threads = [
+            threading.Thread(
+                target=httpd.serve_forever,
+                args=(SHUTDOWN_POLL_S,),
+                name="llm-tray-snapshot-http",
+                daemon=True,
+            ),
             threading.Thread(target=self._build_loop, name="llm-tray-snapshot-build", daemon=True),
         ]
-        for thread in self._threads:
+        with self._cond:
+            if self._closed:  # stopped while binding (start_in_background)
+                httpd.server_close()
+                return self
+            self._httpd, self._threads = httpd, threads
+        for thread in threads:
             thread.start()
+        if announce:
+            write_sampler_file(self.url)
+            self._announced = True
         log.info("snapshot endpoint on %s", self.url)
         return self
+
+    def start_in_background(self, announce: bool = False) -> None:
+        """`start` on a short-lived thread (the GUI thread never binds); a failure is logged."""
+
+        def run() -> None:
+            try:
+                self.start(announce)
+            except OSError as exc:
+                log.warning("snapshot endpoint not started: %s", exc)
+
+        threading.Thread(target=run, name="llm-tray-snapshot-start", daemon=True).start()
 
     @property
     def port(self) -> int:
@@ -119,13 +148,18 @@ class SnapshotServer:
         return f"http://{host}:{self.port}"
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop serving (event streams end) and remove the sampler file if `start` wrote it."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        for thread in self._threads:
+            httpd, threads = self._httpd, self._threads
+        if self._announced:
+            remove_sampler_file()
+            self._announced = False
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        for thread in threads:
             thread.join(timeout_s)
 
     # ------------------------------------------------------------------ feeding

@@ -22,7 +22,7 @@ import time
 
 from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.adapters.proxy.server import is_loopback
-from trayapp.adapters.sampler_file import TOKEN_ENV, remove_sampler_file, write_sampler_file
+from trayapp.adapters.sampler_file import TOKEN_ENV
 from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.monitor import Monitor
 
@@ -51,10 +51,9 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
     if not is_loopback(address) and not token:
         raise ValueError(f"--snapshot-address {address} is not loopback: set {TOKEN_ENV} to a token first")
     server = SnapshotServer(address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds)
-    server.start()
+    server.start(announce=True)
     if not is_loopback(address):
         print("llm-tray agent: warning: no TLS on the snapshot endpoint (use an SSH tunnel)", file=sys.stderr)
-    write_sampler_file(server.url)
     print(f"llm-tray agent: snapshots on {server.url}/v1/snapshot", file=sys.stderr, flush=True)
     return server
 
@@ -103,8 +102,7 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
             stop.wait(monitor.next_interval_s())
     finally:
         if snapshots is not None:
-            remove_sampler_file()
-            snapshots.stop(2.0)
+            snapshots.stop(2.0)  # and its sampler file
         exporter.stop()
         monitor.close()
     return 0
