@@ -205,6 +205,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "thresholds.below_floor_tok_s": (0, 1000),
     "thresholds.low_efficiency_ratio": (0.01, 1),
     "thresholds.draft_acceptance_min": (0, 1),
+    "thresholds.spec_min_speedup": (0.1, 10),
     "thresholds.vram_free_min_pct": (0, 100),
     "thresholds.regression_pct": (1, 95),
     "thresholds.offload_min_cpu_pct": (0, 100),

@@ -225,9 +225,9 @@ class Monitor:
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
-        baselines = self._baselines(machines, default_machine)
+        baselines, plain = self._baselines(machines, default_machine)
         output = self.pipeline.process(
-            readings, hardware, machines, default_machine, self._clock(), self._wall(), baselines
+            readings, hardware, machines, default_machine, self._clock(), self._wall(), baselines, plain
         )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
@@ -345,29 +345,42 @@ class Monitor:
         except Exception as exc:  # the store reports disk-full itself; anything else must not stop us
             log.error("store: %s", exc)
 
-    def _baselines(self, machines: dict[str, Machine], default: Machine) -> dict[tuple[str, str], Baseline]:
-        """The store's baseline of every model that was decoding at the last tick (the store caches them)."""
+    def _baselines(
+        self, machines: dict[str, Machine], default: Machine
+    ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
+        """The store's baselines of every model that was decoding at the last tick (the store caches
+        them): the comparable one (same speculative decoding) and, for a model decoding with
+        speculative decoding, the plain-decode one its speed-up is measured against."""
+        comparable: dict[tuple[str, str], Baseline] = {}
+        plain: dict[tuple[str, str], Baseline] = {}
         if self._store is None or self.last_snapshot is None:
-            return {}
-        found: dict[tuple[str, str], Baseline] = {}
+            return comparable, plain
         for server, model in self.last_snapshot.models():
             if model.phase != "decoding" or model.session_id is None:
                 continue
-            try:
-                baseline = self._store.baseline(
-                    model=model.name,
-                    quantization=model.quantization,
-                    hardware=hardware_label(machines.get(server.url, default)),
-                    context_tokens=model.context_tokens,
-                    before_wall_s=self._wall(),
-                    exclude_session=model.session_id,
-                )
-            except Exception as exc:  # a store problem must not stop monitoring; the store logs it too
-                log.warning("baseline lookup failed: %s", exc)
-                continue
-            if baseline is not None:
-                found[(server.url, model.name)] = baseline
-        return found
+            key = (server.url, model.name)
+            kinds = (model.spec_type, None) if model.spec_type else (None,)
+            for spec_type in kinds:
+                try:
+                    baseline = self._store.baseline(
+                        model=model.name,
+                        quantization=model.quantization,
+                        hardware=hardware_label(machines.get(server.url, default)),
+                        context_tokens=model.context_tokens,
+                        before_wall_s=self._wall(),
+                        exclude_session=model.session_id,
+                        spec_type=spec_type,
+                    )
+                except Exception as exc:  # a store problem must not stop monitoring; the store logs it too
+                    log.warning("baseline lookup failed: %s", exc)
+                    continue
+                if baseline is None:
+                    continue
+                if spec_type == model.spec_type:
+                    comparable[key] = baseline
+                if spec_type is None:
+                    plain[key] = baseline
+        return comparable, plain
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
         for server in snapshot.servers:

@@ -215,24 +215,43 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
 
 
 def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
+    """Speculative decoding that does not pay: few drafted tokens accepted, or decode measured slower
+    than the same model's plain decode (an earlier session without it)."""
     model = view.model
-    rate = model.draft_acceptance
-    if rate is None or rate >= t.draft_acceptance_min:
+    rate, speedup = model.draft_acceptance, model.spec_speedup
+    low_acceptance = rate is not None and rate < t.draft_acceptance_min
+    slower = speedup is not None and speedup < t.spec_min_speedup
+    if not (low_acceptance or slower):
         return None
     kind = model.spec_type
     what = f"Speculative decoding ({kind})" if kind else "Speculative decoding"
-    message = (
-        f"{what} on {model.name} accepts only {rate * 100:.0f} % of drafted tokens: "
-        f"{_spec_cost(kind)} and may make decode slower than without it."
-    )
-    fix = _spec_fix(kind)
+    if low_acceptance:
+        assert rate is not None
+        message = (
+            f"{what} on {model.name} accepts only {rate * 100:.0f} % of drafted tokens: {_spec_cost(kind)}"
+        )
+    else:
+        message = f"{what} on {model.name} costs more than it saves: {_spec_cost(kind)}"
+    if speedup is not None:
+        message += f"; decode runs at {speedup:.2f}× the plain decode of an earlier session."
+    else:
+        message += ", and may make decode slower than without it."
     evidence = {
-        "draft_acceptance": round(rate, 3),
+        "draft_acceptance": None if rate is None else round(rate, 3),
         "min_acceptance": t.draft_acceptance_min,
         "spec_type": kind,
+        "speedup": None if speedup is None else round(speedup, 3),
     }
+    score = max(1 - rate if rate is not None else 0.0, 1 - speedup if speedup is not None else 0.0)
     return Finding(
-        "draft_acceptance", "warning", view.server.url, model.name, message, fix, evidence, score=1 - rate
+        "draft_acceptance",
+        "warning",
+        view.server.url,
+        model.name,
+        message,
+        _spec_fix(kind),
+        evidence,
+        score=score,
     )
 
 

@@ -325,6 +325,7 @@ class ModelStatus:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
+    spec_speedup: float | None = None  # decode ÷ the plain-decode baseline (speculative decoding only)
     spec_type: str | None = None  # speculative decoding in use ("draft-simple", "draft-mtp", …), when known
     prefill: PrefillProgress | None = None  # prompts being read right now
     session_id: str | None = None
@@ -424,6 +425,7 @@ class Baseline:
     server_version: str | None
     session_id: str | None
     when_wall_s: float | None = None  # when it was measured (its session's start)
+    spec_type: str | None = None  # the baseline session's speculative decoding; None: plain decode
     values: int = 0  # how many rates the median is over
     model: str | None = None
     quantization: str | None = None
@@ -468,3 +470,4 @@ class SessionRecord:
     ceiling_tok_s: float | None = None  # at empty context, for the split in force
     gpu_fraction: float | None = None
     alerts: tuple[str, ...] = ()  # kinds raised during the session
+    spec_type: str | None = None  # speculative decoding in use ("draft-mtp", "ngram-cache", …); None: plain

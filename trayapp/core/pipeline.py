@@ -83,15 +83,18 @@ class Pipeline:
         now_mono_s: float,
         now_wall_s: float,
         baselines: Mapping[ModelKey, Baseline] | None = None,
+        plain_baselines: Mapping[ModelKey, Baseline] | None = None,
     ) -> TickOutput:
-        """One tick. `baselines` are the store's baselines of the models that were decoding."""
+        """One tick. `baselines` are the store's comparable baselines of the models that were decoding;
+        `plain_baselines` the plain-decode ones of those decoding with speculative decoding."""
         servers: list[ServerStatus] = []
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
         findings: list[Finding] = []
         for reading in readings:
             machine = machines.get(reading.url, default_machine)
-            tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s)
+            plain = plain_baselines or {}
+            tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, plain)
             servers.append(tick.status)
             requests.extend(tick.requests)
             sessions.extend(tick.sessions)
@@ -129,6 +132,7 @@ class Pipeline:
         machine: Machine,
         now_mono_s: float,
         now_wall_s: float,
+        plain_baselines: Mapping[ModelKey, Baseline],
     ) -> _ServerTick:
         rates = self.rates.update(reading, now_mono_s, now_wall_s)
         by_model: dict[str, list[RequestRecord]] = {}
@@ -150,6 +154,7 @@ class Pipeline:
                     ceiling_tok_s=ceiling_for(placement.facts, 0, machine, placement.gpu_fraction),
                     hardware=label,
                     requests=tuple(by_model.get(model.name, ())),
+                    spec_type=model.spec_type,
                 )
             )
         session_changes: tuple[SessionRecord, ...] = ()
@@ -160,7 +165,14 @@ class Pipeline:
             ids, session_changes = session_tick.ids, session_tick.sessions
 
         statuses = tuple(
-            model_status(model, rate, placement, ids.get(model.name), model.server_pid or reading.pid)
+            model_status(
+                model,
+                rate,
+                placement,
+                ids.get(model.name),
+                model.server_pid or reading.pid,
+                plain_baselines.get((reading.url, model.name)),
+            )
             for model, rate, placement in placed
         )
         placements = {model.name: placement for model, _, placement in placed}
@@ -274,8 +286,10 @@ def model_status(
     placement: Placement,
     session_id: str | None,
     server_pid: int | None,
+    plain_baseline: Baseline | None = None,
 ) -> ModelStatus:
-    """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session."""
+    """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session
+    (and, for speculative decoding, the plain-decode baseline its speed-up is measured against)."""
     file_facts = model.facts  # exact facts, when the server or the model file gave them
     return ModelStatus(
         name=model.name,
@@ -304,6 +318,7 @@ def model_status(
         ttft_exact=rate.ttft_exact,
         draft_acceptance=rate.draft_acceptance,
         spec_type=model.spec_type,
+        spec_speedup=spec_speedup(model.spec_type, rate, plain_baseline),
         prefill=rate.prefill,
         session_id=session_id,
         live_rate_reason=model.live_rate_reason,
@@ -318,6 +333,18 @@ def hardware_label(machine: Machine) -> str:
     if machine.fast_bandwidth_gbps:
         parts.append(f"{machine.fast_bandwidth_gbps:.0f} GB/s")
     return " @ ".join(parts)
+
+
+def spec_speedup(spec_type: str | None, rate: RateEstimate, plain: Baseline | None) -> float | None:
+    """Speculative decoding's speed-up: this single stream's decode rate ÷ the plain-decode baseline
+    (an earlier session of the same model, quantization and hardware without it, at comparable
+    context). None without speculative decoding, a baseline or a rate; below 1 it costs speed."""
+    if spec_type is None or plain is None or plain.spec_type is not None or plain.decode_tok_s <= 0:
+        return None
+    if rate.active_streams > 1:
+        return None  # batching lowers the per-stream rate: not the drafter's doing
+    decode = rate.decode_tok_s if rate.decode_tok_s is not None else rate.last_decode_tok_s
+    return None if decode is None else decode / plain.decode_tok_s
 
 
 def _quantization(model: ModelReading) -> str | None:

@@ -26,6 +26,7 @@ class SessionInput:
     ceiling_tok_s: float | None  # at empty context, for the split in force (placement)
     hardware: str | None  # a stable label of the machine, to compare sessions
     requests: Sequence[RequestRecord] = ()
+    spec_type: str | None = None  # speculative decoding in use
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class SessionTracker:
                 ended_wall_s=None,
                 server_version=reading.version,
                 quantization=model.quantization,
+                spec_type=model.spec_type,
             )
             track.rate_n = track.prompt_n = track.ttft_n = 0
             track.rate_sum = track.prompt_sum = track.ttft_sum = 0.0
@@ -165,6 +167,7 @@ class SessionTracker:
             quantization=model.quantization or session.quantization,
             ceiling_tok_s=model.ceiling_tok_s if model.ceiling_tok_s is not None else session.ceiling_tok_s,
             hardware=model.hardware or session.hardware,
+            spec_type=model.spec_type or session.spec_type,
         )
         track.session = changed
         changes.append(changed)

@@ -14,6 +14,7 @@ class Thresholds:
     below_floor_tok_s: float = 3.0
     low_efficiency_ratio: float = 0.45  # of the ceiling, fully on GPU
     draft_acceptance_min: float = 0.5
+    spec_min_speedup: float = 0.95  # speculative decoding below this × plain decode is a slowdown
     vram_free_min_pct: float = 5.0
     regression_pct: float = 20.0
     offload_min_cpu_pct: float = 2.0

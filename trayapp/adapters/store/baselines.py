@@ -18,8 +18,9 @@ _BASELINE_CONTEXT_STEP = math.log(1.05)  # contexts within ~5 % share a cached a
 _MAX_CACHED = 256
 
 _CANDIDATES_SQL = (
-    "SELECT session_id, started_wall_s, server_version FROM sessions "
+    "SELECT session_id, started_wall_s, server_version, spec_type FROM sessions "
     "WHERE model = :model AND quantization IS :quantization AND hardware IS :hardware "
+    "AND spec_type IS :spec_type "
     "AND started_wall_s < :before_wall_s AND COALESCE(ended_wall_s, started_wall_s) >= :oldest_wall_s "
     "AND session_id IS NOT :exclude_session "
     "ORDER BY started_wall_s DESC LIMIT 200"
@@ -63,10 +64,12 @@ class BaselineQueries:
         context_tolerance: float = 0.5,
         max_age_s: float = 30 * 86400.0,
         min_values: int = 3,
+        spec_type: str | None = None,
     ) -> Baseline | None:
         """The best comparable recent session: highest median decode tok/s at comparable context.
 
-        Comparable: same model, quantization and hardware (None matches None), started
+        Comparable: same model, quantization, hardware and speculative decoding (None matches
+        None: `spec_type=None` asks for plain-decode sessions), started
         before `before_wall_s` and active within `max_age_s` of it, and rates measured at a
         context depth within ±`context_tolerance` (relative) of `context_tokens`, or both
         under 1024 tokens. Rates come from decoding samples and finished requests; a
@@ -82,6 +85,7 @@ class BaselineQueries:
             model,
             quantization,
             hardware,
+            spec_type,
             bucket,
             exclude_session,
             context_tolerance,
@@ -103,6 +107,7 @@ class BaselineQueries:
             context_tolerance=context_tolerance,
             max_age_s=max_age_s,
             min_values=min_values,
+            spec_type=spec_type,
         )
         self._baseline_cache[key] = (before_wall_s, best)
         return best
@@ -119,6 +124,7 @@ class BaselineQueries:
         context_tolerance: float,
         max_age_s: float,
         min_values: int,
+        spec_type: str | None,
     ) -> Baseline | None:
         query = {
             "model": model,
@@ -127,11 +133,12 @@ class BaselineQueries:
             "before_wall_s": before_wall_s,
             "oldest_wall_s": before_wall_s - max_age_s,
             "exclude_session": exclude_session,
+            "spec_type": spec_type,
         }
         best: Baseline | None = None
         with self._lock:
             candidates = self._conn.execute(_CANDIDATES_SQL, query).fetchall()
-            for session_id, started_wall_s, server_version in candidates:
+            for session_id, started_wall_s, server_version, session_spec_type in candidates:
                 rates = self._conn.execute(
                     _RATES_SQL, {"session_id": session_id, "before_wall_s": before_wall_s}
                 ).fetchall()
@@ -148,6 +155,7 @@ class BaselineQueries:
                     server_version=server_version,
                     session_id=session_id,
                     when_wall_s=started_wall_s,
+                    spec_type=session_spec_type,
                     values=len(used),
                     model=model,
                     quantization=quantization,

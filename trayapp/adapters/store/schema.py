@@ -160,8 +160,14 @@ def _migration_3(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
 
 
+def _migration_4(conn: sqlite3.Connection) -> None:
+    """`sessions.spec_type`: the speculative decoding a session ran with (NULL: plain decode), so a
+    baseline compares like with like and a drafted session can be set against a plain one."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN spec_type TEXT")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3]
+MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3, _migration_4]
 
 
 def schema_version() -> int:
