@@ -9,7 +9,9 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
 
 import contextlib
+import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from pytestqt.qtbot import QtBot
 from tests.integration.test_snapshot_server import Agent
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
+from tests.support.llama import LlamaServer, generate, generate_in_background
 from tests.unit.test_bar import check_polybar, check_swiftbar, check_tmux, check_waybar
 from trayapp import app as app_module
 from trayapp.config import EndpointConfig, HardwareConfig, MonitorConfig, Settings
@@ -178,3 +181,39 @@ def test_the_tray_app_publishes_for_bar_and_status(
         with contextlib.suppress(RuntimeError, TypeError):
             qapp.aboutToQuit.disconnect(tray.shutdown)
     assert not sampler.exists()
+
+
+@pytest.mark.llamacpp
+def test_waybar_follows_the_real_servers_live_rate(llama_server: LlamaServer, tmp_path: Path) -> None:
+    """idle → decoding (the live rate in the text) → idle, one line per change, from a real llama-server."""
+    generate(llama_server.url, "Count slowly:", 8)  # warm-up
+    agent = Agent(tmp_path, llama_server.url, kind="llamacpp", poll_s=0.3)
+    follow: Follow | None = None
+    try:
+        agent.wait_ready()
+        follow = Follow(agent.env, tmp_path, "--format", "waybar", "--max-width", "0")
+        first = check_waybar(follow.wait_lines(1)[0])
+        assert first["class"] == "idle" and first["text"].endswith(" idle"), first
+        reply = generate_in_background(llama_server.url, "Tell me about the sea.", 400, ignore_eos=True)
+        lines_of = follow.lines
+
+        def seen(pattern: str, after: int = 0) -> int | None:
+            for i, line in enumerate(lines_of()[after:], after):
+                if re.search(pattern, check_waybar(line)["text"]):
+                    return i
+            return None
+
+        live = wait_until(lambda: seen(r" \d+(\.\d)? tok/s"), WAIT_S * 3, 0.05)
+        data = check_waybar(lines_of()[live])
+        assert data["class"] in ("ok", "degraded", "alert") and data["tooltip"]
+        server_rate = reply.result(timeout=180)["timings"]["predicted_per_second"]
+        number = re.search(r" (\d+(?:\.\d)?) tok/s", data["text"])
+        assert number is not None
+        assert 0.5 * server_rate <= float(number.group(1)) <= 1.5 * server_rate  # polled, same decode
+        wait_until(lambda: seen(r" idle$", live), WAIT_S, 0.05)  # back to idle after the request
+        lines = lines_of()
+        assert all(a != b for a, b in itertools.pairwise(lines))  # a line only on a change
+    finally:
+        if follow is not None:
+            follow.stop()
+        agent.stop()

@@ -202,19 +202,20 @@ def test_a_token_is_required_on_every_path_and_off_loopback() -> None:
 class Agent:
     """`python -m trayapp agent` against `upstream`, its own LLM_TRAY_HOME, output in files."""
 
-    def __init__(self, root: Path, upstream: str, *extra: str) -> None:
+    def __init__(
+        self, root: Path, upstream: str, *extra: str, kind: str = "ollama", poll_s: float = 0.3
+    ) -> None:
         self.home = root / "home"
         (self.home / "config").mkdir(parents=True, exist_ok=True)
-        (self.home / "config" / "config.toml").write_text(
-            "[monitor]\npoll_idle_s = 0.3\npoll_active_s = 0.3\n"
-        )
+        config = f"[monitor]\npoll_idle_s = {poll_s}\npoll_active_s = {poll_s}\n"  # 0.3: 3 ticks a second
+        (self.home / "config" / "config.toml").write_text(config)
         self.env = {**os.environ, "LLM_TRAY_HOME": str(self.home)}
         self.env.pop("LLM_TRAY_TOKEN", None)
         self.out = (root / "agent.out").open("wb")
         self.err_path = root / "agent.err"
         self.err = self.err_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trayapp", "agent", "--endpoint", f"ollama={upstream}", "--no-discover",
+            [sys.executable, "-m", "trayapp", "agent", "--endpoint", f"{kind}={upstream}", "--no-discover",
              "--gpu", "RTX 4090", "--ram-bandwidth-gbps", "50", "--metrics-port", "0", *extra],
             env=self.env, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
         )  # fmt: skip
@@ -310,3 +311,24 @@ def test_sampler_file_goes_on_exit_and_a_stale_one_is_ignored(agent: Agent, olla
         assert result.returncode == 0 and "answering from" not in result.stderr, result.stderr
         bar = agent.cli("bar")
         assert (bar.returncode, bar.stdout) == (0, "llm-tray not running\n"), bar.stderr
+
+
+def test_status_from_the_agent_sends_nothing_to_the_server(tmp_path: Path, ollama: FakeOllama) -> None:
+    """The fake is in the config (so a `status` probing by itself polls it) and the agent polls once a
+    minute: a request the fake sees during `status` would be a second poll."""
+    slow = Agent(tmp_path, ollama.url, poll_s=60.0)
+    with (slow.home / "config" / "config.toml").open("a") as config:
+        config.write(f'\n[[endpoints]]\nurl = "{ollama.url}"\nkind = "ollama"\n')
+    try:
+        slow.wait_ready()  # its first snapshot is published: that tick's requests are done
+        before = len(ollama.paths_requested())
+        for args in (("status", "--json"), ("status",), ("bar", "--format", "waybar")):
+            result = slow.cli(*args)
+            assert result.returncode == 0, result.stderr
+            assert "answering from" in result.stderr or args[0] == "bar"
+        assert ollama.paths_requested()[before:] == []
+        assert json.loads(slow.cli("bar", "--format", "waybar").stdout)["text"] == "llama3.1:8b idle"
+        own = slow.cli("status", "--json", "--no-discover")  # the control: a probe of its own polls it
+        assert own.returncode == 0 and "/api/ps" in ollama.paths_requested()[before:]
+    finally:
+        slow.stop()
