@@ -7,16 +7,23 @@ figures are compared with the server's own timings of the same requests.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.cli import run_cli
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, free_port, generate_in_background
+from trayapp.adapters.bench_client import BenchClient, ContextExceededError
 
 pytestmark = pytest.mark.llamacpp
 
@@ -117,3 +124,53 @@ def test_a_server_busy_with_another_client_is_refused(llama_server: LlamaServer)
         assert result.stdout == ""
     finally:
         other.result(timeout=120)
+
+
+def test_a_prompt_beyond_the_context_is_refused_as_such(llama_server: LlamaServer) -> None:
+    """The sweep's fallback when the context is not known beforehand: the server's own refusal."""
+    client = BenchClient(llama_server.url, "llamacpp")
+    with client, pytest.raises(ContextExceededError, match=r"HTTP 400: .*context"):
+        client.generate("any", "word " * 9000, 4)  # ~9,000 tokens into -c 8192
+
+
+@pytest.fixture
+def router(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iterator[str]:
+    """`llama-server --models-dir` with one model, `alpha`, not loaded until a request names it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "alpha.gguf").symlink_to(model_path)
+    port = free_port()
+    command = [str(llama_binary), "--models-dir", str(models), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["-t", "1", "-np", "1", "-c", "2048"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    with open(tmp_path / "router.log", "ab") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "router did not start"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2.0).status_code == 200:
+                    break
+            threading.Event().wait(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)  # it stops its children first
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def test_router_mode_loads_the_named_model_and_the_sweep_stops_at_its_context(router: str) -> None:
+    args = ("--model", "alpha", "--tokens", "16", "--runs", "1", "--warmup", "1", "--depths", "0,4000")
+    data = bench(router, *args)
+    assert data["model"] == "alpha" and data["server"]["kind"] == "llamacpp"
+    warm, measured = [r for r in data["runs"] if r["kind"] == "decode"]
+    assert warm["warmup"] and not measured["warmup"]
+    assert measured["stream_decode_tok_s"] == pytest.approx(measured["server_decode_tok_s"], rel=0.05)
+    assert data["context_length"] == 2048  # learnt once the warm-up had loaded the model
+    assert "depth 4000 + 16 generated tokens exceeds the server's context of 2048" in data["sweep_stopped"]
+    assert [p["depth"] for p in data["sweep"]] == [0]

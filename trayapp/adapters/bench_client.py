@@ -113,7 +113,13 @@ class BenchClient:
         self.kind = kind
         timeout = httpx.Timeout(connect=5.0, read=read_timeout_s, write=30.0, pool=5.0)
         self._client = make_client(self.base_url, timeout=timeout)
-        self._headers = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
+        # A new connection per run: a pooled one the server closed while idle (between runs, while the
+        # monitor ticks) fails as "Server disconnected without sending a response"
+        self._headers = {
+            "Accept-Encoding": "identity",
+            "Content-Type": "application/json",
+            "Connection": "close",
+        }
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
 

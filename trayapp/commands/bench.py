@@ -269,6 +269,10 @@ class _Bench:
             return None, False
         share = model.gpu_fraction if model is not None else None
         self._better_facts(model)
+        if model is not None and model.context_length:  # known once a router has loaded the model
+            self.plan.context_length = model.context_length
+            if self.target.context_length is None:
+                self.target = replace(self.target, context_length=model.context_length)
         spilled = is_spill(self.target.gpu_fraction, share, self.thresholds)
         if spilled and not self._spill_named:
             self._spill_named = True
