@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import pytest
 from tests.support import snapshots as s
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
+from tests.support.llama import LlamaServer, generate_in_background
 from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.core.jsonview import snapshot_json
 
@@ -203,19 +205,27 @@ class Agent:
     """`python -m trayapp agent` against `upstream`, its own LLM_TRAY_HOME, output in files."""
 
     def __init__(
-        self, root: Path, upstream: str, *extra: str, kind: str = "ollama", poll_s: float = 0.3
+        self,
+        root: Path,
+        upstream: str,
+        *extra: str,
+        kind: str = "ollama",
+        poll_s: float = 0.3,
+        config: str = "",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.home = root / "home"
         (self.home / "config").mkdir(parents=True, exist_ok=True)
-        config = f"[monitor]\npoll_idle_s = {poll_s}\npoll_active_s = {poll_s}\n"  # 0.3: 3 ticks a second
-        (self.home / "config" / "config.toml").write_text(config)
-        self.env = {**os.environ, "LLM_TRAY_HOME": str(self.home)}
+        monitor = f"[monitor]\npoll_idle_s = {poll_s}\npoll_active_s = {poll_s}\n"  # 0.3: 3 ticks a second
+        (self.home / "config" / "config.toml").write_text(monitor + config)
+        self.env = {**os.environ, "LLM_TRAY_HOME": str(self.home), **(env or {})}
         self.env.pop("LLM_TRAY_TOKEN", None)
         self.out = (root / "agent.out").open("wb")
         self.err_path = root / "agent.err"
         self.err = self.err_path.open("wb")
+        endpoint = ["--endpoint", f"{kind}={upstream}"] if upstream else []  # else: the config's
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trayapp", "agent", "--endpoint", f"{kind}={upstream}", "--no-discover",
+            [sys.executable, "-m", "trayapp", "agent", *endpoint, "--no-discover",
              "--gpu", "RTX 4090", "--ram-bandwidth-gbps", "50", "--metrics-port", "0", *extra],
             env=self.env, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
         )  # fmt: skip
@@ -332,3 +342,47 @@ def test_status_from_the_agent_sends_nothing_to_the_server(tmp_path: Path, ollam
         assert own.returncode == 0 and "/api/ps" in ollama.paths_requested()[before:]
     finally:
         slow.stop()
+
+
+def test_agent_bad_snapshot_address_without_a_token_fails_fast(tmp_path: Path) -> None:
+    refused = Agent(tmp_path, "http://127.0.0.1:9", "--snapshot-address", "0.0.0.0")
+    assert refused.process.wait(timeout=60) == 1
+    refused.stop()
+    assert "is not loopback: set LLM_TRAY_TOKEN" in refused.err_path.read_text()
+    assert not refused.file.exists()
+
+
+@pytest.mark.llamacpp
+def test_no_prompt_generated_text_or_api_key_reaches_the_endpoint(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    """#8's canaries through the endpoint: a canary prompt, its generated text and an API key the
+    monitor sends (from a named environment variable) are in no document and no event."""
+    prompt = f"CANARY-PROMPT-{uuid.uuid4().hex}"
+    key = f"CANARY-KEY-{uuid.uuid4().hex}"
+    endpoint = f'[[endpoints]]\nurl = "{llama_server.url}"\nkind = "llamacpp"\napi_key_env = "CANARY_KEY"\n'
+    agent = Agent(tmp_path, "", config=endpoint, env={"CANARY_KEY": key})
+    raw = bytearray()
+    try:
+        info = agent.wait_ready()
+        with httpx.stream("GET", info["url"] + "/v1/events", timeout=httpx.Timeout(5, read=30)) as events:
+            reply = generate_in_background(llama_server.url, prompt, 64, ignore_eos=True)
+            done_at: int | None = None  # snapshots seen when the request had ended
+            for chunk in events.iter_bytes():
+                raw += chunk
+                if done_at is None and reply.done():
+                    done_at = raw.count(b"event: snapshot")
+                if done_at is not None and raw.count(b"event: snapshot") >= done_at + 2:
+                    break  # two ticks after the request ended: its finished record included
+        content = reply.result(timeout=60)["content"]
+        assert b'"decoding"' in raw or b'"prefill"' in raw  # the stream did see the request
+        documents = [bytes(raw)] + [
+            httpx.get(info["url"] + path, timeout=5).content
+            for path in ("/v1/snapshot", "/v1/snapshot?format=text", "/v1/snapshot?format=line", "/v1/glance")
+        ]
+        windows = {content[i : i + 24].encode() for i in range(0, max(len(content) - 24, 1), 8)}
+        for data in documents:
+            assert prompt.split("-")[-1].encode() not in data and key.split("-")[-1].encode() not in data
+            assert not [w for w in windows if len(w) >= 24 and w in data]  # no generated text
+    finally:
+        agent.stop()
