@@ -218,8 +218,8 @@ class Agent:
         (self.home / "config").mkdir(parents=True, exist_ok=True)
         monitor = f"[monitor]\npoll_idle_s = {poll_s}\npoll_active_s = {poll_s}\n"  # 0.3: 3 ticks a second
         (self.home / "config" / "config.toml").write_text(monitor + config)
-        self.env = {**os.environ, "LLM_TRAY_HOME": str(self.home), **(env or {})}
-        self.env.pop("LLM_TRAY_TOKEN", None)
+        self.env = {k: v for k, v in os.environ.items() if k != "LLM_TRAY_TOKEN"}
+        self.env.update({"LLM_TRAY_HOME": str(self.home), **(env or {})})
         self.out = (root / "agent.out").open("wb")
         self.err_path = root / "agent.err"
         self.err = self.err_path.open("wb")
@@ -230,6 +230,8 @@ class Agent:
             env=self.env, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
         )  # fmt: skip
         self.file = self.home / "data" / "sampler.json"
+        token = self.env.get("LLM_TRAY_TOKEN")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def wait_ready(self) -> dict[str, Any]:
         def ready() -> dict[str, Any] | None:
@@ -238,7 +240,8 @@ class Agent:
                 return None
             info: dict[str, Any] = json.loads(self.file.read_text())
             try:
-                return info if httpx.get(info["url"] + "/v1/glance", timeout=1).status_code == 200 else None
+                response = httpx.get(info["url"] + "/v1/glance", headers=self.headers, timeout=1)
+                return info if response.status_code == 200 else None
             except httpx.HTTPError:
                 return None
 
@@ -386,3 +389,22 @@ def test_no_prompt_generated_text_or_api_key_reaches_the_endpoint(
             assert not [w for w in windows if len(w) >= 24 and w in data]  # no generated text
     finally:
         agent.stop()
+
+
+def test_status_says_when_the_sampler_wants_a_token(tmp_path: Path, ollama: FakeOllama) -> None:
+    guarded = Agent(tmp_path, ollama.url, env={"LLM_TRAY_TOKEN": "t0ken"})  # a token on loopback too
+    try:
+        guarded.wait_ready()
+        without = {k: v for k, v in guarded.env.items() if k != "LLM_TRAY_TOKEN"}
+        result = run_cli("status", "--json", env=without, timeout_s=60)
+        assert result.returncode == 0  # it probed by itself
+        assert (
+            f"the running sampler (pid {guarded.process.pid}) wants a token: set LLM_TRAY_TOKEN"
+            in result.stderr
+        )
+        assert "answering from" not in result.stderr
+        assert "answering from the running sampler" in guarded.cli("status", "--json").stderr
+        assert guarded.cli("bar").stdout == "llama3.1:8b idle\n"  # bar sends LLM_TRAY_TOKEN
+        assert run_cli("bar", env=without, timeout_s=60).stdout == "llm-tray not running\n"
+    finally:
+        guarded.stop()

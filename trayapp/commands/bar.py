@@ -105,8 +105,20 @@ def live_sampler(args: argparse.Namespace) -> sampler_file.SamplerInfo | None:
     if _own_probe_wanted(args):
         return None
     info = sampler_file.find_sampler()
-    if info is not None:
-        print(f"llm-tray: answering from the running sampler (pid {info.pid}, {info.url})", file=sys.stderr)
+    if info is None:
+        return None
+    try:
+        refused = sampler_file.get(info, "/v1/glance", 2.0).status_code == 401
+    except httpx.HTTPError:
+        return None
+    if refused:
+        print(
+            f"llm-tray: the running sampler (pid {info.pid}) wants a token: set {sampler_file.TOKEN_ENV}; "
+            "probing by itself",
+            file=sys.stderr,
+        )
+        return None
+    print(f"llm-tray: answering from the running sampler (pid {info.pid}, {info.url})", file=sys.stderr)
     return info
 
 
