@@ -5,6 +5,7 @@ Every expected value is hand arithmetic written next to it.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import TESTS_DIR
-from trayapp.commands.bench import BenchError, _Plan, pick_target
+from trayapp.commands.bench import BenchError, Progress, _Plan, pick_target
 from trayapp.core.bench import (
     BenchRun,
     BenchSettings,
@@ -287,3 +288,23 @@ def test_depth_prompts_learn_the_filler_size() -> None:
     assert plan.reps_for(530) == 50  # guess: 10 tokens a filler sentence
     plan.learn(50, 30 + 600)  # the server counted 600 tokens for 50 sentences: 12 each
     assert plan.reps_for(3030) == 250
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_only_on_a_terminal() -> None:
+    piped = io.StringIO()
+    quiet = Progress(4, piped)
+    quiet.show("decode")
+    quiet.clear()
+    assert piped.getvalue() == ""
+    tty = _Tty()
+    bar = Progress(4, tty)
+    bar.step()
+    bar.show("decode: 42 tok/s")
+    assert tty.getvalue() == "\rbench [#####...............] 1/4 decode: 42 tok/s"
+    bar.clear()
+    assert tty.getvalue().endswith("\r")
