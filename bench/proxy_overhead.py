@@ -15,10 +15,11 @@ streams one after another, so no 50-stream case there); (b) a fake streaming ups
 process (tests/support/fake_streaming.py, vLLM-style SSE, no server noise) at 1 stream and at 50
 concurrent streams. Figures per variant: client-side decode tok/s ((N−1)/(t_last−t_first) over the
 content events of a stream) and the server's `timings.predicted_per_second` when it arrives, the ratio
-to direct, time to first byte (TTFB) and to the first content token (TTFT) — median of the per-run
-medians and p99 over all samples, and what the proxy adds to direct — and the proxy process's CPU
-seconds per request (psutil, whole process: llm-tray's includes its monitor polls). Children write to
-files, never to a pipe; every wait has a deadline; every process is stopped in `finally`.
+to direct, time to first byte (TTFB) and to the first content token (TTFT) — median and p99 over all
+streams, and what the proxy adds to direct, paired per round (its batch against the direct batch just
+before it; median over runs × requests rounds) — and the proxy process's CPU per request (psutil,
+whole process: llm-tray's includes its monitor polls; "net" subtracts the idle rate). Children write
+to files, never to a pipe; every wait has a deadline; every process is stopped in `finally`.
 """
 
 from __future__ import annotations
@@ -511,7 +512,7 @@ def _scenario(
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=5, help="repetitions; figures are medians over them")
+    p.add_argument("--runs", type=int, default=5, help="repetitions (rounds = runs × requests at 1 stream)")
     p.add_argument("--requests", type=int, default=4, help="1-stream requests per variant per run")
     p.add_argument("--llama-tokens", type=int, default=32, help="max_tokens per llama-server request")
     p.add_argument("--fake-tokens", type=int, default=100)
