@@ -166,7 +166,7 @@ def test_a_schema_1_store_gains_ttft_exact_and_keeps_its_rows(db: Path) -> None:
         new = {r["model"]: r["ttft_exact"] for r in rows(store, "samples", since_wall_s=T0 + 1)}
         assert new == {"a": 1, "b": 0, "c": None}
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 4
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 5
     assert raw.execute("SELECT count(*) FROM samples").fetchone()[0] == 4
     raw.close()
 

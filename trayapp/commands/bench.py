@@ -184,6 +184,7 @@ def make_target(server: ServerStatus, model: ModelStatus, snapshot: Snapshot, ha
         vram_bytes=model.vram_bytes,
         hardware=hardware,
         hardware_detail=_hardware_detail(snapshot),
+        spec_type=model.spec_type,
     )
 
 
@@ -457,14 +458,42 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         interrupted=interrupted,
         warnings=warnings,
     )
+    stored, note = (
+        (False, "interrupted: not stored as the baseline") if interrupted else store_baseline(result)
+    )
     if args.json:
-        print(json.dumps(bench_json(result), indent=2))
+        print(json.dumps({**bench_json(result), "baseline_stored": stored}, indent=2))
     else:
         print(format_result(result))
+    if note:
+        print(f"llm-tray: bench: {note}", file=sys.stderr)
     if failure and not any(not r.warmup for r in bench.runs):
         print(f"llm-tray: bench: {failure}", file=sys.stderr)
         return 1
     return 130 if interrupted else 0
+
+
+def store_baseline(result: BenchResult) -> tuple[bool, str | None]:
+    """Keep the result as the baseline of its (model, quantization, hardware) in the store: (stored,
+    a note to print). Its own writer: when the tray, `watch` or `agent` records, the store is theirs."""
+    from trayapp import paths
+    from trayapp.adapters.store import Store, StoreError, StoreLockedError
+
+    if result.decode_tok_s is None:
+        return False, "no decode rate measured: nothing stored as the baseline"
+    path = paths.store_file()
+    try:
+        with Store(path) as store:
+            written = store.record_bench(result)
+    except StoreLockedError as exc:
+        return False, (
+            f"not stored as the baseline: another llm-tray process records to the store ({exc}); "
+            "quit the tray (or watch/agent) and bench again to keep it"
+        )
+    except StoreError as exc:
+        return False, f"not stored as the baseline: {exc}"
+    log.info("bench stored as the baseline (%d depth(s)) in %s", written, path)
+    return bool(written), None
 
 
 # --------------------------------------------------------------------------- text

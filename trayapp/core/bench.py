@@ -207,6 +207,7 @@ class BenchTarget:
     vram_bytes: int | None
     hardware: str  # pipeline.hardware_label of the machine (the key sessions are compared on)
     hardware_detail: dict[str, Any] = field(default_factory=dict)  # GPUs and RAM, for the JSON
+    spec_type: str | None = None  # the server's speculative decoding; None: plain decode
 
 
 @dataclass(frozen=True)

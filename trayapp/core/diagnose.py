@@ -297,21 +297,24 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     versions = ""
     if old_v and new_v and old_v != new_v:
         versions = f" The server changed from {old_v} to {new_v}."
+    kind = "bench" if base.source == "bench" else "session"
     message = (
         f"{model.name} decodes at {format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
-        f"{format_rate(base.decode_tok_s)} tok/s baseline on this hardware at a comparable context.{versions}"
+        f"{format_rate(base.decode_tok_s)} tok/s {kind + ' ' if kind == 'bench' else ''}baseline on this "
+        f"hardware at a comparable context.{versions}"
     )
     fix = (
         f"Compare with the earlier server version ({old_v}) or check its release notes; report it upstream "
         "with `llm-tray report`."
         if versions
-        else "Check what changed since the baseline session: drivers, server flags, other GPU work."
+        else f"Check what changed since the baseline {kind}: drivers, server flags, other GPU work."
     )
     evidence = {
         "decode_tok_s": round(now_rate, 2),
         "baseline_tok_s": round(base.decode_tok_s, 2),
         "drop_pct": round(drop * 100, 1),
         "baseline_session": base.session_id,
+        "baseline_source": base.source,
         "baseline_version": old_v,
         "version": new_v,
     }

@@ -24,6 +24,7 @@ Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding"
 Severity = Literal["info", "warning", "critical"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
+BaselineSource = Literal["bench", "session"]
 
 BUSY_PHASES: frozenset[str] = frozenset({"prefill", "decoding", "stalled"})
 
@@ -418,7 +419,8 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class Baseline:
-    """The best comparable earlier session of the same model, quant and hardware (from the store)."""
+    """What the same model, quant and hardware did before (from the store): a stored bench of it, or
+    else its best comparable earlier session."""
 
     decode_tok_s: float  # median per-stream decode rate at comparable context
     context_tokens: int | None  # median context depth of the rates used
@@ -430,6 +432,7 @@ class Baseline:
     model: str | None = None
     quantization: str | None = None
     hardware: str | None = None
+    source: BaselineSource = "session"  # "bench": measured on purpose by `llm-tray bench`
 
 
 @dataclass(frozen=True)

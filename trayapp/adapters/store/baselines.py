@@ -1,4 +1,5 @@
-"""Baselines: the best comparable earlier session of a model, for the `regression` detector.
+"""Baselines: a stored bench of a model, else its best comparable earlier session, for the
+`regression` detector.
 
 `BaselineQueries` is the baseline half of `Store`. It answers with the core's own
 `trayapp.core.model.Baseline` and keeps the one baseline cache: the monitor asks every tick.
@@ -10,6 +11,7 @@ import math
 import sqlite3
 import statistics
 import threading
+from collections.abc import Mapping
 
 from trayapp.core.model import Baseline
 
@@ -24,6 +26,12 @@ _CANDIDATES_SQL = (
     "AND started_wall_s < :before_wall_s AND COALESCE(ended_wall_s, started_wall_s) >= :oldest_wall_s "
     "AND session_id IS NOT :exclude_session "
     "ORDER BY started_wall_s DESC LIMIT 200"
+)
+_BENCH_SQL = (
+    "SELECT started_wall_s, server_version, spec_type, depth_tokens, context_tokens, decode_tok_s, runs "
+    "FROM bench WHERE model = :model AND quantization IS :quantization AND hardware IS :hardware "
+    "AND spec_type IS :spec_type AND finished_wall_s < :before_wall_s AND finished_wall_s >= :oldest_wall_s "
+    "AND decode_tok_s > 0 ORDER BY started_wall_s DESC, depth_tokens LIMIT 200"
 )
 _RATES_SQL = (
     "SELECT decode_tok_s, context_tokens FROM samples WHERE session_id = :session_id "
@@ -66,7 +74,9 @@ class BaselineQueries:
         min_values: int = 3,
         spec_type: str | None = None,
     ) -> Baseline | None:
-        """The best comparable recent session: highest median decode tok/s at comparable context.
+        """The newest stored bench at a comparable context, else the best comparable recent session
+        (highest median decode tok/s at comparable context). A bench wins: it was measured on
+        purpose, on an idle server (`Baseline.source` says which).
 
         Comparable: same model, quantization, hardware and speculative decoding (None matches
         None: `spec_type=None` asks for plain-decode sessions), started
@@ -137,6 +147,11 @@ class BaselineQueries:
         }
         best: Baseline | None = None
         with self._lock:
+            bench = self._bench_baseline(
+                query, model, quantization, hardware, context_tokens, context_tolerance
+            )
+            if bench is not None:
+                return bench
             candidates = self._conn.execute(_CANDIDATES_SQL, query).fetchall()
             for session_id, started_wall_s, server_version, session_spec_type in candidates:
                 rates = self._conn.execute(
@@ -162,3 +177,44 @@ class BaselineQueries:
                     hardware=hardware,
                 )
         return best
+
+    def _bench_baseline(
+        self,
+        query: Mapping[str, object],
+        model: str,
+        quantization: str | None,
+        hardware: str | None,
+        context_tokens: int | None,
+        context_tolerance: float,
+    ) -> Baseline | None:
+        """The newest bench of the key with a depth at a context comparable to `context_tokens`
+        (the closest of its depths; depth 0 when the context is unknown)."""
+        rows = self._conn.execute(_BENCH_SQL, query).fetchall()
+        benches: dict[float, list[sqlite3.Row]] = {}
+        for row in rows:  # newest first
+            benches.setdefault(row["started_wall_s"], []).append(row)
+        for started_wall_s, points in benches.items():
+            used = [
+                p
+                for p in points
+                if comparable_context(p["context_tokens"], context_tokens, context_tolerance)
+            ]
+            if not used:
+                continue
+            if context_tokens is not None:
+                used.sort(key=lambda p: abs((p["context_tokens"] or 0) - context_tokens))
+            point = used[0]
+            return Baseline(
+                decode_tok_s=float(point["decode_tok_s"]),
+                context_tokens=point["context_tokens"],
+                server_version=point["server_version"],
+                session_id=None,
+                when_wall_s=started_wall_s,
+                spec_type=point["spec_type"],
+                values=int(point["runs"]),
+                model=model,
+                quantization=quantization,
+                hardware=hardware,
+                source="bench",
+            )
+        return None

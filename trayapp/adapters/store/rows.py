@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
+from trayapp.core.bench import BenchResult
 from trayapp.core.model import (
     Alert,
     HardwareSnapshot,
@@ -156,3 +157,38 @@ def hardware_signature(hw: HardwareSnapshot) -> tuple[object, ...]:
 def _sum_known(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def bench_rows(result: BenchResult) -> list[Row]:
+    """One `bench` row per measured sweep depth (depth 0: the decode runs), numbers and the key only."""
+    t = result.target
+    judged = result.healthy.verdict != "not_judged"
+    out: list[Row] = []
+    for point in result.sweep:
+        if point.decode_tok_s is None:
+            continue
+        ceiling = point.ceiling_tok_s
+        row: Row = {
+            "started_wall_s": result.started_wall_s,
+            "finished_wall_s": result.finished_wall_s,
+            "model": t.model,
+            "quantization": t.quantization,
+            "hardware": t.hardware,
+            "server_version": t.server_version,
+            "spec_type": t.spec_type,
+            "depth_tokens": point.depth_tokens,
+            "context_tokens": point.context_tokens,
+            "decode_tok_s": point.decode_tok_s,
+            "decode_spread_tok_s": point.spread.tok_s,
+            "decode_cv": point.spread.cv,
+            "decode_exact": result.decode_exact,
+            "runs": point.runs,
+            "ceiling_tok_s": ceiling,
+            "efficiency": point.decode_tok_s / ceiling if ceiling else None,
+            "judged": judged,
+            "gpu_fraction": t.gpu_fraction,
+            "ttft_s": result.ttft_s,
+            "prompt_tok_s": result.prompt_tok_s,
+        }
+        out.append({k: cell(v) for k, v in row.items()})
+    return out

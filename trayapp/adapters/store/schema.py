@@ -14,15 +14,18 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-TABLES = ("samples", "requests", "sessions", "hardware", "alerts")
+TABLES = ("samples", "requests", "sessions", "hardware", "alerts", "bench")
 TIME_COLUMNS = {
     "samples": "t_wall_s",
     "requests": "finished_wall_s",
     "sessions": "started_wall_s",
     "hardware": "t_wall_s",
     "alerts": "started_wall_s",
+    "bench": "finished_wall_s",
 }
-BOOL_COLUMNS = frozenset({"decode_exact", "ttft_exact", "exact", "aborted", "prompt_rate_upper_bound"})
+BOOL_COLUMNS = frozenset(
+    {"decode_exact", "ttft_exact", "exact", "aborted", "prompt_rate_upper_bound", "judged"}
+)
 KEY_COLUMNS = {"sessions": "session_id", "alerts": "alert_id"}  # rows replaced in place, by this key
 
 
@@ -166,8 +169,40 @@ def _migration_4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE sessions ADD COLUMN spec_type TEXT")
 
 
+def _migration_5(conn: sqlite3.Connection) -> None:
+    """`bench`: what `llm-tray bench` measured, one row per sweep depth (depth 0: the decode runs), the
+    baseline of its (model, quantization, hardware, speculative decoding) and its calibration. Numbers
+    only, no text but the key and the server version. `judged`: 1 when the efficiency was judged as
+    the monitor judges it (a GPU machine, the model fully in GPU memory)."""
+    conn.execute(
+        """CREATE TABLE bench (
+            started_wall_s REAL NOT NULL,
+            finished_wall_s REAL NOT NULL,
+            model TEXT NOT NULL,
+            quantization TEXT,
+            hardware TEXT NOT NULL,
+            server_version TEXT,
+            spec_type TEXT,
+            depth_tokens INTEGER NOT NULL,
+            context_tokens INTEGER,
+            decode_tok_s REAL NOT NULL,
+            decode_spread_tok_s REAL,
+            decode_cv REAL,
+            decode_exact INTEGER NOT NULL DEFAULT 0,
+            runs INTEGER NOT NULL,
+            ceiling_tok_s REAL,
+            efficiency REAL,
+            judged INTEGER NOT NULL DEFAULT 0,
+            gpu_fraction REAL,
+            ttft_s REAL,
+            prompt_tok_s REAL
+        )"""
+    )
+    conn.execute("CREATE INDEX bench_key ON bench (model, hardware, finished_wall_s)")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3, _migration_4]
+MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
 
 
 def schema_version() -> int:

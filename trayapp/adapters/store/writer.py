@@ -26,6 +26,7 @@ from trayapp.adapters.store.reader import StoreQueries
 from trayapp.adapters.store.rows import (
     Row,
     alert_row,
+    bench_rows,
     hardware_row,
     hardware_signature,
     request_row,
@@ -40,6 +41,7 @@ from trayapp.adapters.store.schema import (
     migrate,
     write_sql,
 )
+from trayapp.core.bench import BenchResult
 from trayapp.core.model import Baseline, SessionRecord, Snapshot
 
 log = logging.getLogger(__name__)
@@ -361,6 +363,19 @@ class Store(StoreQueries, BaselineQueries):
         return rows, marks
 
     # ----------------------------------------------------------------- retention
+
+    def record_bench(self, result: BenchResult) -> int:
+        """Store a finished bench (one row per measured depth) as the baseline and calibration of
+        its key; returns the rows written. Raises StoreError on a write error (the bench says so)."""
+        if not self.writer:
+            raise StoreError(f"the store {self.path} was opened read-only")
+        rows = bench_rows(result)
+        try:
+            self._write({"bench": rows})
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write the bench to {self.path}: {exc}") from exc
+        self._baseline_cache.clear()
+        return len(rows)
 
     def prune(self, now_wall_s: float) -> int:
         """Apply the retention and the size cap; returns how many rows were deleted.

@@ -1,0 +1,220 @@
+"""Bench results in the store (#13): the `bench` table, the bench baseline that wins over sessions,
+the migration from schema 4, and `bench`'s own writer. Real SQLite files under tmp_path."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.support.store_records import T0, model, rows, session, snapshot
+from trayapp import paths
+from trayapp.adapters.store import Store, schema_version
+from trayapp.adapters.store import schema as store_mod
+from trayapp.commands.bench import store_baseline
+from trayapp.core.bench import BenchResult, BenchSettings, BenchTarget, Healthy, Spread, SweepPoint
+
+HW = "RTX 4090 (1008 GB/s) + 54 GB/s RAM"  # the hardware label of store_records.session()
+KEY = {"model": "qwen3:8b", "quantization": "Q4_K_M", "hardware": HW}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "store.sqlite3"
+
+
+def point(depth: int, context: int, rate: float, ceiling: float, runs: int = 3) -> SweepPoint:
+    return SweepPoint(depth, context, rate, Spread(1.5, 0.02), None, ceiling, runs)
+
+
+def result(
+    started: float,
+    points: tuple[SweepPoint, ...],
+    *,
+    version: str = "0.30.1",
+    spec_type: str | None = None,
+    hardware: str = HW,
+    verdict: str = "healthy",
+) -> BenchResult:
+    target = BenchTarget(
+        server_url="http://127.0.0.1:11434",
+        server_kind="ollama",
+        server_version=version,
+        model="qwen3:8b",
+        quantization="Q4_K_M",
+        facts=None,
+        context_length=8192,
+        gpu_fraction=1.0,
+        gpu_fraction_source="ollama",
+        vram_bytes=5 * 10**9,
+        hardware=hardware,
+        spec_type=spec_type,
+    )
+    settings = BenchSettings(
+        tokens=200, runs=3, warmup=1, depths=tuple(p.depth_tokens for p in points), prompt_depth_tokens=512
+    )
+    first = points[0]
+    return BenchResult(
+        target=target,
+        settings=settings,
+        runs=(),
+        sweep=points,
+        decode_tok_s=first.decode_tok_s,
+        decode_exact=True,
+        decode_spread=first.spread,
+        ttft_s=0.25,
+        prompt_tok_s=2048.0,
+        prompt_rate_upper_bound=False,
+        ceiling_tok_s=first.ceiling_tok_s,
+        efficiency=None,
+        healthy=Healthy(None, None, None, verdict, "test"),  # type: ignore[arg-type]
+        started_wall_s=started,
+        finished_wall_s=started + 30,
+    )
+
+
+def decoding_session(store: Store, sid: str, start: float, rate: float, context: int) -> None:
+    """Five decoding samples at `rate` (±1) and `context`, then the ended session."""
+    for i in range(5):
+        tick = snapshot(
+            start + i, (model(session_id=sid, decode_tok_s=rate + (i % 3) - 1, context_tokens=context),)
+        )
+        store.record(tick, [session(sid, started_wall_s=start, ended_wall_s=start + 5)] if i == 4 else [])
+
+
+def test_a_bench_is_one_row_per_depth_with_its_numbers(db: Path) -> None:
+    with Store(db) as store:
+        written = store.record_bench(result(T0, (point(0, 60, 90.0, 120.0), point(8192, 8250, 60.0, 80.0))))
+        assert written == 2
+        got = rows(store, "bench")
+    assert [(r["depth_tokens"], r["context_tokens"], r["decode_tok_s"], r["runs"]) for r in got] == [
+        (0, 60, 90.0, 3),
+        (8192, 8250, 60.0, 3),
+    ]
+    assert [r["efficiency"] for r in got] == [0.75, 0.75]  # 90 ÷ 120, 60 ÷ 80
+    first = got[0]
+    assert first["started_wall_s"] == T0 and first["finished_wall_s"] == T0 + 30
+    assert (first["model"], first["quantization"], first["hardware"]) == ("qwen3:8b", "Q4_K_M", HW)
+    assert first["server_version"] == "0.30.1" and first["spec_type"] is None
+    assert first["judged"] == 1 and first["decode_exact"] == 1  # 0/1 in SQLite
+    assert first["ttft_s"] == 0.25 and first["prompt_tok_s"] == 2048.0 and first["decode_cv"] == 0.02
+
+
+def test_the_bench_table_holds_numbers_and_the_key_only(db: Path) -> None:
+    with Store(db) as store:
+        types = store.column_types("bench")
+    text = {name for name, kind in types.items() if kind == "TEXT"}
+    assert text == {"model", "quantization", "hardware", "server_version", "spec_type"}
+
+
+def test_a_bench_baseline_wins_over_a_faster_session(db: Path) -> None:
+    now = T0 + 86400
+    with Store(db) as store:
+        decoding_session(store, "fast", now - 3600, 100.0, 600)
+        store.record_bench(result(now - 7200, (point(0, 60, 80.0, 120.0, runs=2),), version="0.29.0"))
+        best = store.baseline(**KEY, context_tokens=500, before_wall_s=now)
+    assert best is not None and best.source == "bench"
+    assert best.decode_tok_s == 80.0 and best.context_tokens == 60 and best.server_version == "0.29.0"
+    assert best.session_id is None and best.values == 2 and best.when_wall_s == now - 7200
+
+
+def test_without_a_bench_the_session_baseline_is_used(db: Path) -> None:
+    now = T0 + 86400
+    with Store(db) as store:
+        decoding_session(store, "fast", now - 3600, 100.0, 600)
+        best = store.baseline(**KEY, context_tokens=500, before_wall_s=now)
+    assert best is not None and best.source == "session" and best.session_id == "fast"
+    assert best.decode_tok_s == 100.0  # median of 99, 100, 101, 99, 100
+
+
+def test_the_bench_baseline_compares_like_with_like(db: Path) -> None:
+    now = T0 + 86400
+    with Store(db) as store:
+        decoding_session(store, "plain", now - 3600, 100.0, 600)
+        store.record_bench(result(now - 100, (point(0, 60, 150.0, 200.0),), spec_type="draft-mtp"))
+        store.record_bench(result(now - 90, (point(0, 60, 50.0, 200.0),), hardware="RTX 3090 (936 GB/s)"))
+        store.record_bench(result(now + 10, (point(0, 60, 40.0, 200.0),)))  # finished after `before`
+        plain = store.baseline(**KEY, context_tokens=500, before_wall_s=now)
+        drafted = store.baseline(**KEY, context_tokens=500, before_wall_s=now, spec_type="draft-mtp")
+    assert plain is not None and plain.source == "session" and plain.decode_tok_s == 100.0
+    assert drafted is not None and drafted.source == "bench" and drafted.decode_tok_s == 150.0
+    assert drafted.spec_type == "draft-mtp"
+
+
+def test_the_newest_bench_answers_at_its_closest_comparable_depth(db: Path) -> None:
+    now = T0 + 86400
+    with Store(db) as store:
+        store.record_bench(result(now - 7200, (point(0, 60, 70.0, 120.0), point(8192, 8250, 45.0, 80.0))))
+        store.record_bench(result(now - 3600, (point(0, 60, 90.0, 120.0), point(8192, 8250, 60.0, 80.0))))
+        shallow = store.baseline(**KEY, context_tokens=300, before_wall_s=now)
+        deep = store.baseline(**KEY, context_tokens=7000, before_wall_s=now)
+        unknown = store.baseline(**KEY, context_tokens=None, before_wall_s=now)
+        nothing = store.baseline(**KEY, context_tokens=30000, before_wall_s=now)  # beyond ±50 % of 8250
+    assert shallow is not None and shallow.decode_tok_s == 90.0 and shallow.context_tokens == 60
+    assert deep is not None and deep.decode_tok_s == 60.0 and deep.context_tokens == 8250
+    assert unknown is not None and unknown.decode_tok_s == 90.0  # depth 0
+    assert nothing is None
+
+
+def test_a_new_bench_is_seen_at_once_despite_the_cache(db: Path) -> None:
+    now = T0 + 86400
+    with Store(db) as store:
+        decoding_session(store, "s", now - 3600, 100.0, 600)
+        before = store.baseline(**KEY, context_tokens=500, before_wall_s=now)
+        store.record_bench(result(now - 100, (point(0, 60, 80.0, 120.0),)))
+        after = store.baseline(**KEY, context_tokens=500, before_wall_s=now + 1)
+    assert before is not None and before.source == "session"
+    assert after is not None and after.source == "bench" and after.decode_tok_s == 80.0
+
+
+def test_a_schema_4_store_gains_the_bench_table_and_keeps_its_rows(db: Path) -> None:
+    raw = sqlite3.connect(db)  # the store as schema 4 wrote it
+    for migration in store_mod.MIGRATIONS[:4]:
+        migration(raw)
+    raw.execute("PRAGMA user_version = 4")
+    raw.execute(
+        "INSERT INTO sessions (session_id, server, server_kind, model, started_wall_s, quantization, "
+        "hardware, spec_type) "
+        "VALUES ('old', 'http://127.0.0.1:11434', 'ollama', 'qwen3:8b', ?, 'Q4_K_M', ?, NULL)",
+        (T0, HW),
+    )
+    raw.execute(
+        "INSERT INTO samples (t_wall_s, session_id, server, server_kind, model, phase, decode_tok_s) "
+        "VALUES (?, 'old', 'http://127.0.0.1:11434', 'ollama', 'qwen3:8b', 'decoding', 77.5)",
+        (T0 + 1,),
+    )
+    raw.commit()
+    raw.close()
+    assert schema_version() == 5
+    with Store(db) as store:
+        assert [s.id for s in store.sessions()] == ["old"]
+        assert [r["decode_tok_s"] for r in rows(store, "samples")] == [77.5]
+        assert rows(store, "bench") == []
+        store.record_bench(result(T0 + 10, (point(0, 60, 90.0, 120.0),)))
+        assert len(rows(store, "bench")) == 1
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 5
+    raw.close()
+
+
+def test_bench_stores_its_baseline_with_its_own_writer() -> None:
+    stored, note = store_baseline(result(T0, (point(0, 60, 90.0, 120.0),)))
+    assert stored and note is None
+    with Store(paths.store_file(), writer=False) as store:
+        assert [r["decode_tok_s"] for r in rows(store, "bench")] == [90.0]
+
+
+def test_bench_says_so_when_the_tray_holds_the_store() -> None:
+    with Store(paths.store_file()) as tray:  # another writer: the tray records
+        stored, note = store_baseline(result(T0, (point(0, 60, 90.0, 120.0),)))
+        assert not stored and note is not None
+        assert "not stored as the baseline" in note and "another llm-tray process" in note
+        assert rows(tray, "bench") == []
+
+
+def test_nothing_is_stored_without_a_decode_rate() -> None:
+    empty = result(T0, (point(0, 60, 90.0, 120.0),))
+    stored, note = store_baseline(BenchResult(**{**empty.__dict__, "decode_tok_s": None}))
+    assert not stored and note is not None and "no decode rate" in note
+    assert not paths.store_file().exists()
