@@ -213,6 +213,7 @@ class Agent:
         poll_s: float = 0.3,
         config: str = "",
         env: dict[str, str] | None = None,
+        gpu: str | None = "RTX 4090",  # for the fake's placement; None: this machine's own hardware
     ) -> None:
         self.home = root / "home"
         (self.home / "config").mkdir(parents=True, exist_ok=True)
@@ -224,9 +225,10 @@ class Agent:
         self.err_path = root / "agent.err"
         self.err = self.err_path.open("wb")
         endpoint = ["--endpoint", f"{kind}={upstream}"] if upstream else []  # else: the config's
+        hardware = ["--gpu", gpu] if gpu else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trayapp", "agent", *endpoint, "--no-discover",
-             "--gpu", "RTX 4090", "--ram-bandwidth-gbps", "50", "--metrics-port", "0", *extra],
+            [sys.executable, "-m", "trayapp", "agent", *endpoint, "--no-discover", *hardware,
+             "--ram-bandwidth-gbps", "50", "--metrics-port", "0", *extra],
             env=self.env, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
         )  # fmt: skip
         self.file = self.home / "data" / "sampler.json"
@@ -364,7 +366,7 @@ def test_no_prompt_generated_text_or_api_key_reaches_the_endpoint(
     prompt = f"CANARY-PROMPT-{uuid.uuid4().hex}"
     key = f"CANARY-KEY-{uuid.uuid4().hex}"
     endpoint = f'[[endpoints]]\nurl = "{llama_server.url}"\nkind = "llamacpp"\napi_key_env = "CANARY_KEY"\n'
-    agent = Agent(tmp_path, "", config=endpoint, env={"CANARY_KEY": key})
+    agent = Agent(tmp_path, "", config=endpoint, env={"CANARY_KEY": key}, gpu=None)
     raw = bytearray()
     try:
         info = agent.wait_ready()
