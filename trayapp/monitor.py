@@ -225,9 +225,17 @@ class Monitor:
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
-        baselines, plain = self._baselines(machines, default_machine)
+        baselines, plain, calibrations = self._baselines(machines, default_machine)
         output = self.pipeline.process(
-            readings, hardware, machines, default_machine, self._clock(), self._wall(), baselines, plain
+            readings,
+            hardware,
+            machines,
+            default_machine,
+            self._clock(),
+            self._wall(),
+            baselines,
+            plain,
+            calibrations,
         )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
@@ -347,25 +355,39 @@ class Monitor:
 
     def _baselines(
         self, machines: dict[str, Machine], default: Machine
-    ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
+    ) -> tuple[
+        dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline], dict[tuple[str, str], float]
+    ]:
         """The store's baselines of every model that was decoding at the last tick (the store caches
         them): the comparable one (same speculative decoding) and, for a model decoding with
-        speculative decoding, the plain-decode one its speed-up is measured against."""
+        speculative decoding, the plain-decode one its speed-up is measured against; and the
+        calibration of each (its benched efficiency on this hardware), when it was benched."""
         comparable: dict[tuple[str, str], Baseline] = {}
         plain: dict[tuple[str, str], Baseline] = {}
+        calibrations: dict[tuple[str, str], float] = {}
         if self._store is None or self.last_snapshot is None:
-            return comparable, plain
+            return comparable, plain, calibrations
         for server, model in self.last_snapshot.models():
             if model.phase != "decoding" or model.session_id is None:
                 continue
             key = (server.url, model.name)
+            label = hardware_label(machines.get(server.url, default))
+            try:
+                calibration = self._store.calibration(
+                    model=model.name, hardware=label, before_wall_s=self._wall()
+                )
+            except Exception as exc:  # a store problem must not stop monitoring
+                log.warning("calibration lookup failed: %s", exc)
+                calibration = None
+            if calibration is not None:
+                calibrations[key] = calibration
             kinds = (model.spec_type, None) if model.spec_type else (None,)
             for spec_type in kinds:
                 try:
                     baseline = self._store.baseline(
                         model=model.name,
                         quantization=model.quantization,
-                        hardware=hardware_label(machines.get(server.url, default)),
+                        hardware=label,
                         context_tokens=model.context_tokens,
                         before_wall_s=self._wall(),
                         exclude_session=model.session_id,
@@ -380,7 +402,7 @@ class Monitor:
                     comparable[key] = baseline
                 if spec_type is None:
                     plain[key] = baseline
-        return comparable, plain
+        return comparable, plain, calibrations
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
         for server in snapshot.servers:

@@ -218,3 +218,20 @@ def test_nothing_is_stored_without_a_decode_rate() -> None:
     stored, note = store_baseline(BenchResult(**{**empty.__dict__, "decode_tok_s": None}))
     assert not stored and note is not None and "no decode rate" in note
     assert not paths.store_file().exists()
+
+
+def test_the_calibration_is_the_newest_judged_depth_0_efficiency(db: Path) -> None:
+    now = T0 + 86400
+    key = {"model": "qwen3:8b", "hardware": HW}
+    with Store(db) as store:
+        assert store.calibration(**key, before_wall_s=now) is None
+        store.record_bench(result(now - 7200, (point(0, 60, 60.0, 120.0), point(8192, 8250, 20.0, 80.0))))
+        assert store.calibration(**key, before_wall_s=now) == 0.5  # 60 ÷ 120; not the 8192 depth's 0.25
+        store.record_bench(result(now - 3600, (point(0, 60, 90.0, 100.0),), verdict="not_judged"))
+        assert (
+            store.calibration(**key, before_wall_s=now + 1) == 0.5
+        )  # a CPU or offloaded bench is no calibration
+        store.record_bench(result(now - 1800, (point(0, 60, 81.0, 100.0),)))
+        assert store.calibration(**key, before_wall_s=now + 2) == 0.81  # the newest judged one, seen at once
+        assert store.calibration(model="qwen3:8b", hardware="RTX 3090 (936 GB/s)", before_wall_s=now) is None
+        assert store.calibration(**key, before_wall_s=now - 7180) is None  # the first finished at now − 7170

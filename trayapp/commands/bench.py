@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import secrets
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -446,6 +447,7 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
             bench.refresh_facts()
         target = bench.target
     warnings = bench.warnings + ([f"stopped: {failure}"] if failure else [])
+    calibrated = stored_calibration(target)
     result = summarize(
         target,
         settings,
@@ -457,6 +459,7 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         sweep_stopped=bench.sweep_stopped,
         interrupted=interrupted,
         warnings=warnings,
+        calibrated_efficiency=calibrated,
     )
     stored, note = (
         (False, "interrupted: not stored as the baseline") if interrupted else store_baseline(result)
@@ -471,6 +474,19 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         print(f"llm-tray: bench: {failure}", file=sys.stderr)
         return 1
     return 130 if interrupted else 0
+
+
+def stored_calibration(target: BenchTarget) -> float | None:
+    """An earlier bench's efficiency of this model on this hardware (the band it centres), if any."""
+    from trayapp import paths
+    from trayapp.adapters.store import Store, StoreError
+
+    try:
+        with Store(paths.store_file(), writer=False) as store:
+            return store.calibration(model=target.model, hardware=target.hardware, before_wall_s=time.time())
+    except (StoreError, sqlite3.Error) as exc:  # an older schema (no bench table yet) reads as none
+        log.warning("bench: no calibration read: %s", exc)
+        return None
 
 
 def store_baseline(result: BenchResult) -> tuple[bool, str | None]:

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trayapp.core.diagnose import band_text, healthy_band_shares, low_efficiency_share, usable_calibration
 from trayapp.core.machine import Machine
 from trayapp.core.model import FinishedRequest, ModelFacts
-from trayapp.core.physics import REALISTIC_BAND, realistic_band
 from trayapp.core.placement import ceiling_for
 from trayapp.core.thresholds import Thresholds
 
@@ -301,17 +301,22 @@ def healthy_range(
     machine: Machine,
     gpu_fraction: float | None,
     thresholds: Thresholds,
+    calibrated_efficiency: float | None = None,
 ) -> Healthy:
     """The band a healthy single stream reaches under this ceiling, and the verdict on the rate.
 
     Judged as the monitor judges it (`diagnose._low_efficiency`): only on a GPU machine with the model
-    fully in GPU memory. Calibration (a measured band instead of the generic one) plugs in here.
+    fully in GPU memory. A calibration (an earlier bench's efficiency here) centres the band and moves
+    the floor (`diagnose.healthy_band_shares`, `diagnose.low_efficiency_share`).
     """
-    band = realistic_band(ceiling_tok_s)
-    low, high = band if band is not None else (None, None)
-    floor = thresholds.low_efficiency_ratio * ceiling_tok_s if ceiling_tok_s else None
+    shares = healthy_band_shares(calibrated_efficiency)
+    low, high = (ceiling_tok_s * shares[0], ceiling_tok_s * shares[1]) if ceiling_tok_s else (None, None)
+    floor_share = low_efficiency_share(thresholds, calibrated_efficiency)
+    floor = floor_share * ceiling_tok_s if ceiling_tok_s else None
     share = efficiency(rate_tok_s, ceiling_tok_s)
-    band_pct = f"{REALISTIC_BAND[0] * 100:.0f}–{REALISTIC_BAND[1] * 100:.0f} %"
+    band_pct = band_text(calibrated_efficiency)
+    calibrated = usable_calibration(calibrated_efficiency) is not None
+    usual = "benched" if calibrated else "usual"
     if share is None or low is None or floor is None:
         return Healthy(low, high, floor, "not_judged", "no ceiling or no measured rate")
     if not machine.has_gpu:
@@ -320,11 +325,14 @@ def healthy_range(
         return Healthy(low, high, floor, "not_judged", "part of the model is on the CPU (offloaded)")
     pct = f"{share * 100:.0f} % of the ceiling"
     if rate_tok_s is not None and rate_tok_s < floor:
-        why = f"{pct}: under {thresholds.low_efficiency_ratio * 100:.0f} %, the monitor raises low_efficiency"
+        why = f"{pct}: under {floor_share * 100:.0f} %, the monitor raises low_efficiency"
         return Healthy(low, high, floor, "low_efficiency", why)
     if rate_tok_s is not None and rate_tok_s < low:
-        return Healthy(low, high, floor, "below_band", f"{pct}: below the usual {band_pct}, not yet an alert")
-    return Healthy(low, high, floor, "healthy", f"{pct}: a healthy GPU reaches {band_pct}")
+        return Healthy(
+            low, high, floor, "below_band", f"{pct}: below the {usual} {band_pct}, not yet an alert"
+        )
+    healthy = "the band benched here is" if calibrated else "a healthy GPU reaches"
+    return Healthy(low, high, floor, "healthy", f"{pct}: {healthy} {band_pct}")
 
 
 def sweep_points(
@@ -374,8 +382,10 @@ def summarize(
     sweep_stopped: str | None = None,
     interrupted: bool = False,
     warnings: Sequence[str] = (),
+    calibrated_efficiency: float | None = None,
 ) -> BenchResult:
-    """The result of the runs so far (an interrupted bench keeps what finished)."""
+    """The result of the runs so far (an interrupted bench keeps what finished); the verdict uses an
+    earlier bench's calibration of this (model, hardware) when one is given."""
     decode = _measured(runs, "decode")
     rates = _rates(decode)
     rate = median(rates)
@@ -404,7 +414,7 @@ def summarize(
         prompt_rate_upper_bound=any(r.prompt_rate_upper_bound for r in prompt),
         ceiling_tok_s=ceiling,
         efficiency=efficiency(rate, ceiling),
-        healthy=healthy_range(ceiling, rate, machine, target.gpu_fraction, thresholds),
+        healthy=healthy_range(ceiling, rate, machine, target.gpu_fraction, thresholds, calibrated_efficiency),
         started_wall_s=started_wall_s,
         finished_wall_s=finished_wall_s,
         sweep_stopped=sweep_stopped,

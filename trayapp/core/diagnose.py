@@ -26,11 +26,48 @@ from trayapp.core.model import (
     server_label,
 )
 from trayapp.core.offload import offload_finding
+from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.placement import ceiling_for
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_rate, format_tokens
 
 GPU_WORKLOAD_BYTES = GB  # holding this much VRAM marks a real GPU workload (another model, a game)
+GENERIC_EFFICIENCY = (REALISTIC_BAND[0] + REALISTIC_BAND[1]) / 2  # 0.675: the middle of 60–75 %
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def usable_calibration(calibrated_efficiency: float | None) -> float | None:
+    """The calibrated efficiency when it is a share of the ceiling (0 < e ≤ 1), else None."""
+    if calibrated_efficiency is None or not 0.0 < calibrated_efficiency <= 1.0:
+        return None
+    return calibrated_efficiency
+
+
+def calibration_factor(calibrated_efficiency: float | None) -> float:
+    """How far this (model, hardware) sits from the generic healthy share: its benched efficiency at
+    depth 0 ÷ 0.675; 1 without a (usable) calibration."""
+    usable = usable_calibration(calibrated_efficiency)
+    return 1.0 if usable is None else usable / GENERIC_EFFICIENCY
+
+
+def healthy_band_shares(calibrated_efficiency: float | None) -> tuple[float, float]:
+    """The realistic band as shares of the ceiling: 60–75 %, or centred on the calibrated efficiency
+    (the same band scaled by `calibration_factor`)."""
+    factor = calibration_factor(calibrated_efficiency)
+    return REALISTIC_BAND[0] * factor, REALISTIC_BAND[1] * factor
+
+
+def low_efficiency_share(t: Thresholds, calibrated_efficiency: float | None) -> float:
+    """The share of the ceiling under which `low_efficiency` fires: `low_efficiency_ratio`, scaled by
+    `calibration_factor` (ratio ÷ 0.675 × the calibrated efficiency)."""
+    return t.low_efficiency_ratio * calibration_factor(calibrated_efficiency)
+
+
+def band_text(calibrated_efficiency: float | None) -> str:
+    low, high = healthy_band_shares(calibrated_efficiency)
+    return f"{low * 100:.0f}–{high * 100:.0f} %"
 
 
 @dataclass(frozen=True)
@@ -48,6 +85,7 @@ class ModelView:
     cpu_percent: float | None = None
     throttle_reasons: Sequence[str] = ()
     gpu_fraction_source: str | None = None  # "ollama", "nvml", ...
+    calibrated_efficiency: float | None = None  # benched decode ÷ ceiling at depth 0 (this model, hardware)
     fields_extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -177,7 +215,8 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     if model.gpu_fraction is not None and model.gpu_fraction < t.offload_gpu_fraction:
         return None
     rate, ceiling = model.decode_tok_s, model.ceiling_tok_s
-    if rate is None or not ceiling or rate >= t.low_efficiency_ratio * ceiling:
+    calibrated = usable_calibration(view.calibrated_efficiency)
+    if rate is None or not ceiling or rate >= low_efficiency_share(t, calibrated) * ceiling:
         return None
     clues: list[str] = []
     if view.throttle_reasons:
@@ -194,7 +233,12 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     share = rate / ceiling
     message = (
         f"{model.name} decodes at {format_rate(rate)} tok/s, {share * 100:.0f} % of its "
-        f"{format_rate(ceiling)} tok/s ceiling; a healthy GPU reaches 60–75 %."
+        f"{format_rate(ceiling)} tok/s ceiling; "
+        + (
+            f"it reached {calibrated * 100:.0f} % when benched here (healthy: {band_text(calibrated)})."
+            if calibrated is not None
+            else f"a healthy GPU reaches {band_text(None)}."
+        )
     )
     if cause:
         message += f" Likely: {cause}."
@@ -206,6 +250,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         "decode_tok_s": round(rate, 2),
         "ceiling_tok_s": round(ceiling, 2),
         "efficiency": round(share, 3),
+        "calibrated_efficiency": None if calibrated is None else round(calibrated, 3),
         "throttle_reasons": list(view.throttle_reasons),
         "cpu_percent": view.cpu_percent,
     }

@@ -84,9 +84,11 @@ class Pipeline:
         now_wall_s: float,
         baselines: Mapping[ModelKey, Baseline] | None = None,
         plain_baselines: Mapping[ModelKey, Baseline] | None = None,
+        calibrations: Mapping[ModelKey, float] | None = None,
     ) -> TickOutput:
         """One tick. `baselines` are the store's comparable baselines of the models that were decoding;
-        `plain_baselines` the plain-decode ones of those decoding with speculative decoding."""
+        `plain_baselines` the plain-decode ones of those decoding with speculative decoding;
+        `calibrations` their benched efficiency (decode ÷ ceiling at depth 0) on this hardware."""
         servers: list[ServerStatus] = []
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
@@ -98,7 +100,7 @@ class Pipeline:
             servers.append(tick.status)
             requests.extend(tick.requests)
             sessions.extend(tick.sessions)
-            findings.extend(self._diagnose(tick, machine, hardware, baselines or {}))
+            findings.extend(self._diagnose(tick, machine, hardware, baselines or {}, calibrations or {}))
 
         hardware_findings = diagnose_hardware(hardware, self.thresholds)
         local = {r.url for r in readings if r.url not in machines}
@@ -197,6 +199,7 @@ class Pipeline:
         machine: Machine,
         hardware: HardwareSnapshot,
         baselines: Mapping[ModelKey, Baseline],
+        calibrations: Mapping[ModelKey, float],
     ) -> list[Finding]:
         server = tick.status
         findings = diagnose_server(server, self._was_up.get(server.url, False))
@@ -221,6 +224,7 @@ class Pipeline:
                 cpu_percent=hardware.host.cpu_percent,
                 throttle_reasons=throttles,
                 gpu_fraction_source=status.gpu_fraction_source,
+                calibrated_efficiency=calibrations.get(key),
             )
             findings.extend(diagnose_model(view, self.thresholds))
         return findings

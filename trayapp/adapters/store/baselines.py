@@ -33,6 +33,11 @@ _BENCH_SQL = (
     "AND spec_type IS :spec_type AND finished_wall_s < :before_wall_s AND finished_wall_s >= :oldest_wall_s "
     "AND decode_tok_s > 0 ORDER BY started_wall_s DESC, depth_tokens LIMIT 200"
 )
+_CALIBRATION_SQL = (
+    "SELECT efficiency FROM bench WHERE model = :model AND hardware IS :hardware AND depth_tokens = 0 "
+    "AND judged = 1 AND efficiency > 0 AND finished_wall_s < :before_wall_s "
+    "ORDER BY started_wall_s DESC LIMIT 1"
+)
 _RATES_SQL = (
     "SELECT decode_tok_s, context_tokens FROM samples WHERE session_id = :session_id "
     "AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
@@ -59,6 +64,24 @@ class BaselineQueries:
     _conn: sqlite3.Connection
     _lock: threading.RLock
     _baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]]
+    _calibration_cache: dict[tuple[str, str | None], tuple[float, float | None]]
+
+    def calibration(self, *, model: str, hardware: str | None, before_wall_s: float) -> float | None:
+        """The efficiency (decode ÷ ceiling at depth 0) of the newest bench of `model` on `hardware`
+        finished before `before_wall_s`, judged as the monitor judges it (a GPU machine, the model
+        fully in GPU memory); None when it was never benched so. Cached like `baseline()`."""
+        key = (model, hardware)
+        cached = self._calibration_cache.get(key)
+        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
+            return cached[1]
+        if len(self._calibration_cache) > _MAX_CACHED:
+            self._calibration_cache.clear()
+        query = {"model": model, "hardware": hardware, "before_wall_s": before_wall_s}
+        with self._lock:
+            row = self._conn.execute(_CALIBRATION_SQL, query).fetchone()
+        value = None if row is None else float(row[0])
+        self._calibration_cache[key] = (before_wall_s, value)
+        return value
 
     def baseline(
         self,
