@@ -48,7 +48,7 @@ from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.proxy_service import ProxyService
-from trayapp.ui.dashboard import Dashboard
+from trayapp.ui.dashboard import LazyDashboard as Dashboard  # the real window loads when first opened
 from trayapp.ui.icons import app_icon
 from trayapp.ui.notifier import Notifier
 from trayapp.ui.qtcompat import apply_workarounds
@@ -140,14 +140,20 @@ def settings_services() -> SettingsServices:
 
 
 def collect_versions() -> dict[str, str]:
-    import pyqtgraph
+    from importlib.metadata import PackageNotFoundError, version
+
     import PySide6
+
+    try:
+        pyqtgraph_version = version("pyqtgraph")  # its metadata: importing it costs ~50 MiB
+    except PackageNotFoundError:
+        pyqtgraph_version = "?"
 
     return {
         "Python": platform.python_version(),
         "PySide6": str(getattr(PySide6, "__version__", "?")),
         "Qt": qVersion(),
-        "pyqtgraph": str(getattr(pyqtgraph, "__version__", "?")),
+        "pyqtgraph": pyqtgraph_version,
         "OS": platform.platform(terse=True),
     }
 
