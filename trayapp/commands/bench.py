@@ -468,6 +468,8 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         print(json.dumps({**bench_json(result), "baseline_stored": stored}, indent=2))
     else:
         print(format_result(result))
+        if stored:
+            print("baseline   stored: later sessions of this model on this hardware are compared with it")
     if note:
         print(f"llm-tray: bench: {note}", file=sys.stderr)
     if failure and not any(not r.warmup for r in bench.runs):
