@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the Linux bundle from a clean clone: a PyInstaller one-folder build (installers/llm-tray.spec)
+# packed with the .desktop entry, hicolor icons, an XDG autostart file and the systemd user unit.
+#   installers/build-linux.sh     -> dist/llm-tray/ and dist/llm-tray-<version>-linux-<arch>.tar.gz
+# Environment: PYTHON (python3, 3.10+), LLM_TRAY_BUILD_VENV (build/bundle-venv: a venv of its own,
+# so nothing is installed into yours), LLM_TRAY_DIST (dist).
+# The system libraries the desktop provides are left out by the spec; this script fails if one
+# slipped in, and prints what the bundled Qt xcb plugin resolves outside the bundle (ldd).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+PY="${PYTHON:-python3}"
+VENV="${LLM_TRAY_BUILD_VENV:-$ROOT/build/bundle-venv}"
+DIST="${LLM_TRAY_DIST:-$ROOT/dist}"
+WORK="$ROOT/build/pyinstaller"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q . pyinstaller
+"$VENV/bin/python" -m PyInstaller --noconfirm --clean --log-level WARN \
+  --distpath "$DIST" --workpath "$WORK" installers/llm-tray.spec
+
+BUNDLE="$DIST/llm-tray"
+VERSION="$("$BUNDLE/llm-tray" --version | awk '{print $2}')"  # also: the bundle starts
+ARCH="$(uname -m)"
+
+# The desktop's own libraries must not be in the bundle (ActivityWatch #710, #660).
+SYSTEM_LIBS='^lib(glib-2\.0|gio-2\.0|gobject-2\.0|harfbuzz|fontconfig|freetype|dbus-1|X11|xcb|xkbcommon|wayland-)'
+if find "$BUNDLE" -name 'lib*.so*' -printf '%f\n' | grep -E "$SYSTEM_LIBS"; then
+  echo "build-linux.sh: system libraries above are in the bundle; see SYSTEM_LIBS in installers/llm-tray.spec" >&2
+  exit 1
+fi
+XCB_PLUGIN="$(find "$BUNDLE" -name 'libqxcb.so' | head -n 1)"
+if [ -n "$XCB_PLUGIN" ] && command -v ldd >/dev/null; then
+  echo "from the desktop (ldd $(basename "$XCB_PLUGIN")):"
+  LD_LIBRARY_PATH="$(dirname "$XCB_PLUGIN")/../../lib:$BUNDLE/_internal" ldd "$XCB_PLUGIN" \
+    | grep -v "$BUNDLE" | awk '{print "  " $1 " " $3}' | sort -u
+fi
+
+NAME="llm-tray-$VERSION-linux-$ARCH"
+STAGE="$WORK/stage/$NAME"
+rm -rf "$WORK/stage"
+mkdir -p "$STAGE/share/applications" "$STAGE/autostart" "$STAGE/systemd"
+cp -a "$BUNDLE" "$STAGE/llm-tray"
+cp installers/linux/llm-tray.desktop "$STAGE/share/applications/llm-tray.desktop"
+cp installers/linux/llm-tray-autostart.desktop "$STAGE/autostart/llm-tray.desktop"
+cp installers/linux/llm-tray-agent.service "$STAGE/systemd/llm-tray-agent.service"
+for png in resources/icons/llm-tray-[0-9]*.png; do
+  size="$(basename "$png" .png)"; size="${size#llm-tray-}"
+  mkdir -p "$STAGE/share/icons/hicolor/${size}x${size}/apps"
+  cp "$png" "$STAGE/share/icons/hicolor/${size}x${size}/apps/llm-tray.png"
+done
+cp installers/linux/install-bundle.sh "$STAGE/install.sh"
+chmod +x "$STAGE/install.sh"
+tar -C "$WORK/stage" -czf "$DIST/$NAME.tar.gz" "$NAME"
+
+echo "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1))"
+echo "tarball: $DIST/$NAME.tar.gz ($(du -h "$DIST/$NAME.tar.gz" | cut -f1))"
