@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import secrets
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +29,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
 from trayapp.core.bench import (
-    BenchResult,
     BenchRun,
     BenchSettings,
     BenchTarget,
@@ -40,14 +38,16 @@ from trayapp.core.bench import (
     is_spill,
     summarize,
 )
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy, server_label
-from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
+from trayapp.core.units import format_pct, format_rate, format_tokens
 
 if TYPE_CHECKING:
     from trayapp.adapters.bench_client import BenchClient, Generation
     from trayapp.core.machine import Machine
     from trayapp.core.thresholds import Thresholds
     from trayapp.monitor import Monitor
+
+from trayapp.commands.bench_report import format_result, store_baseline, stored_calibration
 
 log = logging.getLogger(__name__)
 
@@ -476,90 +476,3 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         print(f"llm-tray: bench: {failure}", file=sys.stderr)
         return 1
     return 130 if interrupted else 0
-
-
-def stored_calibration(target: BenchTarget) -> float | None:
-    """An earlier bench's efficiency of this model on this hardware (the band it centres), if any."""
-    from trayapp import paths
-    from trayapp.adapters.store import Store, StoreError
-
-    try:
-        with Store(paths.store_file(), writer=False) as store:
-            return store.calibration(model=target.model, hardware=target.hardware, before_wall_s=time.time())
-    except (StoreError, sqlite3.Error) as exc:  # an older schema (no bench table yet) reads as none
-        log.warning("bench: no calibration read: %s", exc)
-        return None
-
-
-def store_baseline(result: BenchResult) -> tuple[bool, str | None]:
-    """Keep the result as the baseline of its (model, quantization, hardware) in the store: (stored,
-    a note to print). Its own writer: when the tray, `watch` or `agent` records, the store is theirs."""
-    from trayapp import paths
-    from trayapp.adapters.store import Store, StoreError, StoreLockedError
-
-    if result.decode_tok_s is None:
-        return False, "no decode rate measured: nothing stored as the baseline"
-    path = paths.store_file()
-    try:
-        with Store(path) as store:
-            written = store.record_bench(result)
-    except StoreLockedError as exc:
-        return False, (
-            f"not stored as the baseline: another llm-tray process records to the store ({exc}); "
-            "quit the tray (or watch/agent) and bench again to keep it"
-        )
-    except StoreError as exc:
-        return False, f"not stored as the baseline: {exc}"
-    log.info("bench stored as the baseline (%d depth(s)) in %s", written, path)
-    return bool(written), None
-
-
-# --------------------------------------------------------------------------- text
-
-
-def format_result(result: BenchResult) -> str:
-    t, s = result.target, result.settings
-    lines = [
-        f"{t.model} ({t.quantization or 'quantization unknown'}) on {server_label(t.server_kind)}"
-        + (f" {t.server_version}" if t.server_version else "")
-        + f" at {t.server_url}",
-        f"hardware   {t.hardware} · GPU share {format_pct(t.gpu_fraction)}"
-        + (f" · {format_gb(t.vram_bytes)} in VRAM" if t.vram_bytes else ""),
-    ]
-    measured = [r for r in result.runs if r.kind == "decode" and not r.warmup]
-    if result.decode_tok_s is not None:
-        cv = result.decode_spread.cv
-        how = "server timings" if result.decode_exact else "streamed tokens"
-        lines.append(
-            f"decode     {format_rate(result.decode_tok_s)} tok/s (median of {len(measured)}, {how}; "
-            f"{s.warmup} warm-up discarded) · spread {format_rate(result.decode_spread.tok_s)} tok/s"
-            + (f", CV {cv * 100:.1f} %" if cv is not None else "")
-        )
-    if result.ttft_s is not None:
-        bound = " (upper bound: the server counts cached tokens)" if result.prompt_rate_upper_bound else ""
-        lines.append(
-            f"prompt     TTFT {result.ttft_s:.2f} s · {format_rate(result.prompt_tok_s)} tok/s{bound} "
-            f"({format_tokens(s.prompt_depth_tokens)}-token prompt, cache defeated)"
-        )
-    if result.ceiling_tok_s is not None:
-        h = result.healthy
-        band = ""
-        if h.band_low_tok_s is not None and h.band_high_tok_s is not None:
-            band = f" · healthy {format_rate(h.band_low_tok_s)}–{format_rate(h.band_high_tok_s)} tok/s"
-        lines.append(
-            f"ceiling    {format_rate(result.ceiling_tok_s)} tok/s · "
-            f"{format_pct(result.efficiency)} of it{band} · {h.reason}"
-        )
-    if len(result.sweep) > 1 or (result.sweep and result.sweep[0].depth_tokens > 0):
-        lines.append("sweep      depth    decode  predicted  ceiling (tok/s)")
-        for p in result.sweep:
-            lines.append(
-                f"           {format_tokens(p.depth_tokens):>6} {format_rate(p.decode_tok_s):>8} "
-                f"{format_rate(p.predicted_tok_s):>10} {format_rate(p.ceiling_tok_s):>8}"
-            )
-    if result.sweep_stopped:
-        lines.append(f"note       {result.sweep_stopped}")
-    lines += [f"warning    {w}" for w in result.warnings]
-    if result.interrupted:
-        lines.append(f"interrupted: {sum(1 for r in result.runs if not r.warmup)} measured run(s) kept")
-    return "\n".join(lines)
