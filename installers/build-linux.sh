@@ -27,7 +27,7 @@ VERSION="$("$BUNDLE/llm-tray" --version | awk '{print $2}')"  # also: the bundle
 ARCH="$(uname -m)"
 
 # The desktop's own libraries must not be in the bundle (ActivityWatch #710, #660).
-SYSTEM_LIBS='^lib(glib-2\.0|gio-2\.0|gobject-2\.0|harfbuzz|fontconfig|freetype|dbus-1|X11|xcb|xkbcommon|wayland-)'
+SYSTEM_LIBS='^lib(glib-2\.0|gio-2\.0|gobject-2\.0|harfbuzz|fontconfig|freetype|dbus-1|X11|xcb\.|xkbcommon|wayland-)'
 if find "$BUNDLE" -name 'lib*.so*' -printf '%f\n' | grep -E "$SYSTEM_LIBS"; then
   echo "build-linux.sh: system libraries above are in the bundle; see SYSTEM_LIBS in installers/llm-tray.spec" >&2
   exit 1
