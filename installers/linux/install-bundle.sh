@@ -24,7 +24,11 @@ for arg in "$@"; do
   case "$arg" in
     --autostart)
       # The same file the app writes from its menu (XDG autostart, llm-tray.desktop): never two entries.
-      mkdir -p "$CONFIG/autostart" && cp autostart/llm-tray.desktop "$CONFIG/autostart/llm-tray.desktop"
+      # Exec is the installed executable's full path (what the app writes too): a login session's
+      # PATH may lack ~/.local/bin.
+      exe="$OPT/llm-tray"; case "$exe" in *" "*) exe="\"$exe\"" ;; esac
+      mkdir -p "$CONFIG/autostart"
+      sed "s|^Exec=llm-tray |Exec=$exe |" autostart/llm-tray.desktop > "$CONFIG/autostart/llm-tray.desktop"
       echo "starts at login: $CONFIG/autostart/llm-tray.desktop" ;;
     --agent)
       mkdir -p "$CONFIG/systemd/user" && cp systemd/llm-tray-agent.service "$CONFIG/systemd/user/"
