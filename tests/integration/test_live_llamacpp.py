@@ -122,7 +122,7 @@ def full_kv_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iter
     With the defaults (sliding-window cache, flash attention on) only 3 of the 18 layers grow and the
     drop at ~7,000 tokens was 11 % on one host and nothing at all on another (CI). Without flash
     attention the attention reads scale with the context on any CPU: ~34 % slower at ~3,400 tokens
-    here, well clear of the default 15 % threshold and of run-to-run noise.
+    here (23 % on a loaded CI host), ~4,200 tokens keeps it clear of the default 15 % threshold.
     """
     extra = ["--swa-full", "-fa", "off"]
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=extra) as server:
@@ -138,12 +138,12 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         monitor.tick()
         short = generate_in_background(llama_server.url, "Say hello.", 256, ignore_eos=True)
         snapshots = tick_until_done(monitor, short)
-        long_prompt = "The quick brown fox jumps over the lazy dog. " * 340  # ~3,400 tokens
+        long_prompt = "The quick brown fox jumps over the lazy dog. " * 420  # ~4,200 tokens
         deep = generate_in_background(llama_server.url, long_prompt, 256, ignore_eos=True, timeout_s=300)
         snapshots += tick_until_done(monitor, deep, limit_s=280)
         short_rate = short.result()["timings"]["predicted_per_second"]
         deep_timings = deep.result()["timings"]
-        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 3000
+        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 4000
     finally:
         monitor.close()
 
@@ -160,10 +160,10 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         f"({server_drop:.0f} % drop); "
         f"polled (context, tok/s): {trend}"
     )
-    if server_drop < threshold_pct - 10:
+    if server_drop < threshold_pct - 7:
         assert not kv_alerts, f"kv_slowdown raised though the server itself did not slow down; {observed}"
         pytest.skip(f"server barely slowed; only 'no false alarm' checked: {observed}")
-    if server_drop < threshold_pct + 10:
+    if server_drop < threshold_pct + 7:
         pytest.skip(f"the server's own drop is too near {threshold_pct:g} % to judge; {observed}")
     assert len(kv_alerts) == 1, f"expected one kv_slowdown episode, got {list(kv_alerts)}; {observed}"
     alert = next(iter(kv_alerts.values()))
@@ -171,5 +171,5 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
     assert evidence["short_decode_tok_s"] == pytest.approx(short_rate, rel=0.15)
     assert evidence["decode_tok_s"] == pytest.approx(deep_timings["predicted_per_second"], rel=0.15)
     assert evidence["drop_pct"] == pytest.approx(server_drop, abs=10)
-    assert evidence["context_tokens"] > 3000
+    assert evidence["context_tokens"] > 4000
     assert not any(a.kind == "offload" for s in snapshots for a in s.alerts)
