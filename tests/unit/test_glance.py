@@ -63,7 +63,14 @@ def test_idle_has_no_number_and_faint_last_ring() -> None:
     assert state.health == "idle"
     assert state.text is None
     assert state.ring_faint and state.ring == 0.65
-    assert state.tooltip_lines[1] == "idle · last 40 tok/s · ceiling 62 tok/s"
+    assert state.tooltip_lines[1] == "idle · last 40 tok/s · TTFT 0.31 s · ceiling 62 tok/s"
+
+
+def test_the_tooltip_marks_an_estimated_ttft_and_not_an_exact_one() -> None:
+    estimated = model(phase="idle", last_decode_tok_s=40.0, ttft_s=0.5, ttft_exact=False)
+    exact = model(phase="idle", last_decode_tok_s=40.0, ttft_s=0.214, ttft_exact=True)  # e.g. the proxy's
+    assert "TTFT ~0.50 s" in icon_state(snap(llama(estimated))).tooltip_lines[1]
+    assert "TTFT 0.21 s ·" in icon_state(snap(llama(exact))).tooltip_lines[1]
 
 
 def test_alert_outranks_a_good_number() -> None:

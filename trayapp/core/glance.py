@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot, server_label
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_pct, format_tokens, format_tokens_short
+from trayapp.core.units import format_pct, format_tokens, format_tokens_short, format_ttft
 from trayapp.core.units import format_rate_short as format_rate
 
 kind_label = server_label  # what the tray, menu and tooltip call a kind of server
@@ -196,6 +196,8 @@ def _rate_line(model: ModelStatus) -> str:
     parts = ["idle"]
     if model.last_decode_tok_s is not None:
         parts.append(f"last {format_rate(model.last_decode_tok_s)} tok/s")
+    if model.ttft_s is not None:
+        parts.append(format_ttft(model.ttft_s, model.ttft_exact))
     if model.ceiling_tok_s:
         parts.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
     return " · ".join(parts)

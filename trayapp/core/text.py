@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
-from trayapp.core.units import format_gb, format_rate, format_tokens
+from trayapp.core.units import format_gb, format_rate, format_tokens, format_ttft
 
 
 def model_line(model: ModelStatus) -> str:
@@ -35,7 +35,8 @@ def model_line(model: ModelStatus) -> str:
     if model.context_length:
         context = f" · ctx {format_tokens(model.context_tokens or 0)}/{format_tokens(model.context_length)}"
     gpu = f" · {model.gpu_fraction * 100:.0f} % GPU" if model.gpu_fraction is not None else ""
-    line = f"{head} [{model.phase}] {speed}{ceiling}{context}{gpu}"
+    ttft = f" · {format_ttft(model.ttft_s, model.ttft_exact)}" if model.ttft_s is not None else ""
+    line = f"{head} [{model.phase}] {speed}{ceiling}{context}{gpu}{ttft}"
     if model.live_rate_reason and model.decode_tok_s is None:
         line += f"\n      ({model.live_rate_reason})"
     return line

@@ -63,3 +63,10 @@ def format_spill_pct(share: float) -> str:
 def format_pct(share: float | None) -> str:
     """A 0..1 share as '42 %'; '—' when unknown."""
     return "—" if share is None else f"{share * 100:.0f} %"
+
+
+def format_ttft(ttft_s: float | None, exact: bool | None) -> str:
+    """'TTFT 0.21 s'; '~' marks an estimate (prompt tokens ÷ the server's prompt speed); '—' unknown."""
+    if ttft_s is None:
+        return "TTFT —"
+    return f"TTFT {'~' if exact is False else ''}{ttft_s:.2f} s"

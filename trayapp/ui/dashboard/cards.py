@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLa
 from trayapp.core.glance import host_port, kind_label, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import GB, format_gb, format_pct, format_rate, format_tokens
+from trayapp.core.units import GB, format_gb, format_pct, format_rate, format_tokens, format_ttft
 
 
 def is_local(url: str) -> bool:
@@ -19,11 +19,8 @@ def is_local(url: str) -> bool:
 
 
 def ttft_text(model: ModelStatus) -> str:
-    """Time to first token; "~" marks an estimate (prompt tokens ÷ the server's prompt speed)."""
-    if model.ttft_s is None:
-        return "TTFT —"
-    approx = "~" if model.ttft_exact is False else ""
-    return f"TTFT {approx}{model.ttft_s:.2f} s"
+    """Time to first token (the one rule: `core.units.format_ttft`)."""
+    return format_ttft(model.ttft_s, model.ttft_exact)
 
 
 class ModelCard(QFrame):
