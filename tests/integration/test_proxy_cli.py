@@ -81,12 +81,21 @@ def test_proxy_records_exact_requests_to_the_store_and_leaks_no_text(
     sampled_models = {json.loads(line)["model"] for line in samples if line.strip()}
     assert {row["model"] for row in proxied} <= sampled_models  # the model as the monitor names it
 
-    # The canary: the prompt's uuid and the words the model generated, nowhere. (Words that are in
-    # llm-tray's own source could be static text of the report: those are not evidence.)
+    # The canary: the prompt's uuid and what the model generated, nowhere. The generated text is
+    # searched as runs of three consecutive words (a single common word could be static text of the
+    # report; a run that also occurs in llm-tray's own source is no evidence either).
     own_text = "\n".join(p.read_text() for p in Path(trayapp.__file__).parent.rglob("*.py")).lower()
-    words = {w.strip(".,;:!?\"'()*") for _timings, text in runs for w in text.split()}
-    generated = {w for w in words if len(w) >= 7 and w.isalpha() and w.lower() not in own_text}
-    needles = [canary.encode(), *(w.encode() for w in generated)]
+    generated = set()
+    for _timings, text in runs:
+        words = text.split()
+        for i in range(len(words) - 2):
+            phrase = " ".join(words[i : i + 3])
+            if len(phrase) >= 12 and phrase.lower() not in own_text:
+                generated.add(phrase)
+            word = words[i].strip(".,;:!?\"'()*")
+            if len(word) >= 7 and word.isalpha() and word.lower() not in own_text:
+                generated.add(word)  # a rarer word alone, too: a token-by-token leak holds no phrase
+    needles = [canary.encode(), *(needle.encode() for needle in generated)]
     outputs = {"proxy stdout": proxy.out_path.read_bytes(), "proxy stderr": proxy.err_path.read_bytes()}
     for fmt in ("csv", "jsonl"):
         for table in ("requests", "samples", "sessions"):
@@ -100,4 +109,4 @@ def test_proxy_records_exact_requests_to_the_store_and_leaks_no_text(
             outputs[str(path)] = path.read_bytes()
     leaks = [(where, needle) for where, data in outputs.items() for needle in needles if needle in data]
     assert not leaks, f"text leaked: {leaks[:5]}"
-    assert generated, "the model generated no words to look for"
+    assert generated, f"the model generated no phrase to look for: {[text for _t, text in runs]}"
