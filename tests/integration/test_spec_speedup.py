@@ -59,6 +59,7 @@ def test_a_drafter_that_slows_decode_is_measured_against_the_plain_session(
     assert evidence["spec_type"] == "draft-simple"
     acceptance = evidence["draft_acceptance"]  # known once /metrics was scraped after some drafting
     assert acceptance is None or acceptance < Thresholds().draft_acceptance_min
-    if server_speedup < Thresholds().spec_min_speedup - 0.1:  # clearly slower, by the server's timings
-        assert evidence["speedup"] is not None and evidence["speedup"] < 1
-        assert "× the plain decode" in alerts[-1].message
+    # An episode keeps the evidence it was raised with: raised on the acceptance before the first
+    # baseline lookup, it has no speed-up yet (the models' spec_speedup above carries it then).
+    if evidence["speedup"] is not None and server_speedup < Thresholds().spec_min_speedup - 0.1:
+        assert evidence["speedup"] < 1 and "× the plain decode" in alerts[-1].message
