@@ -27,15 +27,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, qVersion
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
-from trayapp import paths
 from trayapp.adapters.proxy.inbox import RecordInbox
 from trayapp.adapters.snapshot_server import SnapshotServer
+from trayapp.app_logging import install_excepthook, setup_logging
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -66,41 +65,6 @@ EVENTS_ENV = "LLM_TRAY_TEST_EVENTS"
 TRAY_WAIT_ENV = "LLM_TRAY_TRAY_WAIT_S"  # tests shorten the wait
 
 MonitorFactory = Callable[[], MonitorLike]
-
-
-# --------------------------------------------------------------------------- logging
-
-
-def setup_logging(log_path: Path | None = None) -> Path:
-    """A rotating log file in the data dir for the `trayapp` loggers (transitions and errors, INFO+).
-
-    The console (stderr) still gets warnings and errors only.
-    """
-    path = log_path or paths.log_file()
-    logger = logging.getLogger("trayapp")
-    for handler in logger.handlers:
-        if isinstance(handler, logging.handlers.RotatingFileHandler) and Path(handler.baseFilename) == path:
-            return path
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=1_000_000, backupCount=3, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    console = logging.StreamHandler()
-    console.setLevel(logging.WARNING)
-    console.setFormatter(logging.Formatter("llm-tray: %(message)s"))
-    logger.addHandler(console)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # the root logger's console handler would print INFO lines too
-    return path
-
-
-def _install_excepthook() -> None:
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        log.error("uncaught exception", exc_info=(kind, value, tb))
-        previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 # --------------------------------------------------------------------------- test events
@@ -482,7 +446,7 @@ def run_tray(
     `startup_warnings` (e.g. config file errors) are logged and shown once, like monitor warnings.
     """
     log_path = setup_logging()
-    _install_excepthook()
+    install_excepthook()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
         app = QApplication(sys.argv[:1])

@@ -1,11 +1,8 @@
 """Settings: frozen dataclasses, loaded from and saved to a TOML file.
 
-A syntax error names the line; a bad value names its key path. Either way the
-app starts on defaults for what is broken, and the broken file is kept as a
-backup beside the config so nothing the user wrote is lost. Saving is atomic
-(write a temp file, then rename). API keys and proxy tokens never live here: an
-endpoint names the keyring entry or an environment variable, a proxy the variable.
-"""
+A syntax error names the line, a bad value its key path; the app then starts on defaults for what is
+broken and keeps the file as a backup, so nothing is lost. Saving is atomic (temp file, rename). API
+keys and proxy tokens never live here: an endpoint names a keyring entry or an environment variable."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fake streaming LLM upstreams (Ollama, vLLM, LM Studio) on 127.0.0.1:0, for the recording proxy's tests.
 
 A real HTTP/1.1 server (stdlib `ThreadingHTTPServer`, a thread per connection, keep-alive) streaming token
-by token with each server's framing and fields (tests/fixtures/, ../shared/reference/backends.md):
+by token with each server's framing and fields (tests/fixtures/ and the backends reference):
 - Ollama `/api/chat`, `/api/generate`: chunked NDJSON, **streaming when `stream` is omitted**, headers with
   the first token (Go's first flush), a last `done: true` object with int-ns durations; `stream: false` →
   one object.

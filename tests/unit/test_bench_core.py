@@ -18,7 +18,6 @@ from trayapp.core.bench import (
     BenchRun,
     BenchSettings,
     BenchTarget,
-    bench_json,
     bench_run,
     coefficient_of_variation,
     healthy_range,
@@ -29,6 +28,7 @@ from trayapp.core.bench import (
     stream_decode_tok_s,
     summarize,
 )
+from trayapp.core.bench_json import bench_json
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     FinishedRequest,

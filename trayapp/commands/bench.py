@@ -33,11 +33,11 @@ from trayapp.core.bench import (
     BenchSettings,
     BenchTarget,
     RunKind,
-    bench_json,
     bench_run,
     is_spill,
     summarize,
 )
+from trayapp.core.bench_json import bench_json
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
 from trayapp.core.units import format_pct, format_rate, format_tokens
 
