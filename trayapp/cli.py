@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint_options(bench)
     add_hardware_options(bench)
     add_bench_arguments(bench)
+    from trayapp.commands.autostart import add_autostart_arguments
+
+    add_autostart_arguments(sub.add_parser("autostart", help="start the tray at login: on, off or status"))
     return parser
 
 
@@ -339,6 +342,12 @@ def _run_bar(args: argparse.Namespace) -> int:
     return run_bar(args)
 
 
+def _run_autostart(args: argparse.Namespace) -> int:
+    from trayapp.commands.autostart import run_autostart
+
+    return run_autostart(args)
+
+
 def run_ceiling(args: argparse.Namespace) -> int:
     from trayapp.adapters.hardware import HardwareProbe
     from trayapp.adapters.host import default_ram_bandwidth
@@ -463,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "agent": run_agent,
         "proxy": run_proxy,
         "bench": run_bench,
+        "autostart": _run_autostart,
     }
     try:
         if getattr(args, "gpu", None):

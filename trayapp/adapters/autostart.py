@@ -30,7 +30,10 @@ class AutostartError(Exception):
 def autostart_command() -> list[str]:
     """The command line that starts the tray at login."""
     if getattr(sys, "frozen", False):  # a PyInstaller build: the executable is the app
-        return [sys.executable, "--at-login"]
+        exe = Path(sys.executable)
+        if exe.stem.lower() == "llm-tray-cli":  # Windows' console twin: login starts the windowed one
+            exe = exe.with_name("llm-tray" + exe.suffix)
+        return [str(exe), "--at-login"]
     python = Path(sys.executable)
     script_dir = python.parent
     for name in ("llm-tray", "llm-tray.exe"):
