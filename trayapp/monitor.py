@@ -35,7 +35,7 @@ from trayapp.core.model import (
     is_busy,
 )
 from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
-from trayapp.core.rate_helpers import merge_proxy_records
+from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
 
 if TYPE_CHECKING:
@@ -319,7 +319,8 @@ class Monitor:
             mine = [r for url, r, _ in waiting if same_server(url, reading.url)]
             waiting = [w for w in waiting if not same_server(w[0], reading.url)]
             if self._proxy_inbox.proxied(reading.url):
-                reading = replace(reading, proxied=True)
+                totals = self._proxy_inbox.prompt_totals(reading.url)  # prompts being read, counted
+                reading = with_prompt_totals(replace(reading, proxied=True), totals)
             if mine and reading.age_s is None:  # a repeated reading already carried its records
                 names = [m.name for m in reading.models if m.loaded]
                 reading = replace(reading, finished=merge_proxy_records(reading.finished, mine, names))

@@ -51,7 +51,7 @@ class ProxyService:
             route = Route(
                 config.listen_host, config.listen_port, config.upstream, config.kind or "openai", token
             )
-            thread = ProxyThread([route], self._on_record)
+            thread = ProxyThread([route], self._on_record, self.inbox)
             try:
                 thread.start(timeout_s=5.0)
             except Exception as exc:  # OSError: the port is taken (or not ours to bind)

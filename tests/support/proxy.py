@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from trayapp.adapters.proxy.prompt_length import PromptBoard
 from trayapp.adapters.proxy.runner import ProxyThread
 from trayapp.adapters.proxy.server import Route
 from trayapp.core.model import FinishedRequest
@@ -44,10 +45,11 @@ class RunningProxy:
 
 @contextmanager
 def running_proxy(
-    upstream_url: str, kind: str = "openai", token: str | None = None
+    upstream_url: str, kind: str = "openai", token: str | None = None, prompts: PromptBoard | None = None
 ) -> Iterator[RunningProxy]:
+    """`prompts`: where the lengths of the prompts being read go (a monitor's RecordInbox)."""
     records = Records()
-    thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], records.add)
+    thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], records.add, prompts)
     (url,) = thread.start()
     try:
         yield RunningProxy(url, records)

@@ -159,7 +159,7 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
         profile=profile,
         proxy_inbox=inbox,
     )
-    proxies = ProxyThread(routes, on_record)
+    proxies = ProxyThread(routes, on_record, inbox)
     try:
         urls = proxies.start()
     except OSError as exc:

@@ -205,3 +205,48 @@ def merge_proxy_records(
 
     kept = tuple(r for r in server_records if not seen_by_proxy(r))
     return kept + tuple(proxy_records)
+
+
+def with_prompt_totals(reading: ServerReading, totals: Sequence[tuple[str | None, int]]) -> ServerReading:
+    """A reading whose prompt-reading slots carry the lengths the proxy counted for them.
+
+    `totals` are (model asked for, prompt tokens) of the proxied prompts being read now. A model
+    takes the totals that name it (or, with one loaded model, every total: llama-server answers to
+    any name). They are given only when as many of its slots are reading a prompt as there are
+    totals, paired smallest with smallest, and each covers what its slot has already read —
+    otherwise a prompt that bypassed the proxy could be mistaken for a counted one.
+    """
+    if not totals:
+        return reading
+    loaded = [m for m in reading.models if m.loaded]
+    models = []
+    for model in reading.models:
+        named = [n for name, n in totals if name == model.name]
+        mine = named or ([n for _, n in totals] if len(loaded) == 1 and model is loaded[0] else [])
+        reading_prompt = [s for s in model.slots if _reading_prompt(s)]
+        if not mine or len(mine) != len(reading_prompt):
+            models.append(model)
+            continue
+        by_done = sorted(reading_prompt, key=_prompt_done)
+        pairs = dict(zip((s.slot_id for s in by_done), sorted(mine), strict=True))
+        if any(pairs[s.slot_id] < _prompt_done(s) for s in reading_prompt):
+            models.append(model)
+            continue
+        slots = tuple(
+            replace(s, prompt_tokens_total=pairs[s.slot_id]) if s.slot_id in pairs else s for s in model.slots
+        )
+        models.append(replace(model, slots=slots))
+    return replace(reading, models=tuple(models))
+
+
+def _reading_prompt(slot: SlotReading) -> bool:
+    return (
+        slot.is_processing
+        and not slot.n_decoded
+        and slot.prompt_tokens_processed is not None
+        and slot.prompt_tokens_total is None
+    )
+
+
+def _prompt_done(slot: SlotReading) -> int:
+    return (slot.prompt_tokens_processed or 0) + (slot.prompt_tokens_cached or 0)

@@ -27,11 +27,13 @@ def same_server(url_a: str, url_b: str) -> bool:
 
 
 class RecordInbox:
-    """Records from proxy threads, taken by the monitor at each tick (thread-safe, bounded)."""
+    """Records from proxy threads, taken by the monitor at each tick (thread-safe, bounded), and
+    the lengths of the prompts the proxies are forwarding right now."""
 
     def __init__(self, upstreams: Iterable[str] = (), limit: int = INBOX_LIMIT) -> None:
         self._records: collections.deque[tuple[str, FinishedRequest]] = collections.deque(maxlen=limit)
         self._lock = threading.Lock()
+        self._prompts: dict[int, tuple[str, str | None, int]] = {}  # in-flight prompts' lengths
         self.upstreams: tuple[str, ...] = tuple(upstreams)  # servers with a proxy in front
 
     def set_upstreams(self, upstreams: Iterable[str]) -> None:
@@ -44,6 +46,21 @@ class RecordInbox:
     def put(self, upstream_url: str, record: FinishedRequest) -> None:
         with self._lock:
             self._records.append((upstream_url, record))
+
+    def prompt_started(self, key: int, upstream_url: str, model: str | None, tokens: int) -> None:
+        """A proxied request's prompt, `tokens` long, is being read (until `prompt_ended(key)`)."""
+        with self._lock:
+            self._prompts[key] = (upstream_url, model, tokens)
+
+    def prompt_ended(self, key: int) -> None:
+        """That request's first token came, or it ended."""
+        with self._lock:
+            self._prompts.pop(key, None)
+
+    def prompt_totals(self, url: str) -> list[tuple[str | None, int]]:
+        """(model asked for, prompt tokens) of the proxied prompts being read on this server now."""
+        with self._lock:
+            return [(model, n) for upstream, model, n in self._prompts.values() if same_server(upstream, url)]
 
     def take(self) -> list[tuple[str, FinishedRequest]]:
         with self._lock:

@@ -107,6 +107,10 @@ class RequestTap:
             return
         self._request += payload
 
+    def request_copy(self) -> bytes | None:
+        """The whole request body so far (None once read or past the limit), for the prompt count."""
+        return bytes(self._request) if self._request else None
+
     def _read_request(self) -> None:
         raw, self._request = self._request, None
         if not raw:

@@ -6,15 +6,18 @@ import asyncio
 import threading
 from collections.abc import Sequence
 
+from trayapp.adapters.proxy.prompt_length import PromptBoard
 from trayapp.adapters.proxy.server import ProxyServer, RecordSink, Route
 
 
-async def start_all(routes: Sequence[Route], on_record: RecordSink) -> list[ProxyServer]:
+async def start_all(
+    routes: Sequence[Route], on_record: RecordSink, prompts: PromptBoard | None = None
+) -> list[ProxyServer]:
     """Bind every route; on a failure the ones already bound are closed and the error raised."""
     servers: list[ProxyServer] = []
     try:
         for route in routes:
-            server = ProxyServer(route, on_record)
+            server = ProxyServer(route, on_record, prompts)
             await server.start()
             servers.append(server)
     except BaseException:
@@ -27,9 +30,12 @@ async def start_all(routes: Sequence[Route], on_record: RecordSink) -> list[Prox
 class ProxyThread:
     """The proxies on their own event loop thread: the GUI and the sampler never wait on them."""
 
-    def __init__(self, routes: Sequence[Route], on_record: RecordSink) -> None:
+    def __init__(
+        self, routes: Sequence[Route], on_record: RecordSink, prompts: PromptBoard | None = None
+    ) -> None:
         self.routes = tuple(routes)
         self._on_record = on_record
+        self._prompts = prompts  # the lengths of the prompts being read (the monitor's inbox)
         self._loop = asyncio.new_event_loop()
         self._servers: list[ProxyServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)
@@ -37,7 +43,8 @@ class ProxyThread:
     def start(self, timeout_s: float = 10.0) -> list[str]:
         """Bind every route and return their listen URLs; OSError (port taken…) when one cannot bind."""
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(start_all(self.routes, self._on_record), self._loop)
+        starting = start_all(self.routes, self._on_record, self._prompts)
+        future = asyncio.run_coroutine_threadsafe(starting, self._loop)
         try:
             self._servers = future.result(timeout_s)
         except BaseException:

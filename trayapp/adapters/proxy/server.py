@@ -33,6 +33,7 @@ from trayapp.adapters.proxy.http1 import (
     response_body,
     status_of,
 )
+from trayapp.adapters.proxy.prompt_length import PromptBoard, PromptCounter
 from trayapp.adapters.proxy.recorder import RequestTap
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
@@ -160,9 +161,10 @@ def _error_response(status: int, reason: str, message: str, kind: str, **extra: 
 class ProxyServer:
     """One route's listener. `start()` binds; `close()` stops listening and ends open streams."""
 
-    def __init__(self, route: Route, on_record: RecordSink) -> None:
+    def __init__(self, route: Route, on_record: RecordSink, prompts: PromptBoard | None = None) -> None:
         self.route = route
         self.on_record = on_record
+        self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._recorder_failed = False
@@ -205,6 +207,7 @@ class ProxyServer:
             await asyncio.wait(self._connections, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
+        await self._prompts.close()
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -294,7 +297,8 @@ class ProxyServer:
                 return False, None
         upstream.writer.write(forwarded.raw)
         exchange = _Exchange()
-        client_side = asyncio.create_task(self._client_side(client, framer, upstream, tap))
+        auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
+        client_side = asyncio.create_task(self._client_side(client, framer, upstream, tap, auth))
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, line.method, exchange))
         keep = False
         try:
@@ -341,6 +345,7 @@ class ProxyServer:
     def _record(self, tap: RequestTap, *, status: int | None, aborted: bool) -> None:
         if not tap.active:
             return
+        self._prompts.prompt_read(tap)
         try:
             if status is not None:
                 tap.response_head(status, {}, time.monotonic())
@@ -356,7 +361,7 @@ class ProxyServer:
             log.exception("proxy recorder failed (the stream is forwarded unrecorded)")
 
     async def _client_side(
-        self, client: _Reader, framer: BodyFramer, upstream: _Upstream, tap: RequestTap
+        self, client: _Reader, framer: BodyFramer, upstream: _Upstream, tap: RequestTap, auth: str | None
     ) -> str:
         """Forward the request body, then watch the client: "gone" when it hangs up, "more" when it
         sends the next request early (kept for the next round)."""
@@ -371,6 +376,8 @@ class ProxyServer:
             upstream.writer.write(data[:used] if used < len(data) else data)
             client.unread(data[used:])
             self._feed(tap.request_body, payload)
+            if framer.done:  # before the drain: the response head (which ends the copy) may come then
+                self._feed(self._prompts.request_sent, tap, auth)
             await upstream.writer.drain()
         data = await client.read_some()
         if not data:
@@ -426,6 +433,8 @@ class ProxyServer:
             writer.write(data[:used] if used < len(data) else data)
             if payload:
                 self._feed(tap.response_body, payload, time.monotonic())
+                if self._prompts.pending and tap.first_text_mono_s is not None:
+                    self._prompts.prompt_read(tap)
             await self._drain(writer)
         return head.keep_alive()
 
