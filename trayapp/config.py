@@ -27,6 +27,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from trayapp import paths
+from trayapp.config_agents import AgentConfig, parse_agents
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
 
@@ -176,6 +177,7 @@ class Settings:
     ui: UiConfig = field(default_factory=UiConfig)
     endpoints: tuple[EndpointConfig, ...] = ()
     proxies: tuple[ProxyConfig, ...] = ()
+    agents: tuple[AgentConfig, ...] = ()  # remote machines' agents (config_agents.py)
 
 
 _SECTIONS: dict[str, type] = {
@@ -403,6 +405,8 @@ def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
             kwargs["endpoints"] = tuple(endpoints)
         elif key == "proxies":
             kwargs["proxies"] = _parse_proxies(value, errors)
+        elif key == "agents":
+            kwargs["agents"] = parse_agents(value, errors)
         else:
             errors.append(f"{key}: unknown section")
     return Settings(**kwargs), errors
@@ -475,7 +479,7 @@ def _to_plain(value: Any) -> Any:
 
 def settings_to_toml(settings: Settings) -> str:
     plain = _to_plain(settings)
-    for key in ("endpoints", "proxies"):
+    for key in ("endpoints", "proxies", "agents"):
         if not plain.get(key):
             plain.pop(key, None)
     header = "# llm-tray settings. API keys are kept in the OS keyring, never here.\n"

@@ -5,6 +5,9 @@ Never imports Qt. `tick()` blocks on I/O, so GUI code calls it only from a
 worker thread. One hung endpoint never delays the others: each server is
 polled on its own thread with its own timeouts, and a poll that overruns the
 tick budget is reported as such while it finishes in the background.
+Remote machines (`[[agents]]`, adapters/remote_agent.py) are asked for their snapshot in
+parallel with the probes; their servers and alerts join this machine's after the pipeline
+(they are neither recorded nor diagnosed here: their agent does both).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.hardware import HardwareProbe
 from trayapp.adapters.hwtable import gpu_lookup
 from trayapp.adapters.proxy.inbox import RecordInbox, same_server
+from trayapp.adapters.remote_agent import RemoteAgent, RemotePoll
 from trayapp.config import EndpointConfig, Settings
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
@@ -30,6 +34,7 @@ from trayapp.core.model import (
     FinishedRequest,
     HardwareProfile,
     HardwareSnapshot,
+    RemoteMachine,
     ServerReading,
     Snapshot,
     is_busy,
@@ -98,6 +103,9 @@ class Monitor:
         self._paused = False
         self._proxy_inbox = proxy_inbox
         self._proxy_waiting: list[tuple[str, FinishedRequest, float]] = []  # for a server not read yet
+        self._agents: list[RemoteAgent] | None = None  # made on the first tick (keyring reads block)
+        self._agent_pool: ThreadPoolExecutor | None = None
+        self._agent_polls: dict[str, Future[RemotePoll]] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -208,6 +216,8 @@ class Monitor:
             self.settings.monitor.discover,
             self.settings.hardware,
         )
+        if settings.agents != self.settings.agents:
+            self._close_agents()
         self.settings = settings
         self.pipeline.set_thresholds(settings.thresholds)
         self.pipeline.sessions.idle_gap_s = settings.monitor.session_idle_gap_s
@@ -221,6 +231,7 @@ class Monitor:
     def tick(self, budget_s: float = POLL_BUDGET_S) -> Snapshot:
         """Poll everything once and return the new snapshot (blocking I/O, at most ~budget_s)."""
         now_mono = self._clock()
+        remote = self._submit_agents()
         probes = self._discovery.refresh(now_mono)
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
@@ -240,9 +251,10 @@ class Monitor:
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
             self._record(output)
-        self.last_snapshot = output.snapshot
+        snapshot = self._with_remotes(output.snapshot, remote, now_mono + budget_s)
+        self.last_snapshot = snapshot
         self._recheck_ram_bandwidth(output.snapshot)
-        return output.snapshot
+        return snapshot
 
     def next_interval_s(self) -> float:
         """About 1 s while something generates, slower when idle."""
@@ -253,6 +265,7 @@ class Monitor:
         return cfg.poll_idle_s
 
     def close(self) -> None:
+        self._close_agents()
         self._discovery.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._hardware.close()
@@ -263,6 +276,58 @@ class Monitor:
     @property
     def store_error(self) -> str | None:
         return getattr(self._store, "last_error", None) if self._store is not None else None
+
+    # ------------------------------------------------------------------ remote machines
+
+    def _submit_agents(self) -> list[tuple[RemoteAgent, Future[RemotePoll]]]:
+        """Ask every remote agent for its snapshot, in the background (one request each at a time)."""
+        if not self.settings.agents:
+            return []
+        if self._agents is None:
+            self._agents = [RemoteAgent(config) for config in self.settings.agents]
+        if self._agent_pool is None:
+            self._agent_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llm-tray-agent")
+        submitted = []
+        for agent in self._agents:
+            running = self._agent_polls.get(agent.config.name)
+            if running is None or running.done():
+                running = self._agent_pool.submit(agent.poll)
+                self._agent_polls[agent.config.name] = running
+            submitted.append((agent, running))
+        return submitted
+
+    def _with_remotes(
+        self, local: Snapshot, remote: list[tuple[RemoteAgent, Future[RemotePoll]]], deadline_mono_s: float
+    ) -> Snapshot:
+        """This machine's snapshot with every remote machine's servers, alerts and hardware added."""
+        if not remote:
+            return local
+        pending = [future for _, future in remote if not future.done()]
+        if pending:
+            wait(pending, timeout=max(deadline_mono_s - self._clock(), 0.0))
+        servers, alerts, machines = list(local.servers), list(local.alerts), []
+        for agent, future in remote:
+            if not future.done():
+                machines.append(
+                    RemoteMachine(
+                        agent.config.name, agent.config.url, "unreachable", "no answer (agent hung?)"
+                    )
+                )
+                continue
+            result = future.result()
+            machines.append(result.machine)
+            servers += result.servers
+            alerts += result.alerts
+        return replace(local, servers=tuple(servers), alerts=tuple(alerts), machines=tuple(machines))
+
+    def _close_agents(self) -> None:
+        for agent in self._agents or ():
+            agent.close()
+        self._agents = None
+        self._agent_polls = {}
+        if self._agent_pool is not None:
+            self._agent_pool.shutdown(wait=False, cancel_futures=True)
+            self._agent_pool = None
 
     # ------------------------------------------------------------------ internals
 
@@ -369,7 +434,7 @@ class Monitor:
         if self._store is None or self.last_snapshot is None:
             return comparable, plain, calibrations
         for server, model in self.last_snapshot.models():
-            if model.phase != "decoding" or model.session_id is None:
+            if model.phase != "decoding" or model.session_id is None or server.machine is not None:
                 continue
             key = (server.url, model.name)
             label = hardware_label(machines.get(server.url, default))

@@ -8,6 +8,11 @@ It is this machine's sampler too: its snapshots are served on a loopback endpoin
 (adapters/snapshot_server.py; `--snapshot-port`, any free port by default) and the sampler file
 says where, so `status`, `watch` and `bar` read them instead of probing again. `/metrics` stays
 on its own port, without the snapshot.
+
+A tray on another machine reads that endpoint too (`[[agents]]`, docs/remote.md). Off loopback it
+needs a token: `llm-tray agent --new-token` writes one to a 0600 file under LLM_TRAY_HOME (a headless
+box has no keyring) and from then on the agent requires it on every request, loopback included;
+$LLM_TRAY_TOKEN, when set, is used instead of the file.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import secrets
 import signal
+import stat
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+from trayapp import paths
 from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.adapters.proxy.server import is_loopback
 from trayapp.adapters.sampler_file import TOKEN_ENV
@@ -28,18 +39,72 @@ from trayapp.monitor import Monitor
 
 log = logging.getLogger("trayapp.agent")
 
+TOKEN_FILE = "agent-token"
+
+
+def token_path() -> Path:
+    """The agent's token file: `agent-token` in the config dir (under LLM_TRAY_HOME)."""
+    return paths.config_dir() / TOKEN_FILE
+
+
+def write_new_token() -> Path:
+    """A new random token in the token file (mode 0600, replaced atomically); returns its path."""
+    path = token_path()
+    tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(secrets.token_urlsafe(32) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def agent_token(environ: Mapping[str, str] = os.environ) -> tuple[str | None, str | None]:
+    """(the token the endpoint requires or None, where it came from): $LLM_TRAY_TOKEN, else the file."""
+    token = environ.get(TOKEN_ENV)
+    if token:
+        return token, f"${TOKEN_ENV}"
+    path = token_path()
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None, None
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"llm-tray agent: warning: {path} is readable by others (chmod 600 it)", file=sys.stderr)
+    if not text:
+        raise ValueError(f"{path} is empty: run llm-tray agent --new-token")
+    return text, str(path)
+
+
+class _NewToken(argparse.Action):
+    """`--new-token`: write the token file, say where, exit (before any monitoring starts)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        path = write_new_token()
+        print(f"llm-tray agent: new token written to {path} (mode 0600); the agent now requires it.")
+        print(f"Give it to the tray (Settings → Remote machines): cat {path}")
+        parser.exit(0)
+
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--snapshot-address",
         default="127.0.0.1",
         metavar="ADDR",
-        help=f"where the snapshot endpoint listens (127.0.0.1; another address needs ${TOKEN_ENV})",
+        help="where the snapshot endpoint listens (127.0.0.1; another address needs a token: --new-token)",
     )
     parser.add_argument(
         "--snapshot-port", type=int, default=0, metavar="N", help="snapshot endpoint port (0: any free)"
     )
     parser.add_argument("--no-snapshot", action="store_true", help="no snapshot endpoint, no sampler file")
+    parser.add_argument(
+        "--new-token",
+        action=_NewToken,
+        nargs=0,
+        help=f"write a new token for the snapshot endpoint to a 0600 file and exit (${TOKEN_ENV} wins)",
+    )
 
 
 def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServer | None:
@@ -47,14 +112,22 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
     if getattr(args, "no_snapshot", False):
         return None
     address = getattr(args, "snapshot_address", "127.0.0.1")
-    token = os.environ.get(TOKEN_ENV) or None
+    token, source = agent_token()
     if not is_loopback(address) and not token:
-        raise ValueError(f"--snapshot-address {address} is not loopback: set {TOKEN_ENV} to a token first")
+        raise ValueError(
+            f"--snapshot-address {address} is not loopback: set {TOKEN_ENV} to a token first "
+            "(or run llm-tray agent --new-token)"
+        )
     server = SnapshotServer(address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds)
     server.start(announce=True)
     if not is_loopback(address):
-        print("llm-tray agent: warning: no TLS on the snapshot endpoint (use an SSH tunnel)", file=sys.stderr)
-    print(f"llm-tray agent: snapshots on {server.url}/v1/snapshot", file=sys.stderr, flush=True)
+        print(
+            "llm-tray agent: warning: no TLS on the snapshot endpoint: the token and the snapshots cross "
+            "the network in clear text (an SSH tunnel avoids that: docs/remote.md)",
+            file=sys.stderr,
+        )
+    needs = f" (token required, from {source})" if token else ""
+    print(f"llm-tray agent: snapshots on {server.url}/v1/snapshot{needs}", file=sys.stderr, flush=True)
     return server
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from trayapp.core.model import Alert, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import Alert, HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
 
 
 def iso_utc(wall_s: float) -> str:
@@ -69,6 +69,7 @@ def server_json(server: ServerStatus) -> dict[str, Any]:
         "reason": server.reason,
         "version": server.version,
         "age_s": _num(server.age_s, 1),
+        "machine": server.machine,
         "models": [model_json(m) for m in server.models],
     }
 
@@ -116,14 +117,30 @@ def alert_json(alert: Alert) -> dict[str, Any]:
         "since": iso_utc(alert.since_wall_s),
         "ended": iso_utc(alert.ended_wall_s) if alert.ended_wall_s is not None else None,
         "evidence": dict(alert.evidence),
+        "machine": alert.machine,
+    }
+
+
+def machine_json(machine: RemoteMachine) -> dict[str, Any]:
+    return {
+        "name": machine.name,
+        "url": machine.url,
+        "status": machine.status,
+        "reason": machine.reason,
+        "t": round(machine.t_wall_s, 3) if machine.t_wall_s is not None else None,
+        "hardware": hardware_json(machine.hardware) if machine.hardware is not None else None,
     }
 
 
 def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
-    return {
+    """The document; `machines` (remote agents) only where some are watched."""
+    doc = {
         "schema": snapshot.schema,
         "t": round(snapshot.t_wall_s, 3),
         "servers": [server_json(s) for s in snapshot.servers],
         "hardware": hardware_json(snapshot.hardware),
         "alerts": [alert_json(a) for a in snapshot.alerts],
     }
+    if snapshot.machines:
+        doc["machines"] = [machine_json(m) for m in snapshot.machines]
+    return doc

@@ -353,6 +353,7 @@ class ServerStatus:
     models: tuple[ModelStatus, ...] = ()
     pid: int | None = None
     age_s: float | None = None  # the numbers are this old: the server has not answered this tick
+    machine: str | None = None  # the remote machine (an `[[agents]]` name) it runs on; None: this one
 
 
 @dataclass(frozen=True)
@@ -386,6 +387,7 @@ class Alert:
     cause: str | None = None
     peak: float = 0.0
     ended_wall_s: float | None = None
+    machine: str | None = None  # raised by that remote machine's agent; None: by this one
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,18 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class RemoteMachine:
+    """A machine watched through its `llm-tray agent`: whether its snapshot came, and its hardware."""
+
+    name: str
+    url: str  # the agent's base URL
+    status: ServerState  # ok | unreachable | unauthorized | error
+    reason: str | None = None
+    hardware: HardwareSnapshot | None = None  # its GPUs and RAM, as its agent read them
+    t_wall_s: float | None = None  # when its agent took the snapshot shown
+
+
+@dataclass(frozen=True)
 class Snapshot:
     t_wall_s: float
     t_mono_s: float
@@ -445,6 +459,7 @@ class Snapshot:
     requests: tuple[RequestRecord, ...] = ()  # finished since the previous snapshot
     ended_alerts: tuple[Alert, ...] = ()  # episodes that ended at this tick
     schema: int = 1
+    machines: tuple[RemoteMachine, ...] = ()  # remote agents; their servers and alerts are in the above
 
     def models(self) -> list[tuple[ServerStatus, ModelStatus]]:
         return [(server, model) for server in self.servers for model in server.models]

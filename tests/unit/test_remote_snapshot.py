@@ -1,0 +1,254 @@
+"""core/remote_snapshot.py: a remote agent's snapshot document back into core types (#15).
+
+The document is written here by hand (shaped as docs/json.md shows it); every expected value is
+read off it, not computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tests.support import snapshots as s
+from trayapp.core.jsonview import snapshot_json
+from trayapp.core.model import Alert, PrefillProgress, ServerStatus, Snapshot
+from trayapp.core.remote_snapshot import RemoteDocError, remote_url, snapshot_from_json, tag_remote
+
+DOC: dict[str, Any] = {
+    "schema": 1,
+    "t": 1796030210.366,
+    "servers": [
+        {
+            "kind": "llamacpp",
+            "url": "http://127.0.0.1:8080",
+            "status": "ok",
+            "reason": None,
+            "version": "b6700-abc123",
+            "age_s": None,
+            "models": [
+                {
+                    "name": "gemma-3-270m-q4_k_m.gguf",
+                    "size_bytes": None,
+                    "weights_bytes": 246587904,
+                    "vram_bytes": None,
+                    "gpu_fraction": 0.75,
+                    "gpu_fraction_source": "nvml",
+                    "context_length": 8192,
+                    "context_tokens": 1234,
+                    "quantization": "Q4_K_M",
+                    "parameter_count": 268098176,
+                    "bytes_per_token": 246587904,
+                    "bytes_per_token_exact": True,
+                    "ceiling_tok_s": 118.3,
+                    "full_gpu_ceiling_tok_s": 130.5,
+                    "decode_tok_s": 51.2,
+                    "decode_total_tok_s": 102.4,
+                    "active_streams": 2,
+                    "decode_exact": False,
+                    "last_decode_tok_s": 50.9,
+                    "prompt_tok_s": 310.0,
+                    "ttft_s": 0.21,
+                    "ttft_exact": False,
+                    "draft_acceptance": None,
+                    "spec_type": None,
+                    "spec_speedup": None,
+                    "prefill_tokens_total": None,
+                    "prefill_tokens_done": 512,
+                    "prefill_cached_tokens": 256,
+                    "prefill_tok_s": 400.0,
+                    "prefill_eta_s": None,
+                    "phase": "decoding",
+                    "session_id": "20261130-091653-ab12cd",
+                    "live_rate_reason": None,
+                }
+            ],
+        },
+        {
+            "kind": "ollama",
+            "url": "http://10.0.0.7:11434",
+            "status": "unreachable",
+            "reason": "connection refused",
+            "version": None,
+            "age_s": 4.0,
+            "models": [],
+        },
+    ],
+    "hardware": {
+        "gpus": [
+            {
+                "name": "NVIDIA GeForce RTX 4090",
+                "vendor": "nvidia",
+                "vram_total_bytes": 25757220864,
+                "vram_used_bytes": 1073741824,
+                "bandwidth_gbps": 1008.1,
+                "bandwidth_source": "nvml",
+                "unified_memory": False,
+                "util_gpu_pct": 97,
+                "temperature_c": 71,
+                "power_w": 350.2,
+                "throttle_reasons": ["power cap"],
+            }
+        ],
+        "gpu_reason": None,
+        "ram_total_bytes": 25276502016,
+        "ram_available_bytes": 24532684800,
+        "ram_bandwidth_gbps": 54.0,
+        "ram_bandwidth_source": "measured",
+        "ram_bandwidth_measured_at": "1970-01-02T00:00:00Z",  # 86 400 s
+        "ram_bandwidth_confidence": "quiet",
+        "cpu_percent": 12.5,
+    },
+    "alerts": [
+        {
+            "id": "offload-3f2a9c1d8e7b",
+            "kind": "offload",
+            "severity": "critical",
+            "server": "http://127.0.0.1:8080",
+            "model": "gemma-3-270m-q4_k_m.gguf",
+            "message": "gemma is 25 % on the CPU",
+            "fix": "Fix: a smaller context",
+            "cause": None,
+            "since": "1970-01-01T00:01:40.500000Z",  # 100.5 s
+            "ended": None,
+            "evidence": {"cpu_share": 0.25},
+        }
+    ],
+}
+
+
+def test_every_field_of_the_document_lands_where_it_belongs() -> None:
+    doc = snapshot_from_json(copy.deepcopy(DOC))
+    assert doc.t_wall_s == 1796030210.366
+    llama, ollama = doc.servers
+    assert (llama.kind, llama.url, llama.status, llama.version) == (
+        "llamacpp",
+        "http://127.0.0.1:8080",
+        "ok",
+        "b6700-abc123",
+    )
+    assert llama.machine is None and llama.age_s is None
+    (model,) = llama.models
+    assert model.name == "gemma-3-270m-q4_k_m.gguf" and model.phase == "decoding"
+    assert (model.weights_bytes, model.context_length, model.context_tokens) == (246587904, 8192, 1234)
+    assert (model.gpu_fraction, model.gpu_fraction_source) == (0.75, "nvml")
+    assert (model.ceiling_tok_s, model.full_gpu_ceiling_tok_s) == (118.3, 130.5)
+    assert (model.decode_tok_s, model.decode_total_tok_s, model.active_streams) == (51.2, 102.4, 2)
+    assert model.decode_exact is False and model.ttft_exact is False and model.bytes_per_token_exact is True
+    assert (model.prompt_tok_s, model.ttft_s, model.last_decode_tok_s) == (310.0, 0.21, 50.9)
+    assert model.prefill == PrefillProgress(
+        tokens_done=512, cached_tokens=256, tokens_total=None, tok_s=400.0
+    )
+    assert model.efficiency == pytest.approx(51.2 / 118.3)
+    assert model.session_id == "20261130-091653-ab12cd" and model.quantization == "Q4_K_M"
+    assert (ollama.status, ollama.reason, ollama.age_s, ollama.models) == (
+        "unreachable",
+        "connection refused",
+        4.0,
+        (),
+    )
+
+    (gpu,) = doc.hardware.gpus
+    assert (gpu.index, gpu.name, gpu.vendor, gpu.bandwidth_source) == (
+        0,
+        "NVIDIA GeForce RTX 4090",
+        "nvidia",
+        "nvml",
+    )
+    assert (gpu.vram_total_bytes, gpu.vram_used_bytes, gpu.bandwidth_gbps) == (
+        25757220864,
+        1073741824,
+        1008.1,
+    )
+    assert (gpu.util_gpu_pct, gpu.temperature_c, gpu.power_w) == (97.0, 71.0, 350.2)
+    assert gpu.throttle_reasons == ("power cap",)
+    host = doc.hardware.host
+    assert (host.ram_total_bytes, host.ram_available_bytes, host.cpu_percent) == (
+        25276502016,
+        24532684800,
+        12.5,
+    )
+    assert (host.ram_bandwidth_gbps, host.ram_bandwidth_source) == (54.0, "measured")
+    assert host.ram_bandwidth_measured_wall_s == 86400.0 and host.ram_bandwidth_confidence == "quiet"
+
+    (alert,) = doc.alerts
+    assert (alert.id, alert.kind, alert.severity) == ("offload-3f2a9c1d8e7b", "offload", "critical")
+    assert alert.since_wall_s == 100.5 and alert.ended_wall_s is None
+    assert alert.evidence == {"cpu_share": 0.25} and alert.fix == "Fix: a smaller context"
+
+
+def test_tagging_names_the_machine_and_keeps_ids_apart() -> None:
+    servers, alerts = tag_remote(snapshot_from_json(copy.deepcopy(DOC)), "gpu-box")
+    assert [s.url for s in servers] == ["http://gpu-box:8080", "http://10.0.0.7:11434"]
+    assert {s.machine for s in servers} == {"gpu-box"}
+    (alert,) = alerts
+    assert (alert.id, alert.server, alert.machine) == (
+        "gpu-box/offload-3f2a9c1d8e7b",
+        "http://gpu-box:8080",
+        "gpu-box",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8080", "http://box:8080"),
+        ("http://localhost:11434", "http://box:11434"),
+        ("http://[::1]:1234", "http://box:1234"),
+        ("http://0.0.0.0:8000/v1", "http://box:8000/v1"),
+        ("http://192.168.1.5:8000", "http://192.168.1.5:8000"),
+        ("https://api.example.com", "https://api.example.com"),
+    ],
+)
+def test_remote_url(url: str, expected: str) -> None:
+    assert remote_url(url, "box") == expected
+
+
+def test_a_snapshot_survives_the_round_trip_through_its_document() -> None:
+    alert = Alert(
+        id="kv_slowdown-1",
+        kind="kv_slowdown",
+        severity="warning",
+        server=s.LLAMA,
+        model="llama3.1:8b",
+        message="slower with a deep context",
+        fix="Fix: start a new chat",
+        since_wall_s=s.T0 + 1.25,
+        evidence={"drop_pct": 31.0},
+    )
+    snap: Snapshot = s.snap(s.T0, s.server(s.model("llama3.1:8b", "decoding", 42.0)), alerts=(alert,))
+    doc = snapshot_from_json(json.loads(json.dumps(snapshot_json(snap))))
+    assert doc.alerts == (alert,)
+    assert doc.hardware == snap.hardware
+    (server,) = doc.servers
+    original: ServerStatus = snap.servers[0]
+    assert (server.kind, server.url, server.status, server.version) == (
+        original.kind,
+        original.url,
+        original.status,
+        original.version,
+    )
+    assert server.models[0].decode_tok_s == 42.0 and server.models[0].phase == "decoding"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(schema=2), "schema 2"),
+        (lambda d: d.pop("t"), "t: missing"),
+        (lambda d: d["servers"][0].update(status="asleep"), "status: 'asleep'"),
+        (lambda d: d["servers"][0]["models"][0].update(decode_tok_s="fast"), "decode_tok_s"),
+        (lambda d: d["servers"][0]["models"][0].update(active_streams=True), "active_streams"),
+        (lambda d: d["alerts"][0].update(since="yesterday"), "yesterday"),
+        (lambda d: d.update(hardware=[]), "hardware: expected an object"),
+    ],
+)
+def test_a_broken_document_is_refused_with_what_is_wrong(change: Any, message: str) -> None:
+    doc = copy.deepcopy(DOC)
+    change(doc)
+    with pytest.raises(RemoteDocError, match=message.replace("(", r"\(")):
+        snapshot_from_json(doc)
+    with pytest.raises(RemoteDocError):
+        snapshot_from_json([1, 2])

@@ -1,0 +1,141 @@
+"""The tray's side of a remote `llm-tray agent`: one `GET /v1/snapshot` per tick (docs/remote.md).
+
+`RemoteAgent.poll()` never raises: every failure becomes the machine's status and reason
+(unreachable, unauthorized, error), which the tray shows on that machine's entry. The token is
+sent as `Authorization: Bearer …` and comes from the environment variable the entry names
+(`token_env`) or else the OS keyring (adapters/secrets.py; user `agent_keyring_user(url)`);
+it is read once per settings change, not per tick, and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+import keyring
+import keyring.errors
+
+from trayapp.adapters import secrets
+from trayapp.config_agents import AgentConfig, agent_keyring_user
+from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus
+from trayapp.core.redact import redact
+from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag_remote
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 2.0  # a remote agent answers from memory: slower than this is a network problem
+
+
+@dataclass(frozen=True)
+class RemotePoll:
+    machine: RemoteMachine
+    servers: tuple[ServerStatus, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+
+
+def agent_token(agent: AgentConfig, environ: Mapping[str, str] = os.environ) -> tuple[str | None, str]:
+    """(the token or None, why there is none): `token_env` first, then the OS keyring."""
+    missing = []
+    if agent.token_env:
+        value = environ.get(agent.token_env)
+        if value:
+            return value, ""
+        missing.append(f"${agent.token_env} is not set")
+    try:
+        value = keyring.get_password(secrets.SERVICE, agent_keyring_user(agent.url))
+    except keyring.errors.NoKeyringError:
+        missing.append("no OS keyring here (name an environment variable with token_env)")
+    except keyring.errors.KeyringError as exc:
+        missing.append(f"keyring error: {exc}")
+    else:
+        if value:
+            return value, ""
+        missing.append("none is stored in the OS keyring (Settings → Remote machines)")
+    return None, "; ".join(missing)
+
+
+def store_agent_token(url: str, token: str) -> None:
+    """Keep an agent's token in the OS keyring; raises secrets.SecretStoreError (with what to do)."""
+    secrets.store_api_key(agent_keyring_user(url), token)
+
+
+def delete_agent_token(url: str) -> None:
+    secrets.delete_api_key(agent_keyring_user(url))
+
+
+def has_keyring_token(url: str) -> bool:
+    try:
+        return bool(keyring.get_password(secrets.SERVICE, agent_keyring_user(url)))
+    except keyring.errors.KeyringError:
+        return False
+
+
+class RemoteAgent:
+    """One `[[agents]]` entry; `poll()` from a worker thread (it blocks up to `timeout_s`)."""
+
+    def __init__(self, config: AgentConfig, timeout_s: float = TIMEOUT_S) -> None:
+        self.config = config
+        self.token, self.token_why = agent_token(config)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._client = httpx.Client(timeout=timeout_s, headers=headers, trust_env=False)
+        self._last_status: str | None = None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _machine(
+        self,
+        status: ServerState,
+        reason: str | None,
+        hardware: HardwareSnapshot | None = None,
+        t_wall_s: float | None = None,
+    ) -> RemoteMachine:
+        return RemoteMachine(self.config.name, self.config.url, status, reason, hardware, t_wall_s)
+
+    def poll(self) -> RemotePoll:
+        result = self._poll()
+        status = result.machine.status
+        if status != self._last_status:
+            detail = f" ({result.machine.reason})" if result.machine.reason else ""
+            log.info("agent %s: %s → %s%s", self.config.name, self._last_status or "new", status, detail)
+            self._last_status = status
+        return result
+
+    def _poll(self) -> RemotePoll:
+        url = f"{self.config.url}/v1/snapshot"
+        try:
+            response = self._client.get(url)
+        except httpx.TimeoutException:
+            return RemotePoll(self._machine("unreachable", "no answer (timed out)"))
+        except httpx.HTTPError as exc:
+            return RemotePoll(self._machine("unreachable", _connect_reason(exc)))
+        if response.status_code == 401:
+            if self.token:
+                why = "wrong token (401): the agent refused it"
+            else:
+                why = f"the agent wants a token (401): {self.token_why}"
+            return RemotePoll(self._machine("unauthorized", why))
+        if response.status_code == 503:
+            return RemotePoll(self._machine("loading", "the agent has no snapshot yet"))
+        if response.status_code != 200:
+            return RemotePoll(self._machine("error", f"HTTP {response.status_code} from the agent"))
+        try:
+            doc = snapshot_from_json(response.json())
+        except (ValueError, RemoteDocError) as exc:
+            return RemotePoll(self._machine("error", f"not a snapshot document: {redact(str(exc))[:200]}"))
+        servers, alerts = tag_remote(doc, self.config.name)
+        return RemotePoll(self._machine("ok", None, doc.hardware, doc.t_wall_s), servers, alerts)
+
+
+def _connect_reason(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc).lower()
+        if "refused" in text:
+            return "connection refused (is `llm-tray agent` running there?)"
+        if "name" in text or "resolve" in text or "nodename" in text:
+            return "host name not found"
+        return "cannot connect"
+    return f"{type(exc).__name__}"
