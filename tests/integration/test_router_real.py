@@ -255,3 +255,39 @@ def test_cold_load_alert_with_a_low_threshold(router: Router) -> None:
     load_s = alert.evidence["load_s"]
     assert isinstance(load_s, float) and load_s >= 0.2
     assert load_s == pytest.approx(loading_span_s(snapshots, "alpha"), abs=POLL_S + 0.2)
+
+
+def test_a_watched_routers_child_goes_to_sleep_and_wakes(
+    llama_binary: Path, model_path: Path, tmp_path: Path
+) -> None:
+    """A router started with `--sleep-idle-seconds 4`: after a request to `alpha`, the real
+    Monitor watches it every second; the router itself must report `alpha` sleeping within 30 s
+    (watching resets no child's idle timer), llm-tray shows it sleeping (never down), and a new
+    request wakes it: loaded again, and llm-tray follows. About 15-25 s."""
+    router = Router(llama_binary, model_path, tmp_path)
+    router.command += ["--sleep-idle-seconds", "4"]
+    router.start()
+    monitor = monitor_for(router.url)
+    try:
+        ask(router.url, "alpha", 4).result(timeout=120)
+        assert router.states()["alpha"] == "loaded"
+        seen: list[str] = []
+
+        def router_says_sleeping(snapshot: Snapshot) -> bool:
+            seen.append(models_of(snapshot)["alpha"].phase)
+            return router.states()["alpha"] == "sleeping"
+
+        asleep = tick_until(monitor, router_says_sleeping, limit_s=30.0, interval_s=1.0)
+        assert router.states()["alpha"] == "sleeping", seen
+        asleep += tick_until(monitor, lambda s: models_of(s)["alpha"].phase == "sleeping", limit_s=5.0)
+        assert models_of(asleep[-1])["alpha"].phase == "sleeping", seen
+        assert router.states()["alpha"] == "sleeping"  # still: those polls did not wake it
+
+        ask(router.url, "alpha", 4).result(timeout=120)
+        awake = tick_until(monitor, lambda s: models_of(s)["alpha"].phase != "sleeping", limit_s=10.0)
+    finally:
+        monitor.close()
+        router.stop()
+    assert models_of(awake[-1])["alpha"].phase in ("idle", "decoding"), [models_of(s)["alpha"] for s in awake]
+    assert all(s.servers[0].status == "ok" for s in asleep + awake)
+    assert not alerts_of(asleep + awake, "server_down")
