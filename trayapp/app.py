@@ -49,6 +49,7 @@ from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.proxy_service import ProxyService
 from trayapp.ui.dashboard import LazyDashboard as Dashboard  # the real window loads when first opened
 from trayapp.ui.icons import app_icon
+from trayapp.ui.no_tray_window import NoTrayWindow
 from trayapp.ui.notifier import Notifier
 from trayapp.ui.qtcompat import apply_workarounds
 from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
@@ -58,7 +59,7 @@ from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
 
 log = logging.getLogger("trayapp.app")
 
-TRAY_WAIT_S = 60.0  # at login, how long to wait for the panel's system tray
+TRAY_WAIT_S = 60.0  # how long to wait for the panel's system tray (at login, and at a normal start)
 TRAY_POLL_MS = 1000
 HEARTBEAT_MS = 200  # lets Python run signal handlers while Qt's loop sleeps
 EVENTS_ENV = "LLM_TRAY_TEST_EVENTS"
@@ -154,6 +155,7 @@ class TrayApp(QObject):
         self._exporter: Any = None
         self._metrics_state: Any = None
         self._tray_deadline = 0.0
+        self.no_tray_window: NoTrayWindow | None = None  # says how to get a tray, while there is none
         self._stopped = False
         self.proxies = ProxyService(proxy_inbox or RecordInbox())  # the monitor's inbox (run_tray)
         self.snapshots = SnapshotServer(thresholds=settings.thresholds)  # for status, watch and bar
@@ -201,7 +203,7 @@ class TrayApp(QObject):
         self._apply_exporter(self.settings.exporter)
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._show_tray()
-        elif self.at_login:
+        else:
             try:
                 wait_s = float(os.environ.get(TRAY_WAIT_ENV, TRAY_WAIT_S))
             except ValueError:
@@ -209,8 +211,8 @@ class TrayApp(QObject):
             log.info("no system tray yet: waiting up to %.0f s for the panel", wait_s)
             self._tray_deadline = time.monotonic() + wait_s
             self._tray_timer.start()
-        else:
-            self._run_without_tray("No system tray is available on this desktop")
+            if not self.at_login:  # started by hand: a window now; a tray that appears still gets the icon
+                self._run_without_tray("No system tray is available on this desktop", wait_s)
         self._apply_proxies(self.settings.proxies)  # after the tray shows, so its warnings are seen
 
     def _poll_tray(self) -> None:
@@ -219,15 +221,21 @@ class TrayApp(QObject):
             self._show_tray()
         elif time.monotonic() >= self._tray_deadline:
             self._tray_timer.stop()
-            self._run_without_tray("No system tray appeared after login")
+            if self.no_tray_window is None:
+                self._run_without_tray("No system tray appeared after login")
 
     def _show_tray(self) -> None:
+        if self.no_tray_window is not None:  # it appeared while the app ran as a window
+            self.app.setQuitOnLastWindowClosed(False)
+            self.dashboard.set_banner(None)
+            self.no_tray_window.close()
+            self.no_tray_window = None
         self.tray.show()
         self.tray_visible = True
         log.info("tray icon shown")
         self.events.emit("tray_shown")
 
-    def _run_without_tray(self, why: str) -> None:
+    def _run_without_tray(self, why: str, wait_s: float = 0.0) -> None:
         log.warning("%s: running as a window", why)
         self.app.setQuitOnLastWindowClosed(True)  # the window is the app now: closing it quits
         self.dashboard.set_banner(
@@ -236,6 +244,11 @@ class TrayApp(QObject):
         )
         self.events.emit("no_tray", reason=why)
         self.show_dashboard()
+        window = self.no_tray_window = NoTrayWindow(why, wait_s)
+        window.open_dashboard.connect(self.show_dashboard)
+        window.quit_requested.connect(self.app.quit)
+        window.show()
+        self.events.emit("no_tray_window", waiting=window.waiting, text=window.text())
 
     def shutdown(self) -> None:
         if self._stopped:
@@ -243,6 +256,8 @@ class TrayApp(QObject):
         self._stopped = True
         log.info("stopping")
         self._tray_timer.stop()
+        if self.no_tray_window is not None:
+            self.no_tray_window.close()
         if not self.runner.stop(5000):
             log.error("the sampler thread did not stop in time")
         exporter, self._exporter = self._exporter, None
