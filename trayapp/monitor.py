@@ -426,19 +426,19 @@ class Monitor:
     ]:
         """The store's baselines of every model that was decoding at the last tick (the store caches
         them): the comparable one (same speculative decoding) and, for a model decoding with
-        speculative decoding, the plain-decode one its speed-up is measured against; and the
-        calibration of each (its benched efficiency on this hardware), when it was benched."""
+        speculative decoding, the plain-decode one its speed-up is measured against; and every
+        local model's calibration (its benched efficiency on this hardware), when it was benched."""
         comparable: dict[tuple[str, str], Baseline] = {}
         plain: dict[tuple[str, str], Baseline] = {}
         calibrations: dict[tuple[str, str], float] = {}
         if self._store is None or self.last_snapshot is None:
             return comparable, plain, calibrations
         for server, model in self.last_snapshot.models():
-            if model.phase != "decoding" or model.session_id is None or server.machine is not None:
+            if server.machine is not None:
                 continue
             key = (server.url, model.name)
             label = hardware_label(machines.get(server.url, default))
-            try:
+            try:  # every model's (the dashboard's band is centred on it), not only those decoding
                 calibration = self._store.calibration(
                     model=model.name, hardware=label, before_wall_s=self._wall()
                 )
@@ -447,6 +447,8 @@ class Monitor:
                 calibration = None
             if calibration is not None:
                 calibrations[key] = calibration
+            if model.phase != "decoding" or model.session_id is None:
+                continue
             kinds = (model.spec_type, None) if model.spec_type else (None,)
             for spec_type in kinds:
                 try:

@@ -106,3 +106,19 @@ def _low_efficiency_ticks(calibrated: float | None) -> int:
 def test_the_pipeline_takes_the_calibration_as_data() -> None:
     assert _low_efficiency_ticks(None) > 0  # 0.30 < 0.45
     assert _low_efficiency_ticks(0.27) == 0  # floor 0.45 ÷ 0.675 × 0.27 = 0.18 < 0.30
+
+
+def test_the_snapshot_carries_each_models_calibration_for_the_dashboard() -> None:
+    pipeline = Pipeline(T)
+    hw = llama_hardware()
+    machine = resolve_machine(hw)
+    poll = next(iter(request_slots(task=1, prompt_tokens=300, rate_tok_s=60.7, decode_s=2)))
+    reading = llama_reading(poll)
+    name = reading.models[0].name
+    benched = pipeline.process([reading], hw, {}, machine, 1.0, WALL0, {}, {}, {(reading.url, name): 0.54})
+    (model,) = [m for _, m in benched.snapshot.models()]
+    assert model.calibrated_efficiency == 0.54
+    other = {("http://x:1", name): 0.5}
+    elsewhere = pipeline.process([reading], hw, {}, machine, 2.0, WALL0 + 1, {}, {}, other)
+    (model,) = [m for _, m in elsewhere.snapshot.models()]
+    assert model.calibrated_efficiency is None  # another server's bench is not this one's

@@ -327,6 +327,7 @@ class ModelStatus:
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
     spec_speedup: float | None = None  # decode ÷ the plain-decode baseline (speculative decoding only)
+    calibrated_efficiency: float | None = None  # a bench's decode ÷ ceiling at depth 0 on this hardware
     spec_type: str | None = None  # speculative decoding in use ("draft-simple", "draft-mtp", …), when known
     prefill: PrefillProgress | None = None  # prompts being read right now
     session_id: str | None = None

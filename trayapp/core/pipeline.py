@@ -97,7 +97,7 @@ class Pipeline:
             machine = machines.get(reading.url, default_machine)
             plain = plain_baselines or {}
             tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, plain)
-            servers.append(tick.status)
+            servers.append(_with_calibrations(tick.status, calibrations or {}))
             requests.extend(tick.requests)
             sessions.extend(tick.sessions)
             findings.extend(self._diagnose(tick, machine, hardware, baselines or {}, calibrations or {}))
@@ -367,3 +367,16 @@ def _complete_request(
         ceiling_tok_s=ceiling_for(placement.facts, record.context_tokens, machine, placement.gpu_fraction),
         gpu_fraction=placement.gpu_fraction,
     )
+
+
+def _with_calibrations(server: ServerStatus, calibrations: Mapping[ModelKey, float]) -> ServerStatus:
+    """The server's models with their benched efficiency here, where a bench measured one."""
+    if not calibrations:
+        return server
+    models = tuple(
+        replace(m, calibrated_efficiency=calibrations[(server.url, m.name)])
+        if (server.url, m.name) in calibrations
+        else m
+        for m in server.models
+    )
+    return replace(server, models=models)

@@ -12,8 +12,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
+from trayapp.core.diagnose import band_text, healthy_band_shares, usable_calibration
 from trayapp.core.history import SeriesArrays
-from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.thresholds import Thresholds
 from trayapp.ui.dashboard.plotting import (
     READING_BAND_TOK_S,
@@ -78,12 +78,12 @@ class RateTimePlot(Plot):
         )
         self.realistic_label = pg.InfLineLabel(
             self.realistic_band.lines[1],
-            "realistic 60–75 %",
+            f"realistic {band_text(None)}",
             position=0.01,
             anchors=[(0, 1), (0, 1)],
             color=(120, 210, 140),
         )
-        self.realistic_label.setText("realistic 60–75 %")  # made while its band is hidden: no text yet
+        self.realistic_label.setText(f"realistic {band_text(None)}")  # made while hidden: no text yet
         self.floor_line = pg.InfiniteLine(
             self.floor_tok_s,
             angle=0,
@@ -126,8 +126,15 @@ class RateTimePlot(Plot):
         self.realistic_band.hide()
         self._draw_references()
 
-    def show_model(self, arrays: SeriesArrays, ceiling_tok_s: float | None, now_s: float) -> tuple[int, int]:
-        """Draw one model's history; returns (finite decode points, all points)."""
+    def show_model(
+        self,
+        arrays: SeriesArrays,
+        ceiling_tok_s: float | None,
+        now_s: float,
+        calibrated_efficiency: float | None = None,
+    ) -> tuple[int, int]:
+        """Draw one model's history; returns (finite decode points, all points). With a calibration
+        (a bench's efficiency here) the realistic band is centred on it, as `low_efficiency` is."""
         self.set_text("left", self.unit())
         y = self.y(arrays.decode_tok_s)
         self.decode_curve.setData(arrays.t_wall_s, y, connect="finite")
@@ -140,7 +147,7 @@ class RateTimePlot(Plot):
         if ceiling is None:
             finite = arrays.ceiling_tok_s[np.isfinite(arrays.ceiling_tok_s)]
             ceiling = float(finite[-1]) if finite.size else None
-        self._draw_ceiling(ceiling)
+        self._draw_ceiling(ceiling, calibrated_efficiency)
         self._draw_references()
 
         starts = [float(a[0]) for a in (arrays.t_wall_s, arrays.request_t_wall_s) if a.size]
@@ -157,7 +164,7 @@ class RateTimePlot(Plot):
         self.setYRange(0, limit, padding=0)
         return int(np.isfinite(arrays.decode_tok_s).sum()), len(arrays.decode_tok_s)
 
-    def _draw_ceiling(self, ceiling: float | None) -> None:
+    def _draw_ceiling(self, ceiling: float | None, calibrated_efficiency: float | None = None) -> None:
         if not ceiling:
             self.ceiling_line.hide()
             self.realistic_band.hide()
@@ -165,7 +172,10 @@ class RateTimePlot(Plot):
         # Shown before they move: a pyqtgraph line label ignores moves while hidden (stale text).
         self.ceiling_line.show()
         self.realistic_band.show()
-        low, high = ceiling * REALISTIC_BAND[0], ceiling * REALISTIC_BAND[1]
+        low_share, high_share = healthy_band_shares(calibrated_efficiency)
+        low, high = ceiling * low_share, ceiling * high_share
+        name = "realistic" if usable_calibration(calibrated_efficiency) is None else "benched"
+        self.realistic_label.setFormat(f"{name} {band_text(calibrated_efficiency)}")
         if self.ms_per_token:
             self.ceiling_line.setValue(1000 / ceiling)
             self.realistic_band.setRegion((1000 / high, 1000 / low))
