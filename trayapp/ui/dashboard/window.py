@@ -33,6 +33,7 @@ from trayapp.core.units import format_pct, format_rate
 from trayapp.ui.dashboard.alerts import AlertsPanel
 from trayapp.ui.dashboard.cards import ModelCard, hardware_line, is_local, ttft_text
 from trayapp.ui.dashboard.context_plot import RateContextPlot
+from trayapp.ui.dashboard.empty_state import EmptyState
 from trayapp.ui.dashboard.time_plot import RateTimePlot
 
 log = logging.getLogger("trayapp.dashboard")
@@ -100,6 +101,8 @@ class Dashboard(QWidget):
         header.addStretch(1)
         header.addWidget(self.ms_toggle)
         root.addLayout(header)
+        self.empty_state = EmptyState()  # first run: no server answers
+        root.addWidget(self.empty_state)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         root.addWidget(splitter, 1)
@@ -223,6 +226,7 @@ class Dashboard(QWidget):
             points, total = self.time_plot.show_model(arrays, ceiling, now_s, calibration)
             self.context_plot.show_model(arrays, model, self.kv_type, self.history.ceiling_points(key))
         self._redraw_header(current)
+        self.empty_state.update_snapshot(snapshot)
         self._redraw_cards()
         self.alert_list.redraw()
         if snapshot is not None:
