@@ -1,4 +1,4 @@
-; Inno Setup 6 script for llm-tray on Windows: a per-user install (no administrator rights).
+; Inno Setup 6.3+ script for llm-tray on Windows: a per-user install (no administrator rights).
 ;   installers\windows\build.ps1   builds dist\llm-tray\ with PyInstaller, then runs
 ;   ISCC /DAppVersion=<trayapp.__version__> /DDistDir=<dist\llm-tray> installers\windows\llm-tray.iss
 ; Output: dist\llm-tray-<version>-windows-x64-setup.exe
