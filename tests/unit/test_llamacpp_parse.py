@@ -304,3 +304,19 @@ def test_a_response_without_timings_gives_no_record() -> None:
     assert parse_timings({"choices": []}, finished_wall_s=0.0) is None
     assert parse_timings("garbage", finished_wall_s=0.0) is None
     assert parse_timings({"timings": None}, finished_wall_s=0.0) is None
+
+
+def test_one_generated_token_is_no_decode_rate() -> None:
+    """llama-server build 11434's log of a 1-token request (TTFT runs, prefill-only requests):
+    `eval time = 0.00 ms / 1 tokens (… 0.00 tokens per second)` — its timings say 0.0 tok/s,
+    which is no measurement: stored as a rate it would plot an 'exact' 0 tok/s point."""
+    timings = {
+        "prompt_n": 3511, "prompt_ms": 44593.88, "prompt_per_second": 78.73,
+        "predicted_n": 1, "predicted_ms": 0.0, "predicted_per_second": 0.0,
+    }  # fmt: skip
+    done = parse_timings({"timings": timings}, finished_wall_s=1.0)
+    assert done is not None
+    assert done.decode_tokens == 1 and done.decode_tok_s is None
+    assert done.prompt_tok_s == pytest.approx(78.73) and done.ttft_s == pytest.approx(44.59388)
+    two = parse_timings({"timings": {**timings, "predicted_n": 2, "predicted_per_second": 25.0}})
+    assert two is not None and two.decode_tok_s == 25.0

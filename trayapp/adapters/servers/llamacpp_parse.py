@@ -195,6 +195,14 @@ def parse_v1_models(data: Any) -> tuple[ModelMeta, ...]:
     return tuple(models)
 
 
+def _decode_rate(predicted_n: int | None, rate_tok_s: float | None) -> float | None:
+    """The server's decode rate, or None where it measured none: with one generated token its
+    eval time is 0 ms and it reports 0.00 tokens per second (not a rate)."""
+    if predicted_n is None or predicted_n < 2 or rate_tok_s is None or rate_tok_s <= 0:
+        return None
+    return rate_tok_s
+
+
 def parse_timings(
     data: Any,
     *,
@@ -227,7 +235,7 @@ def parse_timings(
         cached_tokens=cache_n,
         decode_tokens=predicted_n,
         prompt_tok_s=as_float(timings.get("prompt_per_second")),
-        decode_tok_s=as_float(timings.get("predicted_per_second")),
+        decode_tok_s=_decode_rate(predicted_n, as_float(timings.get("predicted_per_second"))),
         ttft_s=None if prompt_ms is None else prompt_ms / 1000.0,
         draft_tokens=as_int(timings.get("draft_n")),
         draft_accepted=as_int(timings.get("draft_n_accepted")),
