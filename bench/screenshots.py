@@ -9,8 +9,9 @@ requests at growing context depths so both dashboard plots have data.
 
 * `tray.png`: the right end of trayer's panel with the icon idle (left) and while the model
   generates (right), scaled ×4 without smoothing (the icon itself is drawn at 22 px).
-* `tray-prefill.png`: the same crop while the server reads a ~3.5k-token prompt (the prompt
-  tokens in place as the number, the violet prefill colour), scaled ×4.
+* `tray-prefill.png`: the same crop while the server reads a ~3.5k-token prompt sent through the
+  tray's own recording proxy (`[[proxies]]`), so its length is known: the prompt tokens in place as
+  the number, the ring filling with the share read, the violet prefill colour; scaled ×4.
 * `dashboard.png`: the dashboard window during the third request.
 
 Notifications are set to do-not-disturb for the run (an alert still shows in the dashboard;
@@ -31,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trayrun import filler_prompt
 
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, free_port, generate_in_background
 from tests.support.trayapp_process import REPO, Event, Geometry, TrayAppProcess, is_event, wait_value
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
 TRAY_CROP_W = 72  # pixels of the panel's right end kept per state (before scaling)
 TRAY_SCALE = 4
 QUIET_CONFIG = "[notifications]\ndo_not_disturb = true\n"
+PROXY_CONFIG = '[[proxies]]\nlisten = "127.0.0.1:{port}"\nupstream = "{upstream}"\nkind = "llamacpp"\n'
 REQUESTS = ((0, 500), (1500, 400), (4500, 400))  # (filler prompt tokens, tokens to generate)
 PREFILL_FILLER_TOKENS = 3000  # ~3.5k real tokens: read for tens of seconds at -t 1
 
@@ -50,8 +52,10 @@ def _all_idle(event: Event) -> bool:
 
 
 def _reading_a_long_prompt(event: Event) -> bool:
-    """The icon while a prompt is read, once a thousand or more of its tokens are in place ('1k'…)."""
-    if event["event"] != "icon" or "reading prompt" not in (event.get("tooltip") or ""):
+    """The icon while a prompt of known length is read, once a thousand or more of its tokens are
+    in place ('1k'…): the tooltip then says 'reading prompt 1.2k / 3.5k · 34 %'."""
+    tooltip = event.get("tooltip") or ""
+    if event["event"] != "icon" or "reading prompt" not in tooltip or " / " not in tooltip:
         return False
     return str(event.get("text") or "").endswith("k")
 
@@ -59,7 +63,8 @@ def _reading_a_long_prompt(event: Event) -> bool:
 def _prefill_shot(
     app: TrayAppProcess, url: str, display: XDisplay, crop: tuple[Geometry, Geometry], path: Path
 ) -> Path:
-    """The panel's end while the server reads a long prompt (one token generated, then idle again)."""
+    """The panel's end while the server reads a long prompt sent to `url` (the tray's proxy; one
+    token generated, then idle again)."""
     request = generate_in_background(url, filler_prompt(PREFILL_FILLER_TOKENS), 1, timeout_s=300.0)
     event = app.wait_for("a prefill icon", _reading_a_long_prompt, 180.0)
     shot = _panel_end(display, *crop, path)
@@ -87,14 +92,17 @@ def take(out_dir: Path, work_dir: Path) -> tuple[Path, Path, Path]:
     tray_png, dashboard_png = out_dir / "tray.png", out_dir / "dashboard.png"
     prefill_png = out_dir / "tray-prefill.png"
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
-        app = TrayAppProcess(display, server.url, work_dir, config_toml=QUIET_CONFIG)
+        proxy_port = free_port()
+        proxy_config = PROXY_CONFIG.format(port=proxy_port, upstream=server.url)
+        app = TrayAppProcess(display, server.url, work_dir, config_toml=QUIET_CONFIG + proxy_config)
         try:
             app.wait_for("'tray_shown'", is_event("tray_shown"))
             app.wait_for("an idle icon", is_event("icon", health="idle"))
             icon = wait_value("the docked icon", lambda: app.window_geometry(small=True))
             panel = app.panels()[0]
             idle = _panel_end(display, icon, panel, work_dir / "tray-idle.png")
-            prefill = _prefill_shot(app, server.url, display, (icon, panel), work_dir / "tray-reading.png")
+            proxy_url = f"http://127.0.0.1:{proxy_port}"
+            prefill = _prefill_shot(app, proxy_url, display, (icon, panel), work_dir / "tray-reading.png")
             app.open_dashboard()
             for index, (prompt_tokens, n_predict) in enumerate(REQUESTS):
                 request = generate_in_background(
