@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import TESTS_DIR
-from trayapp.commands.bench import BenchError, Progress, _Plan, pick_target
+from trayapp.commands.bench_job import BenchError, Progress, _Plan, pick_target
 from trayapp.core.bench import (
     BenchRun,
     BenchSettings,

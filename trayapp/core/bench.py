@@ -421,3 +421,30 @@ def summarize(
         interrupted=interrupted,
         warnings=tuple(notes),
     )
+
+
+# --------------------------------------------------------------------------- a bench to run, and its outcome
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    tokens: int = 200
+    runs: int = 5
+    warmup: int = 2
+    depths: tuple[int, ...] = (0, 2048, 8192)
+    force: bool = False
+
+    def total_runs(self) -> int:
+        """Every run the bench will make (warm-ups included), for a progress bar."""
+        sweep_runs = self.runs * sum(1 for d in self.depths if d > 0)
+        return self.warmup + 2 * self.runs + (1 if self.warmup else 0) + sweep_runs
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    result: BenchResult
+    failure: str | None  # the request error that stopped it, if one did
+
+    @property
+    def measured(self) -> bool:
+        return any(not r.warmup for r in self.result.runs)
