@@ -19,11 +19,13 @@ $Match = Select-String -Path "$Root\trayapp\__init__.py" -Pattern '^__version__ 
 if (-not $Match) { throw "no __version__ in trayapp\__init__.py" }
 $Version = $Match.Matches[0].Groups[1].Value
 
-$Python = if ($env:PYTHON) { $env:PYTHON } else { "py" }
-$PyArgs = if ($env:PYTHON) { @() } else { @("-3") }
+# Arrays built by assignment, not as an `if` expression (that would unroll a one-element array).
+$Python = "py"
+$PyArgs = @("-3")
+if ($env:PYTHON) { $Python = $env:PYTHON; $PyArgs = @() }
 $Venv = if ($env:LLM_TRAY_BUILD_VENV) { $env:LLM_TRAY_BUILD_VENV } else { "$Root\build\bundle-venv-windows" }
 $VenvPy = "$Venv\Scripts\python.exe"
-if (-not (Test-Path $VenvPy)) { Invoke-Checked $Python ($PyArgs + @("-m", "venv", $Venv)) }
+if (-not (Test-Path $VenvPy)) { Invoke-Checked $Python (@($PyArgs) + @("-m", "venv", $Venv)) }
 Invoke-Checked $VenvPy @("installers\icon_files.py", "--check")  # the .ico matches resources\icons
 Invoke-Checked $VenvPy @("-m", "pip", "install", "-q", "--upgrade", "pip")
 Invoke-Checked $VenvPy @("-m", "pip", "install", "-q", ".", "pyinstaller")

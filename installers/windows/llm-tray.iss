@@ -61,6 +61,10 @@ Root: HKCU; Subkey: "{#RunKey}"; ValueType: string; ValueName: "{#AppName}"; Val
 [Run]
 Filename: "{app}\{#AppExe}"; Description: "{cm:LaunchProgram,{#AppName}}"; Flags: nowait postinstall skipifsilent
 
+[UninstallRun]
+; The running tray holds its files open: stop it first (only this user's processes can be stopped).
+Filename: "{sys}\taskkill.exe"; Parameters: "/F /T /IM {#AppExe}"; Flags: runhidden; RunOnceId: "StopTray"
+
 [Code]
 { The tray's "Start at login" item may have written the Run value after setup (the task unticked):
   the [Registry] entry removes only what setup wrote, so the uninstaller removes the value here too. }

@@ -320,6 +320,12 @@ def test_iss_start_at_login_is_the_apps_own_run_value(
     assert "CurUninstallStep = usUninstall" in code
 
 
+def test_iss_stops_the_tray_before_uninstalling(iss: tuple[dict[str, str], dict[str, list[str]]]) -> None:
+    (stop,) = [entry(line) for line in iss[1]["UninstallRun"]]
+    assert stop["Filename"] == "{sys}\\taskkill.exe" and stop["Parameters"].endswith("/IM llm-tray.exe")
+    assert "runhidden" in stop["Flags"].split() and stop["RunOnceId"]
+
+
 def test_windows_build_passes_the_package_version() -> None:
     script = BUILD_PS1.read_text(encoding="utf-8")
     match = re.search(r"-Pattern '([^']+)'", script)
