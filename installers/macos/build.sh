@@ -18,13 +18,10 @@ SIGN=0
 for arg in "$@"; do
   case "$arg" in
     --sign) SIGN=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $arg (--sign, --help)" >&2; exit 2 ;;
   esac
 done
-if [ "$(uname)" != "Darwin" ]; then
-  echo "build.sh: builds on macOS only (PyInstaller does not cross-compile)" >&2; exit 1
-fi
 if [ "$SIGN" = 1 ]; then
   missing=""
   for var in LLM_TRAY_SIGN_IDENTITY LLM_TRAY_TEAM_ID LLM_TRAY_NOTARY_PROFILE; do
@@ -38,6 +35,11 @@ if [ "$SIGN" = 1 ]; then
     *"($LLM_TRAY_TEAM_ID)"*) ;;
     *) echo "build.sh --sign: the identity '$LLM_TRAY_SIGN_IDENTITY' is not team $LLM_TRAY_TEAM_ID" >&2; exit 2 ;;
   esac
+fi
+if [ "$(uname)" != "Darwin" ]; then
+  echo "build.sh: builds on macOS only (PyInstaller does not cross-compile)" >&2; exit 1
+fi
+if [ "$SIGN" = 1 ]; then
   if ! security find-identity -v -p codesigning | grep -qF "\"$LLM_TRAY_SIGN_IDENTITY\""; then
     echo "build.sh --sign: no valid signing identity '$LLM_TRAY_SIGN_IDENTITY' in the keychain" >&2; exit 2
   fi
@@ -49,7 +51,7 @@ DIST="${LLM_TRAY_DIST:-$ROOT/dist}"
 WORK="$ROOT/build/pyinstaller-macos"
 ENTITLEMENTS="$ROOT/installers/macos/entitlements.plist"
 
-python3 installers/icon_files.py --check  # the .icns matches resources/icons
+"$PY" installers/icon_files.py --check  # the .icns matches resources/icons
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
@@ -72,10 +74,12 @@ sign() {  # sign one file or bundle with the hardened runtime and a secure times
     --sign "$LLM_TRAY_SIGN_IDENTITY" "$1"
 }
 notarize() {  # submit, wait for Apple's verdict, print the log when it is not "Accepted"
-  local out id
-  out="$(xcrun notarytool submit "$1" --keychain-profile "$LLM_TRAY_NOTARY_PROFILE" --wait --output-format plist)"
-  id="$(/usr/libexec/PlistBuddy -c 'Print :id' /dev/stdin <<<"$out")"
-  if [ "$(/usr/libexec/PlistBuddy -c 'Print :status' /dev/stdin <<<"$out")" != "Accepted" ]; then
+  local verdict id
+  verdict="$WORK/notary-$(basename "$1").plist"
+  xcrun notarytool submit "$1" --keychain-profile "$LLM_TRAY_NOTARY_PROFILE" --wait --output-format plist \
+    > "$verdict"
+  id="$(/usr/libexec/PlistBuddy -c 'Print :id' "$verdict")"
+  if [ "$(/usr/libexec/PlistBuddy -c 'Print :status' "$verdict")" != "Accepted" ]; then
     xcrun notarytool log "$id" --keychain-profile "$LLM_TRAY_NOTARY_PROFILE" >&2 || true
     echo "build.sh: notarisation of $1 failed (submission $id)" >&2; exit 1
   fi
