@@ -16,17 +16,14 @@ those events.
 
 from __future__ import annotations
 
-import json
 import logging
 import logging.handlers
 import os
 import platform
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, qVersion
@@ -34,6 +31,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp.adapters.proxy.inbox import RecordInbox
 from trayapp.adapters.snapshot_server import SnapshotServer
+from trayapp.app_events import TestEvents
 from trayapp.app_logging import install_excepthook, setup_logging
 from trayapp.commands.actions import (
     autostart_enabled,
@@ -66,34 +64,6 @@ EVENTS_ENV = "LLM_TRAY_TEST_EVENTS"
 TRAY_WAIT_ENV = "LLM_TRAY_TRAY_WAIT_S"  # tests shorten the wait
 
 MonitorFactory = Callable[[], MonitorLike]
-
-
-# --------------------------------------------------------------------------- test events
-
-
-class TestEvents:
-    """Appends JSON lines to `path` (LLM_TRAY_TEST_EVENTS) so e2e tests can see what the app shows."""
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, path: str | None) -> None:
-        self.path = Path(path) if path else None
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self.path is not None
-
-    def emit(self, event: str, **fields: Any) -> None:
-        if self.path is None:
-            return
-        line = json.dumps({"t": round(time.time(), 3), "event": event, **fields}, default=str)
-        with self._lock:
-            try:
-                with self.path.open("a", encoding="utf-8") as handle:
-                    handle.write(line + "\n")
-            except OSError as exc:
-                log.warning("test events: cannot write %s: %s", self.path, exc)
 
 
 # --------------------------------------------------------------------------- services
@@ -160,7 +130,14 @@ class TrayApp(QObject):
         self.proxies = ProxyService(proxy_inbox or RecordInbox())  # the monitor's inbox (run_tray)
         self.snapshots = SnapshotServer(thresholds=settings.thresholds)  # for status, watch and bar
 
-        self.runner = WorkerThread(monitor_factory)
+        self.monitor: MonitorLike | None = None  # built on the sampler thread; a bench stores through it
+        self._bench_window: Any = None
+
+        def build_monitor() -> MonitorLike:
+            self.monitor = monitor_factory()
+            return self.monitor
+
+        self.runner = WorkerThread(build_monitor)
         self.dashboard = Dashboard(kv_type=settings.hardware.kv_type, thresholds=settings.thresholds)
         self.tray = TrayController(
             self.runner,
@@ -177,6 +154,7 @@ class TrayApp(QObject):
         self.runner.warning.connect(self.on_warning)
         self.tray.open_dashboard.connect(self.show_dashboard)
         self.tray.open_settings.connect(self.open_settings)
+        self.tray.bench_requested.connect(self.open_bench)
         self.tray.quit_requested.connect(app.quit)
         self.tray.icon_changed.connect(self._on_icon_changed)
         self.tray.pause_changed.connect(lambda paused: self.events.emit("paused", paused=paused))
@@ -322,6 +300,21 @@ class TrayApp(QObject):
     def focus_alert(self, alert_id: str) -> None:
         self.dashboard.focus_alert(alert_id)
         self.events.emit("dashboard_shown", alert=alert_id)
+
+    def open_bench(self, url: str, kind: str, model: str) -> None:
+        """The "Benchmark this model…" window (loaded on first use); it stores through our store."""
+        from trayapp.bench_service import endpoint_for, make_bench_runner, store_through
+        from trayapp.ui.bench_window import BenchWindow
+
+        if self._bench_window is not None and self._bench_window.isVisible():
+            self._bench_window.raise_()
+            return
+        endpoint = endpoint_for(url, kind, self.settings)
+        run = make_bench_runner(self.settings, endpoint, model, store_through(lambda: self.monitor))
+        self._bench_window = BenchWindow(model, url, run)
+        self._bench_window.finished_bench.connect(lambda done: self.events.emit("bench_done", ok=bool(done)))
+        self._bench_window.show()
+        self.events.emit("bench_shown", model=model)
 
     def open_settings(self) -> None:
         dialog = self._settings_dialog

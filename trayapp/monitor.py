@@ -45,6 +45,7 @@ from trayapp.core.redact import redact_url
 
 if TYPE_CHECKING:
     from trayapp.adapters.store import Store
+    from trayapp.core.bench import BenchResult
 
 log = logging.getLogger("trayapp.monitor")
 
@@ -276,6 +277,22 @@ class Monitor:
     @property
     def store_error(self) -> str | None:
         return getattr(self._store, "last_error", None) if self._store is not None else None
+
+    def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
+        """Keep a bench's result as the baseline through this monitor's store, whose writer it is
+        (the tray's bench: a second writer would be refused): (stored, a note). Safe from any
+        thread (the store locks). None when this monitor records nothing (no store of its own)."""
+        if self._store is None or not self._store.writer:
+            return None
+        if result.decode_tok_s is None:
+            return False, "no decode rate measured: nothing stored as the baseline"
+        from trayapp.adapters.store import StoreError
+
+        try:
+            written = self._store.record_bench(result)
+        except StoreError as exc:
+            return False, f"not stored as the baseline: {exc}"
+        return bool(written), None
 
     # ------------------------------------------------------------------ remote machines
 

@@ -226,3 +226,27 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
     assert "no_tray" in kinds  # offscreen has no tray: it ran as a window
     log_text = (home / "data" / "llm-tray.log").read_text()
     assert "signal 2: quitting" in log_text and "stopped (exit code 0)" in log_text
+
+
+def test_benchmark_this_model_opens_one_bench_window(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    """The menu action asks the app; the app opens the bench window for that model (once: a second
+    ask raises the same window). The bench itself is tests/integration/test_bench_window.py."""
+    tray_app = _make(qapp, tmp_path, [])
+    try:
+        tray_app.start()
+        qtbot.waitUntil(lambda: tray_app.tray.bench_target() is not None, timeout=5000)
+        tray_app.tray.rebuild_menu()
+        tray_app.tray.bench_action.trigger()
+        window = tray_app._bench_window
+        assert window is not None and window.isVisible()
+        assert window.windowTitle() == "Benchmark llama3.1:8b"
+        tray_app.tray.bench_action.trigger()
+        assert tray_app._bench_window is window
+        assert tray_app.monitor is not None  # what the bench stores through (the sampler's store)
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+    shown = [e for e in _events(tmp_path / "events.jsonl") if e["event"] == "bench_shown"]
+    assert shown == [{**shown[0], "model": "llama3.1:8b"}] and len(shown) == 1

@@ -62,14 +62,14 @@ def test_menu_is_rebuilt_from_the_snapshot(tray: TrayController) -> None:
     assert texts[4:] == [
         "Open dashboard",
         "Pause monitoring",
-        "Benchmark this model…",
+        "Benchmark llama3.1:8b…",  # the model the icon speaks for (decoding)
         "Export session log…",
         "Copy diagnostics",
         "Settings…",
         "Start at login",
         "Quit",
     ]
-    assert not tray.bench_action.isEnabled() and tray.bench_action.toolTip() == "coming soon"
+    assert tray.bench_action.isEnabled()  # tests/qt/test_tray_bench_action.py has the rest
     tray.update_snapshot(snap(2.0, server(model(phase="idle"))))
     tray.menu.aboutToShow.emit()
     assert tray.server_lines()[0] == "○ llama-server 127.0.0.1:8080 — idle"

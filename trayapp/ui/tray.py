@@ -2,7 +2,8 @@
 
 The icon is redrawn only when what it shows changes (IconState equality, with
 rounding and hysteresis in trayapp.core.glance), at most twice a second. The
-menu is rebuilt each time it opens, from the latest snapshot, and lists the
+menu is rebuilt each time it opens, from the latest snapshot (this machine's
+servers first, then each remote machine's under its name), and lists the
 running recording proxies with the address clients should use. Slow actions
 (export, start-at-login files) run off the GUI thread.
 """
@@ -22,10 +23,10 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 from trayapp.config import ProxyConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
+from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_busy
 from trayapp.core.redact import redact_url
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_pct, format_rate, format_tokens
+from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
 from trayapp.ui.icons import make_icon
 from trayapp.ui.worker import run_in_background
 
@@ -76,6 +77,19 @@ def model_line(model: ModelStatus, offload_gpu_fraction: float = Thresholds.offl
     if model.gpu_fraction is not None and model.gpu_fraction < offload_gpu_fraction:
         parts.append(f"{format_pct(1 - model.gpu_fraction)} CPU ⚠")
     return "   " + "  ·  ".join(parts)
+
+
+def machine_line(machine: RemoteMachine) -> str:
+    """'gpu-box — NVIDIA RTX 4090 · 20.0/24.0 GB', or 'gpu-box: unreachable — connection refused'."""
+    if machine.status != "ok" or machine.hardware is None:
+        return f"⚠ {machine.name}: {machine.status} — {machine.reason or 'no snapshot'}"
+    gpus = machine.hardware.gpus
+    if not gpus:
+        return f"{machine.name} — no GPU"
+    gpu = gpus[0]
+    more = f" (+{len(gpus) - 1})" if len(gpus) > 1 else ""
+    memory = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
+    return f"{machine.name} — {gpu.name}{more} · {memory}"
 
 
 def proxy_line(proxy: ProxyConfig) -> str:
@@ -129,6 +143,7 @@ class TrayController(QObject):
     icon_changed = Signal(object)  # IconState, each time the drawn icon changes
     export_finished = Signal(str)
     export_failed = Signal(str)
+    bench_requested = Signal(str, str, str)  # server URL, server kind, model: "Benchmark this model…"
 
     def __init__(
         self,
@@ -253,9 +268,16 @@ class TrayController(QObject):
         self.pause_action.setCheckable(True)
         self.pause_action.setChecked(self.paused)
         self.pause_action.toggled.connect(self.set_paused)
-        self.bench_action = menu.addAction("Benchmark this model…")
-        self.bench_action.setEnabled(False)
-        self.bench_action.setToolTip("coming soon")
+        target = self.bench_target()
+        bench_label = f"Benchmark {target[1].name}…" if target else "Benchmark this model…"
+        self.bench_action = menu.addAction(bench_label)
+        self.bench_action.setEnabled(target is not None)
+        self.bench_action.setToolTip(
+            f"Measure it through {host_port(target[0].url)}: decode, TTFT, a context sweep, as the baseline"
+            if target
+            else "No model of this machine is loaded"
+        )
+        self.bench_action.triggered.connect(self._request_bench)
         self.export_action = menu.addAction("Export session log…")
         self.export_action.setEnabled(self._export_callback is not None)
         self.export_action.triggered.connect(self.export_session_log)
@@ -286,14 +308,22 @@ class TrayController(QObject):
         if snapshot is None:
             self._info(menu, "Looking for LLM servers…")
             return
-        shown = [s for s in snapshot.servers if s.status != "unreachable"]
-        if not shown:
+        local = [s for s in snapshot.servers if s.machine is None]
+        shown = [s for s in local if s.status != "unreachable"]
+        if not shown and not snapshot.machines:
             self._info(menu, "No LLM server found")
-            probed = [host_port(s.url) for s in snapshot.servers]
+            probed = [host_port(s.url) for s in local]
             if probed:
                 self._info(menu, "   probed " + ", ".join(probed[:6]))
             return
-        for server in shown:
+        self._add_servers(menu, shown)
+        for machine in snapshot.machines:  # then each remote machine, in the config's order
+            self._info(menu, machine_line(machine))
+            remote = [s for s in snapshot.servers if s.machine == machine.name and s.status != "unreachable"]
+            self._add_servers(menu, remote)
+
+    def _add_servers(self, menu: QMenu, servers: Sequence[ServerStatus]) -> None:
+        for server in servers:
             self._info(menu, server_line(server))
             for model in server.models:
                 self._info(menu, model_line(model, self.thresholds.offload_gpu_fraction))
@@ -364,6 +394,24 @@ class TrayController(QObject):
             "CSV (*.csv);;JSON Lines (*.jsonl);;Parquet (*.parquet)",
         )
         return Path(name) if name else None
+
+    def bench_target(self) -> tuple[ServerStatus, ModelStatus] | None:
+        """The model "Benchmark this model…" benches: the one the icon speaks for when it is loaded
+        on this machine, else this machine's first loaded model (a remote one is benched there)."""
+        if self.snapshot is None:
+            return None
+        loaded = [
+            (s, m)
+            for s, m in self.snapshot.models()
+            if s.machine is None and s.status == "ok" and m.phase not in ("unloaded", "loading")
+        ]
+        shown = self.tracker.state.model_key if self.tracker.state is not None else None
+        return next((p for p in loaded if (p[0].url, p[1].name) == shown), loaded[0] if loaded else None)
+
+    def _request_bench(self) -> None:
+        target = self.bench_target()
+        if target is not None:
+            self.bench_requested.emit(target[0].url, target[0].kind, target[1].name)
 
     def export_session_log(self) -> None:
         callback = self._export_callback
