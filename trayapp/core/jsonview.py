@@ -50,6 +50,7 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "draft_acceptance": _num(model.draft_acceptance, 4),
         "spec_type": model.spec_type,
         "spec_speedup": _num(model.spec_speedup, 3),
+        "calibrated_efficiency": _num(model.calibrated_efficiency, 4),
         "prefill_tokens_total": model.prefill.tokens_total if model.prefill else None,
         "prefill_tokens_done": model.prefill.tokens_done if model.prefill else None,
         "prefill_cached_tokens": model.prefill.cached_tokens if model.prefill else None,

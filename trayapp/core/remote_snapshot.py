@@ -145,6 +145,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         ttft_exact=_bool(data, "ttft_exact"),
         draft_acceptance=_num(data, "draft_acceptance"),
         spec_speedup=_num(data, "spec_speedup"),
+        calibrated_efficiency=_num(data, "calibrated_efficiency"),
         spec_type=_str(data, "spec_type"),
         prefill=prefill,
         session_id=_str(data, "session_id"),
