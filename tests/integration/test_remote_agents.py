@@ -24,6 +24,7 @@ import pytest
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.memory_keyring import MemoryKeyring
+from trayapp.adapters import remote_agent
 from trayapp.adapters.remote_agent import store_agent_token
 from trayapp.config import EndpointConfig, MonitorConfig, Settings
 from trayapp.config_agents import AgentConfig
@@ -348,15 +349,22 @@ def test_a_wrong_or_missing_token_is_shown_on_that_machine(
     )
     try:
         snapshot = tick_until(monitor, lambda s: machine(s, "right").status == "ok")
+        wrong, missing, right = snapshot.machines
+        assert (wrong.status, wrong.reason) == ("unauthorized", "wrong token (401): the agent refused it")
+        assert missing.status == "unauthorized"
+        assert missing.reason == (
+            "the agent wants a token (401): $UNSET_TOKEN_VAR is not set; "
+            "none is stored in the OS keyring (Settings → Remote machines)"
+        )
+        assert wrong.hardware is None and missing.hardware is None and right.hardware is not None
+        assert [s.machine for s in snapshot.servers] == ["right"]  # nothing of the refused ones
+        assert [a.machine for a in snapshot.alerts] == ["right"]
+
+        # The token saved in the keyring afterwards (the settings dialog) is picked up after a 401.
+        monkeypatch.setattr(remote_agent, "TOKEN_RECHECK_S", 0.0)
+        store_agent_token(box.url, box.token)
+        later = tick_until(monitor, lambda s: machine(s, "missing").status == "ok")
+        assert machine(later, "wrong").status == "unauthorized"  # its variable still wins, still wrong
+        assert sorted(str(s.machine) for s in later.servers) == ["missing", "right"]
     finally:
         monitor.close()
-    wrong, missing, right = snapshot.machines
-    assert (wrong.status, wrong.reason) == ("unauthorized", "wrong token (401): the agent refused it")
-    assert missing.status == "unauthorized"
-    assert missing.reason == (
-        "the agent wants a token (401): $UNSET_TOKEN_VAR is not set; "
-        "none is stored in the OS keyring (Settings → Remote machines)"
-    )
-    assert wrong.hardware is None and missing.hardware is None and right.hardware is not None
-    assert [s.machine for s in snapshot.servers] == ["right"]  # nothing of the refused ones
-    assert [a.machine for a in snapshot.alerts] == ["right"]

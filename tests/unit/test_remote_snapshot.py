@@ -252,3 +252,22 @@ def test_a_broken_document_is_refused_with_what_is_wrong(change: Any, message: s
         snapshot_from_json(doc)
     with pytest.raises(RemoteDocError):
         snapshot_from_json([1, 2])
+
+
+def test_the_text_view_names_each_machine() -> None:
+    from dataclasses import replace
+
+    from trayapp.core.model import RemoteMachine
+    from trayapp.core.text import format_snapshot, format_watch_line
+
+    servers, alerts = tag_remote(snapshot_from_json(copy.deepcopy(DOC)), "gpu-box")
+    box = RemoteMachine("gpu-box", "http://gpu-box:9465", "ok", hardware=snapshot_from_json(DOC).hardware)
+    gone = RemoteMachine("rack-2", "http://rack-2:9465", "unauthorized", "wrong token (401)")
+    snap = replace(s.snap(1.0, *servers, alerts=alerts), machines=(box, gone))
+    text = format_snapshot(snap).splitlines()
+    assert text[0] == "[gpu-box] llamacpp b6700-abc123 http://gpu-box:8080 — ok"
+    assert "[gpu-box] GPU 0: NVIDIA GeForce RTX 4090 · 1.1 GB/25.8 GB · 1008 GB/s" in text
+    assert "[rack-2] unauthorized — wrong token (401) (http://rack-2:9465)" in text
+    assert "⚠ [gpu-box] [critical] gemma is 25 % on the CPU" in text
+    line = format_watch_line(snap)
+    assert "gpu-box: gemma-3-270m-q4_k_m.gguf decoding 51 tok/s" in line and "rack-2 unauthorized" in line

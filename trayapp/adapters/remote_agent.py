@@ -4,13 +4,15 @@
 (unreachable, unauthorized, error), which the tray shows on that machine's entry. The token is
 sent as `Authorization: Bearer …` and comes from the environment variable the entry names
 (`token_env`) or else the OS keyring (adapters/secrets.py; user `agent_keyring_user(url)`);
-it is read once per settings change, not per tick, and never logged.
+it is read when the entry is made and again after a 401 (at most every TOKEN_RECHECK_S, so a token
+just saved in the settings dialog is picked up), never per tick, and never logged.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 2.0  # a remote agent answers from memory: slower than this is a network problem
+TOKEN_RECHECK_S = 10.0  # after a 401, the token is looked up again at most this often
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,21 @@ class RemoteAgent:
 
     def __init__(self, config: AgentConfig, timeout_s: float = TIMEOUT_S) -> None:
         self.config = config
-        self.token, self.token_why = agent_token(config)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._client = httpx.Client(timeout=timeout_s, headers=headers, trust_env=False)
+        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
         self._last_status: str | None = None
+        self._token_checked_s = -TOKEN_RECHECK_S
+        self._load_token()
+
+    def _load_token(self) -> bool:
+        """Look the token up (again); True when it changed."""
+        self._token_checked_s = time.monotonic()
+        token, self.token_why = agent_token(self.config)
+        changed = token != getattr(self, "token", None)
+        self.token = token
+        self._client.headers.pop("Authorization", None)
+        if token:
+            self._client.headers["Authorization"] = f"Bearer {token}"
+        return changed
 
     def close(self) -> None:
         self._client.close()
@@ -104,7 +118,7 @@ class RemoteAgent:
             self._last_status = status
         return result
 
-    def _poll(self) -> RemotePoll:
+    def _poll(self, retry: bool = True) -> RemotePoll:
         url = f"{self.config.url}/v1/snapshot"
         try:
             response = self._client.get(url)
@@ -112,6 +126,9 @@ class RemoteAgent:
             return RemotePoll(self._machine("unreachable", "no answer (timed out)"))
         except httpx.HTTPError as exc:
             return RemotePoll(self._machine("unreachable", _connect_reason(exc)))
+        recheck = time.monotonic() - self._token_checked_s >= TOKEN_RECHECK_S
+        if response.status_code == 401 and retry and recheck and self._load_token():
+            return self._poll(retry=False)  # a new token (saved in the settings meanwhile)
         if response.status_code == 401:
             if self.token:
                 why = "wrong token (401): the agent refused it"

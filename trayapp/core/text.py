@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.units import format_gb, format_rate, format_tokens, format_ttft
 
 
@@ -48,7 +48,33 @@ def server_line(server: ServerStatus) -> str:
         status += f": {server.reason}"
     version = f" {server.version}" if server.version else ""
     age = f" (numbers {server.age_s:.0f} s old)" if server.age_s else ""
-    return f"{server.kind}{version} {server.url} — {status}{age}"
+    where = f"[{server.machine}] " if server.machine else ""
+    return f"{where}{server.kind}{version} {server.url} — {status}{age}"
+
+
+def _hardware_lines(hw: HardwareSnapshot, where: str = "") -> list[str]:
+    lines = []
+    if hw.gpus:
+        for gpu in hw.gpus:
+            used = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
+            bw = f" · {gpu.bandwidth_gbps:.0f} GB/s" if gpu.bandwidth_gbps else ""
+            lines.append(f"{where}GPU {gpu.index}: {gpu.name} · {used}{bw}")
+    else:
+        lines.append(f"{where}GPU: none ({hw.gpu_reason or 'not found'})")
+    host = hw.host
+    ram_bw = ""
+    if host.ram_bandwidth_gbps:
+        ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({ram_bandwidth_note(host)})"
+    avail = format_gb(host.ram_available_bytes)
+    lines.append(f"{where}RAM: {avail} free of {format_gb(host.ram_total_bytes)}{ram_bw}")
+    return lines
+
+
+def machine_lines(machine: RemoteMachine) -> list[str]:
+    """A remote machine's hardware ('[gpu-box] GPU 0: …'), or why it cannot be shown."""
+    if machine.status != "ok" or machine.hardware is None:
+        return [f"[{machine.name}] {machine.status} — {machine.reason or 'no snapshot'} ({machine.url})"]
+    return _hardware_lines(machine.hardware, f"[{machine.name}] ")
 
 
 def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str:
@@ -60,24 +86,14 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
         lines.append(server_line(server))
         for model in server.models:
             lines.append("  " + model_line(model))
-    hw = snapshot.hardware
     if hardware_note:
         lines.append(f"Hardware (given): {hardware_note}")
-    if hw.gpus:
-        for gpu in hw.gpus:
-            used = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
-            bw = f" · {gpu.bandwidth_gbps:.0f} GB/s" if gpu.bandwidth_gbps else ""
-            lines.append(f"GPU {gpu.index}: {gpu.name} · {used}{bw}")
-    else:
-        lines.append(f"GPU: none ({hw.gpu_reason or 'not found'})")
-    host = hw.host
-    ram_bw = ""
-    if host.ram_bandwidth_gbps:
-        ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({ram_bandwidth_note(host)})"
-    avail = format_gb(host.ram_available_bytes)
-    lines.append(f"RAM: {avail} free of {format_gb(host.ram_total_bytes)}{ram_bw}")
+    lines += _hardware_lines(snapshot.hardware)
+    for machine in snapshot.machines:
+        lines += machine_lines(machine)
     for alert in snapshot.alerts:
-        lines.append(f"⚠ [{alert.severity}] {alert.message}")
+        where = f"[{alert.machine}] " if alert.machine else ""
+        lines.append(f"⚠ {where}[{alert.severity}] {alert.message}")
         lines.append(f"    {alert.fix}")
     return "\n".join(lines)
 
@@ -88,16 +104,18 @@ def format_watch_line(snapshot: Snapshot) -> str:
     stamp = datetime.fromtimestamp(snapshot.t_wall_s, tz=timezone.utc).strftime("%H:%M:%S")
     parts: list[str] = []
     for server in snapshot.servers:
+        where = f"{server.machine}: " if server.machine else ""
         if server.status != "ok":
-            parts.append(f"{server.kind} {server.status}")
+            parts.append(f"{where}{server.kind} {server.status}")
             continue
         for model in server.models:
             parts.append(
-                f"{model.name} {model.phase} {format_rate(model.decode_tok_s)} tok/s"
+                f"{where}{model.name} {model.phase} {format_rate(model.decode_tok_s)} tok/s"
                 f" ctx {format_tokens(model.context_tokens)}"
                 + (f" / {format_rate(model.ceiling_tok_s)} ceiling" if model.ceiling_tok_s else "")
                 + (f" ({server.age_s:.0f}s old)" if server.age_s else "")
             )
+    parts += [f"{m.name} {m.status}" for m in snapshot.machines if m.status != "ok"]
     if not parts:
         parts.append("no server")
     alerts = f"  ⚠ {', '.join(a.kind for a in snapshot.alerts)}" if snapshot.alerts else ""

@@ -52,6 +52,7 @@ from trayapp.config import (
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
+from trayapp.ui.agents_tab import AgentsTab
 from trayapp.ui.proxies_tab import ProxiesTab
 from trayapp.ui.worker import run_in_background
 
@@ -138,6 +139,8 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self._endpoints_tab(), "Servers")
         self.proxies_tab = ProxiesTab(settings.proxies)
         self.tabs.addTab(self.proxies_tab, "Proxies")
+        self.agents_tab = AgentsTab(settings.agents, services.store_api_key)
+        self.tabs.addTab(self.agents_tab, "Remote machines")
         self.tabs.addTab(self._monitor_tab(settings.monitor), "Monitoring")
         self.tabs.addTab(self._thresholds_tab(settings.thresholds), "Thresholds")
         self.tabs.addTab(self._notifications_tab(settings), "Notifications")
@@ -421,6 +424,7 @@ class SettingsDialog(QDialog):
             s,
             endpoints=tuple(self._endpoints),
             proxies=self.proxies_tab.proxies(),
+            agents=self.agents_tab.agents(),
             monitor=replace(
                 s.monitor,
                 discover=self.discover_check.isChecked(),
