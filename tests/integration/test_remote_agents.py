@@ -148,7 +148,7 @@ def tick_until(monitor: Monitor, done: Callable[[Snapshot], bool], timeout_s: fl
         return snapshot if done(snapshot) else None
 
     try:
-        return wait_until(step, timeout_s, 0.05)  # type: ignore[no-any-return]
+        return wait_until(step, timeout_s, 0.05)
     except AssertionError:
         last = seen[-1] if seen else None
         raise AssertionError(f"not reached; last machines {last.machines if last else None}") from None

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import snapshots as s
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import Alert, PrefillProgress, ServerStatus, Snapshot
+from trayapp.core.model import Alert, PrefillProgress, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.remote_snapshot import RemoteDocError, remote_url, snapshot_from_json, tag_remote
 
 DOC: dict[str, Any] = {
@@ -257,7 +257,6 @@ def test_a_broken_document_is_refused_with_what_is_wrong(change: Any, message: s
 def test_the_text_view_names_each_machine() -> None:
     from dataclasses import replace
 
-    from trayapp.core.model import RemoteMachine
     from trayapp.core.text import format_snapshot, format_watch_line
 
     servers, alerts = tag_remote(snapshot_from_json(copy.deepcopy(DOC)), "gpu-box")
@@ -271,3 +270,31 @@ def test_the_text_view_names_each_machine() -> None:
     assert "⚠ [gpu-box] [critical] gemma is 25 % on the CPU" in text
     line = format_watch_line(snap)
     assert "gpu-box: gemma-3-270m-q4_k_m.gguf decoding 51 tok/s" in line and "rack-2 unauthorized" in line
+
+
+def test_the_machine_fields_are_documented() -> None:
+    import re
+
+    from tests.support.paths import TESTS_DIR
+    from trayapp.core.jsonview import alert_json, machine_json, server_json
+
+    text = (TESTS_DIR.parent / "docs" / "json.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r'^\s*"([a-z_]+)":', text, flags=re.M))
+    written = (
+        set(server_json(s.server()))
+        | set(alert_json(s.alert()))
+        | set(machine_json(RemoteMachine("box", "http://box:9465", "ok", hardware=s.HW, t_wall_s=s.T0)))
+        | {"machines"}
+    )
+    assert written - documented == set()
+    box = RemoteMachine("box", "http://box:9465", "ok", hardware=s.HW, t_wall_s=s.T0)
+    assert "machines" not in snapshot_json(s.snap(1.0))  # a single machine's document is unchanged
+    (entry,) = snapshot_json(replace_machines(s.snap(1.0), box))["machines"]
+    assert (entry["name"], entry["status"], entry["t"]) == ("box", "ok", s.T0)
+    assert entry["hardware"]["gpus"][0]["name"] == "NVIDIA GeForce RTX 4090"
+
+
+def replace_machines(snap: Snapshot, *machines: RemoteMachine) -> Snapshot:
+    from dataclasses import replace
+
+    return replace(snap, machines=machines)
