@@ -9,12 +9,15 @@ import errno
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.proxy.runner import ProxyThread
-from trayapp.adapters.proxy.server import Route
 from trayapp.config import ProxyConfig, proxy_token
 from trayapp.core.model import FinishedRequest
+
+if TYPE_CHECKING:  # loaded when a proxy is turned on: asyncio and the HTTP stack cost ~0.2 s at start
+    from trayapp.adapters.proxy.runner import ProxyThread
+    from trayapp.adapters.proxy.server import Route
 
 log = logging.getLogger("trayapp.app")
 
@@ -41,6 +44,9 @@ class ProxyService:
         for config in [c for c in self._running if c not in wanted]:
             self._running.pop(config).stop()
         problems: list[str] = []
+        if wanted:
+            from trayapp.adapters.proxy.runner import ProxyThread
+            from trayapp.adapters.proxy.server import Route
         for config in wanted:
             if config in self._running:
                 continue

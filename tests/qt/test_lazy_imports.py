@@ -1,5 +1,6 @@
 """The idle tray does not load the plotting stack: pyqtgraph, numpy and the dashboard's modules load
 when the dashboard is first opened, and the snapshots it was fed while unbuilt are all in it then.
+Nor does `import trayapp.app` load an HTTP stack (start-up to a visible icon).
 
 The import check runs in a fresh interpreter (this test process has imported pyqtgraph already).
 """
@@ -25,6 +26,9 @@ from trayapp.ui.dashboard import window as window_module
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pyqtgraph", "numpy", "trayapp.ui.dashboard.window", "trayapp.core.history")
+# The HTTP stacks load on the sampler's thread (httpx) or when a proxy is turned on (asyncio, the
+# proxy server), never before the icon: `import trayapp.app` must not pull them in.
+NETWORK = ("httpx", "asyncio", "trayapp.adapters.proxy.server", "trayapp.adapters.proxy.runner")
 CHILD_TIMEOUT_S = 120.0
 
 CHILD = """
@@ -35,9 +39,9 @@ from qt_snapshots import model, server, snap
 from trayapp import app as app_module
 from trayapp.config import Settings
 
-HEAVY = %r
+HEAVY, NETWORK = %r, %r
 loaded = lambda: {name: name in sys.modules for name in HEAVY}
-report = {"after_import": loaded()}
+report = {"after_import": loaded(), "network_after_import": [n for n in NETWORK if n in sys.modules]}
 
 def no_monitor():
     raise AssertionError("the sampler is not started in this test")
@@ -70,7 +74,7 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     )
     env.pop("LLM_TRAY_TEST_EVENTS", None)
     result = subprocess.run(
-        [sys.executable, "-c", CHILD % (HEAVY,)],
+        [sys.executable, "-c", CHILD % (HEAVY, NETWORK)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -82,6 +86,7 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     report = json.loads(line.removeprefix("REPORT "))
     nothing = dict.fromkeys(HEAVY, False)
     assert report["after_import"] == nothing
+    assert report["network_after_import"] == []
     assert report["after_construct"] == nothing
     assert report["after_snapshots"] == nothing  # fed while hidden, still without numpy
     assert report["diagnostics_pyqtgraph"] not in (None, "", "?")  # read from its metadata

@@ -7,13 +7,13 @@ human-readable `FetchError` the probes can report as a server status.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
+
+from trayapp.core.loopback import is_loopback_url
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=1.0, read=2.0, write=2.0, pool=1.0)
 MAX_BODY_BYTES = 8 * 1024 * 1024  # no monitoring payload is anywhere near this
@@ -41,16 +41,6 @@ class Response:
             return json.loads(self.text)
         except json.JSONDecodeError as exc:
             raise FetchError("error", f"invalid JSON ({exc.msg} at char {exc.pos})") from exc
-
-
-def is_loopback_url(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def make_client(base_url: str = "", timeout: httpx.Timeout | float | None = None) -> httpx.Client:

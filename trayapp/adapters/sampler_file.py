@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from trayapp import paths
 from trayapp.core.jsonview import iso_utc
+
+if TYPE_CHECKING:  # the client side only: the tray's sampler writes this file at start
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ def find_sampler(timeout_s: float = ANSWER_TIMEOUT_S) -> SamplerInfo | None:
     info = read_sampler_file()
     if info is None or not pid_alive(info.pid):
         return None
+    import httpx
+
     try:
         response = httpx.get(f"{info.url}/v1/glance", headers=auth_headers(), timeout=timeout_s)
     except httpx.HTTPError:
@@ -104,11 +107,15 @@ def find_sampler(timeout_s: float = ANSWER_TIMEOUT_S) -> SamplerInfo | None:
 
 def get(info: SamplerInfo, path: str, timeout_s: float = 5.0) -> httpx.Response:
     """`GET info.url + path` (raises httpx.HTTPError when it does not answer)."""
+    import httpx
+
     return httpx.get(f"{info.url}{path}", headers=auth_headers(), timeout=timeout_s)
 
 
 def wait_json(info: SamplerInfo, path: str, timeout_s: float = 5.0) -> Any | None:
     """The JSON at `path`, waiting out the endpoint's 503 before its first snapshot; None on failure."""
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -127,6 +134,8 @@ def events(info: SamplerInfo, read_timeout_s: float = 60.0) -> Iterator[tuple[st
 
     `read_timeout_s` is longer than the endpoint's keep-alive, so a quiet stream stays open.
     """
+    import httpx
+
     timeout = httpx.Timeout(5.0, read=read_timeout_s)
     with httpx.stream("GET", f"{info.url}/v1/events", headers=auth_headers(), timeout=timeout) as response:
         response.raise_for_status()

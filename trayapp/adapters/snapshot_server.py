@@ -28,11 +28,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from trayapp.adapters.proxy.server import is_loopback
 from trayapp.adapters.sampler_file import remove_sampler_file, write_sampler_file
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
+from trayapp.core.loopback import is_loopback
 from trayapp.core.model import Alert, Snapshot
 from trayapp.core.text import format_snapshot, format_watch_line
 from trayapp.core.thresholds import Thresholds

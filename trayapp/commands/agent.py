@@ -32,9 +32,9 @@ from typing import Any
 
 from trayapp import paths
 from trayapp.adapters.metrics import MetricsState, start_exporter
-from trayapp.adapters.proxy.server import is_loopback
 from trayapp.adapters.sampler_file import TOKEN_ENV
 from trayapp.adapters.snapshot_server import SnapshotServer
+from trayapp.core.loopback import is_loopback
 from trayapp.monitor import Monitor
 
 log = logging.getLogger("trayapp.agent")

@@ -19,9 +19,9 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
-
 if TYPE_CHECKING:
+    import httpx
+
     from trayapp.adapters.proxy.recorder import RequestTap
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ async def count_prompt_tokens(
 ) -> int | None:
     """The prompt's tokens as the server will see them (cached ones included), or None.
     `headers`: the client's own `Authorization`, for a server with an API key."""
+    import httpx
+
     try:
         return await asyncio.wait_for(_count(client, base_url, family, body, headers or {}), COUNT_TIMEOUT_S)
     except (httpx.HTTPError, ValueError, AttributeError, asyncio.TimeoutError) as exc:
@@ -127,6 +129,8 @@ class PromptCounter:
         if body is None:
             return
         if self._client is None:
+            import httpx  # here: the tray imports the proxy at start, and httpx costs ~0.1 s
+
             self._client = httpx.AsyncClient(timeout=COUNT_TIMEOUT_S)
         self._tasks[id(tap)] = asyncio.create_task(self._count(tap, body, authorization))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import logging
 import time
@@ -35,6 +34,7 @@ from trayapp.adapters.proxy.http1 import (
 )
 from trayapp.adapters.proxy.prompt_length import PromptBoard, PromptCounter
 from trayapp.adapters.proxy.recorder import RequestTap
+from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 
@@ -71,15 +71,6 @@ class Route:
     @property
     def upstream_port(self) -> int:
         return urlsplit(self.upstream_url).port or 80
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 RecordSink = Callable[[Route, FinishedRequest], None]
