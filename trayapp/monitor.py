@@ -26,7 +26,7 @@ from trayapp.adapters.facts_loader import ModelFactsLoader
 from trayapp.adapters.hardware import HardwareProbe
 from trayapp.adapters.hwtable import gpu_lookup
 from trayapp.adapters.proxy.inbox import RecordInbox, same_server
-from trayapp.adapters.remote_agent import RemoteAgent, RemotePoll
+from trayapp.adapters.remote_agent import RemoteAgents
 from trayapp.config import EndpointConfig, Settings
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
@@ -34,7 +34,6 @@ from trayapp.core.model import (
     FinishedRequest,
     HardwareProfile,
     HardwareSnapshot,
-    RemoteMachine,
     ServerReading,
     Snapshot,
     is_busy,
@@ -104,9 +103,7 @@ class Monitor:
         self._paused = False
         self._proxy_inbox = proxy_inbox
         self._proxy_waiting: list[tuple[str, FinishedRequest, float]] = []  # for a server not read yet
-        self._agents: list[RemoteAgent] | None = None  # made on the first tick (keyring reads block)
-        self._agent_pool: ThreadPoolExecutor | None = None
-        self._agent_polls: dict[str, Future[RemotePoll]] = {}
+        self._remote = RemoteAgents(settings.agents)
 
     # ------------------------------------------------------------------ setup
 
@@ -218,7 +215,8 @@ class Monitor:
             self.settings.hardware,
         )
         if settings.agents != self.settings.agents:
-            self._close_agents()
+            self._remote.close()
+            self._remote = RemoteAgents(settings.agents)
         self.settings = settings
         self.pipeline.set_thresholds(settings.thresholds)
         self.pipeline.sessions.idle_gap_s = settings.monitor.session_idle_gap_s
@@ -232,7 +230,7 @@ class Monitor:
     def tick(self, budget_s: float = POLL_BUDGET_S) -> Snapshot:
         """Poll everything once and return the new snapshot (blocking I/O, at most ~budget_s)."""
         now_mono = self._clock()
-        remote = self._submit_agents()
+        self._remote.submit()
         probes = self._discovery.refresh(now_mono)
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
@@ -252,7 +250,7 @@ class Monitor:
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
             self._record(output)
-        snapshot = self._with_remotes(output.snapshot, remote, now_mono + budget_s)
+        snapshot = self._remote.merge(output.snapshot, now_mono + budget_s - self._clock())
         self.last_snapshot = snapshot
         self._recheck_ram_bandwidth(output.snapshot)
         return snapshot
@@ -266,7 +264,7 @@ class Monitor:
         return cfg.poll_idle_s
 
     def close(self) -> None:
-        self._close_agents()
+        self._remote.close()
         self._discovery.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._hardware.close()
@@ -293,58 +291,6 @@ class Monitor:
         except StoreError as exc:
             return False, f"not stored as the baseline: {exc}"
         return bool(written), None
-
-    # ------------------------------------------------------------------ remote machines
-
-    def _submit_agents(self) -> list[tuple[RemoteAgent, Future[RemotePoll]]]:
-        """Ask every remote agent for its snapshot, in the background (one request each at a time)."""
-        if not self.settings.agents:
-            return []
-        if self._agents is None:
-            self._agents = [RemoteAgent(config) for config in self.settings.agents]
-        if self._agent_pool is None:
-            self._agent_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llm-tray-agent")
-        submitted = []
-        for agent in self._agents:
-            running = self._agent_polls.get(agent.config.name)
-            if running is None or running.done():
-                running = self._agent_pool.submit(agent.poll)
-                self._agent_polls[agent.config.name] = running
-            submitted.append((agent, running))
-        return submitted
-
-    def _with_remotes(
-        self, local: Snapshot, remote: list[tuple[RemoteAgent, Future[RemotePoll]]], deadline_mono_s: float
-    ) -> Snapshot:
-        """This machine's snapshot with every remote machine's servers, alerts and hardware added."""
-        if not remote:
-            return local
-        pending = [future for _, future in remote if not future.done()]
-        if pending:
-            wait(pending, timeout=max(deadline_mono_s - self._clock(), 0.0))
-        servers, alerts, machines = list(local.servers), list(local.alerts), []
-        for agent, future in remote:
-            if not future.done():
-                machines.append(
-                    RemoteMachine(
-                        agent.config.name, agent.config.url, "unreachable", "no answer (agent hung?)"
-                    )
-                )
-                continue
-            result = future.result()
-            machines.append(result.machine)
-            servers += result.servers
-            alerts += result.alerts
-        return replace(local, servers=tuple(servers), alerts=tuple(alerts), machines=tuple(machines))
-
-    def _close_agents(self) -> None:
-        for agent in self._agents or ():
-            agent.close()
-        self._agents = None
-        self._agent_polls = {}
-        if self._agent_pool is not None:
-            self._agent_pool.shutdown(wait=False, cancel_futures=True)
-            self._agent_pool = None
 
     # ------------------------------------------------------------------ internals
 

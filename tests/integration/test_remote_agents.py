@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -366,5 +367,9 @@ def test_a_wrong_or_missing_token_is_shown_on_that_machine(
         later = tick_until(monitor, lambda s: machine(s, "missing").status == "ok")
         assert machine(later, "wrong").status == "unauthorized"  # its variable still wins, still wrong
         assert sorted(str(s.machine) for s in later.servers) == ["missing", "right"]
+
+        # New settings without the refused entry: the machines follow them at the next tick.
+        monitor.apply_settings(replace(monitor.settings, agents=(AgentConfig(box.url, "right", "RIGHT"),)))
+        assert [m.name for m in monitor.tick(budget_s=2.5).machines] == ["right"]
     finally:
         monitor.close()

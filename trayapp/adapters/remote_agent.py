@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 
 import httpx
 import keyring
@@ -22,7 +23,7 @@ import keyring.errors
 
 from trayapp.adapters import secrets
 from trayapp.config_agents import AgentConfig, agent_keyring_user
-from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus
+from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus, Snapshot
 from trayapp.core.redact import redact
 from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag_remote
 
@@ -110,7 +111,11 @@ class RemoteAgent:
         return RemoteMachine(self.config.name, self.config.url, status, reason, hardware, t_wall_s)
 
     def poll(self) -> RemotePoll:
-        result = self._poll()
+        try:
+            result = self._poll()
+        except Exception as exc:  # the boundary of this thread: a bug is reported, never raised
+            log.exception("agent %s: poll crashed", self.config.name)
+            result = RemotePoll(self._machine("error", f"internal error: {type(exc).__name__}"))
         status = result.machine.status
         if status != self._last_status:
             detail = f" ({result.machine.reason})" if result.machine.reason else ""
@@ -145,6 +150,59 @@ class RemoteAgent:
             return RemotePoll(self._machine("error", f"not a snapshot document: {redact(str(exc))[:200]}"))
         servers, alerts = tag_remote(doc, self.config.name)
         return RemotePoll(self._machine("ok", None, doc.hardware, doc.t_wall_s), servers, alerts)
+
+
+class RemoteAgents:
+    """Every `[[agents]]` entry, asked in parallel with the probes: `submit()` as a tick starts,
+    `merge()` once the pipeline is done. One request per agent at a time; an agent that has not
+    answered by then is shown as unreachable while its request finishes in the background."""
+
+    def __init__(self, configs: Sequence[AgentConfig]) -> None:
+        self.configs = tuple(configs)
+        self._agents: list[RemoteAgent] | None = None  # made on the first tick (keyring reads block)
+        self._pool: ThreadPoolExecutor | None = None
+        self._polls: dict[str, Future[RemotePoll]] = {}
+
+    def submit(self) -> None:
+        if not self.configs:
+            return
+        if self._agents is None:
+            self._agents = [RemoteAgent(config) for config in self.configs]
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llm-tray-agent")
+        assert self._pool is not None
+        for agent in self._agents:
+            running = self._polls.get(agent.config.name)
+            if running is None or running.done():
+                self._polls[agent.config.name] = self._pool.submit(agent.poll)
+
+    def merge(self, local: Snapshot, timeout_s: float) -> Snapshot:
+        """`local` with every remote machine's servers, alerts and hardware added (waits ≤ timeout_s)."""
+        if not self._agents:
+            return local
+        futures = [(agent.config, self._polls[agent.config.name]) for agent in self._agents]
+        pending = [future for _, future in futures if not future.done()]
+        if pending:
+            wait(pending, timeout=max(timeout_s, 0.0))
+        servers, alerts, machines = list(local.servers), list(local.alerts), []
+        for config, future in futures:
+            if not future.done():
+                machines.append(
+                    RemoteMachine(config.name, config.url, "unreachable", "no answer (agent hung?)")
+                )
+                continue
+            result = future.result()
+            machines.append(result.machine)
+            servers += result.servers
+            alerts += result.alerts
+        return replace(local, servers=tuple(servers), alerts=tuple(alerts), machines=tuple(machines))
+
+    def close(self) -> None:
+        for agent in self._agents or ():
+            agent.close()
+        self._agents, self._polls = None, {}
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 def _connect_reason(exc: httpx.HTTPError) -> str:
