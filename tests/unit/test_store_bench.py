@@ -235,3 +235,44 @@ def test_the_calibration_is_the_newest_judged_depth_0_efficiency(db: Path) -> No
         assert store.calibration(**key, before_wall_s=now + 2) == 0.81  # the newest judged one, seen at once
         assert store.calibration(model="qwen3:8b", hardware="RTX 3090 (936 GB/s)", before_wall_s=now) is None
         assert store.calibration(**key, before_wall_s=now - 7180) is None  # the first finished at now − 7170
+
+
+def test_sessions_bench_lists_the_last_benches_and_export_writes_them(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import csv
+    import io
+    import json
+
+    from trayapp.adapters.export import ExportError, export
+    from trayapp.commands.logs import run_sessions
+
+    with Store(db) as store:
+        store.record_bench(result(T0, (point(0, 60, 90.0, 120.0), point(8192, 8250, 60.0, 80.0))))
+        store.record_bench(result(T0 + 600, (point(0, 60, 88.0, 120.0),), version="0.31.0"))
+    args = argparse.Namespace(store=str(db), since=None, last=1, json=True, bench=True)
+    assert run_sessions(args) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(r["depth_tokens"], r["decode_tok_s"], r["server_version"]) for r in listed] == [
+        (0, 88.0, "0.31.0")
+    ]
+    assert listed[0]["time_utc"].endswith("Z")
+    args = argparse.Namespace(store=str(db), since=None, last=None, json=False, bench=True)
+    assert run_sessions(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["START", "MODEL", "QUANT"] and len(lines) == 1 + 3  # 3 depths in all
+    assert " 8192 " in lines[2] and "60.0" in lines[2] and " 75 " in lines[2]  # 60 ÷ 80 of the ceiling
+    # The plain session list points at them.
+    args = argparse.Namespace(store=str(db), since=None, last=None, json=False, bench=False)
+    assert run_sessions(args) == 0
+    assert "llm-tray sessions --bench" in capsys.readouterr().out
+
+    out = io.StringIO()
+    with Store(db, writer=False) as store:
+        done = export(store, table="bench", fmt="csv", out=out)
+        with pytest.raises(ExportError, match="no session"):
+            export(store, table="bench", last_n=1, out=io.StringIO())
+    exported = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert done.rows == 3 and [r["decode_tok_s"] for r in exported] == ["90.0", "60.0", "88.0"]
+    assert exported[0]["ceiling_pct"] == "75.0" and exported[0]["judged"] == "true"

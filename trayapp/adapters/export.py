@@ -23,7 +23,7 @@ from typing import IO, Any, cast
 
 from trayapp.adapters.store import BOOL_COLUMNS, TIME_COLUMNS, Store
 
-EXPORT_TABLES = ("requests", "sessions", "samples")
+EXPORT_TABLES = ("requests", "sessions", "samples", "bench")
 FORMATS = ("csv", "jsonl", "parquet")
 PARQUET_HINT = "Parquet needs pyarrow: pip install 'llm-tray[parquet]'"
 
@@ -119,6 +119,8 @@ def export(
         raise ExportError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if table is not None and table not in EXPORT_TABLES:
         raise ExportError(f"unknown table {table!r}; expected one of {', '.join(EXPORT_TABLES)}")
+    if table == "bench" and (session_id is not None or last_n is not None):
+        raise ExportError("bench results belong to no session: export them without --session/--last")
     pyarrow_modules = _import_pyarrow() if fmt == "parquet" else None
 
     session_ids: list[str] | None = None

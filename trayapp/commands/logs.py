@@ -37,6 +37,9 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
         "--last", type=int, metavar="N", help=f"the last N sessions (default {DEFAULT_SESSIONS_SHOWN})"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--bench", action="store_true", help="the stored `llm-tray bench` results instead (one row per depth)"
+    )
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,6 +201,60 @@ def format_sessions(sessions: Sequence[SessionRecord]) -> str:
     return "\n".join(lines)
 
 
+def _float(row: dict[str, object], key: str) -> float | None:
+    value = row.get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _last_benches(rows: list[dict[str, object]], last: int | None) -> list[dict[str, object]]:
+    """The rows of the last `last` benches (a bench is one row per depth, sharing its start)."""
+    starts = sorted({_float(row, "started_wall_s") or 0.0 for row in rows})
+    keep = set(starts[-last:]) if last else set(starts)
+    return [row for row in rows if (_float(row, "started_wall_s") or 0.0) in keep]
+
+
+def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "—" if value is None else f"{value * scale:.{digits}f}"
+
+
+def format_bench(rows: Sequence[dict[str, object]]) -> str:
+    """A plain-text table of stored bench results, one row per depth (start in local time)."""
+    header = ("START", "MODEL", "QUANT", "HARDWARE", "DEPTH", "TOK/S", "CV %", "CEIL %", "TTFT S", "SERVER")
+    table: list[tuple[str, ...]] = [header]
+    for row in rows:
+        started = datetime.fromtimestamp(_float(row, "started_wall_s") or 0.0).strftime("%Y-%m-%d %H:%M")
+        names = [str(row.get(key) or "—") for key in ("model", "quantization", "hardware", "depth_tokens")]
+        numbers = [
+            _cell(_float(row, "decode_tok_s")),
+            _cell(_float(row, "decode_cv"), 100.0),
+            _cell(_float(row, "efficiency"), 100.0, 0),
+            _cell(_float(row, "ttft_s"), digits=2),
+        ]
+        table.append((started, *names, *numbers, str(row.get("server_version") or "—")))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    numeric = {4, 5, 6, 7, 8}
+    lines = []
+    for r in table:
+        cells = [c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
+    try:
+        with _open(args) as store:
+            rows = _last_benches(list(store.iter_rows("bench", since_wall_s=since)), last)
+    except StoreError as exc:
+        return _fail("sessions", str(exc), 1)
+    if getattr(args, "json", False):
+        print(json.dumps([{"time_utc": iso_utc(_float(r, "started_wall_s")), **r} for r in rows], indent=2))
+    elif not rows:
+        print(f"no bench results stored yet: run `llm-tray bench` (store: {_store_path(args)})")
+    else:
+        print(format_bench(rows))
+    return 0
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -208,11 +265,14 @@ def run_sessions(args: argparse.Namespace) -> int:
         last = _positive_last(getattr(args, "last", None))
     except UsageError as exc:
         return _fail("sessions", str(exc), 2)
+    if getattr(args, "bench", False):
+        return _run_bench_list(args, since, last)
     if last is None and since is None:
         last = DEFAULT_SESSIONS_SHOWN
     try:
         with _open(args) as store:
             sessions = store.sessions(since_wall_s=since, last_n=last)
+            benched = store.has_rows("bench")
     except StoreError as exc:
         return _fail("sessions", str(exc), 1)
     if getattr(args, "json", False):
@@ -221,6 +281,8 @@ def run_sessions(args: argparse.Namespace) -> int:
         print(f"no sessions recorded yet (store: {_store_path(args)})")
     else:
         print(format_sessions(sessions))
+    if benched and not getattr(args, "json", False):
+        print("bench results are stored too: llm-tray sessions --bench")
     return 0
 
 
