@@ -235,7 +235,8 @@ class Monitor:
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
-        baselines, plain, calibrations = self._baselines(machines, default_machine)
+        baselines, plain = self._baselines(machines, default_machine)
+        calibrations, bench_rates = self._benched(machines, default_machine)
         output = self.pipeline.process(
             readings,
             hardware,
@@ -246,6 +247,7 @@ class Monitor:
             baselines,
             plain,
             calibrations,
+            bench_rates=bench_rates,
         )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
@@ -384,34 +386,20 @@ class Monitor:
 
     def _baselines(
         self, machines: dict[str, Machine], default: Machine
-    ) -> tuple[
-        dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline], dict[tuple[str, str], float]
-    ]:
+    ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
         """The store's baselines of every model that was decoding at the last tick (the store caches
         them): the comparable one (same speculative decoding) and, for a model decoding with
         speculative decoding, the plain-decode one its speed-up is measured against; and every
         local model's calibration (its benched efficiency on this hardware), when it was benched."""
         comparable: dict[tuple[str, str], Baseline] = {}
         plain: dict[tuple[str, str], Baseline] = {}
-        calibrations: dict[tuple[str, str], float] = {}
         if self._store is None or self.last_snapshot is None:
-            return comparable, plain, calibrations
+            return comparable, plain
         for server, model in self.last_snapshot.models():
-            if server.machine is not None:
+            if model.phase != "decoding" or model.session_id is None or server.machine is not None:
                 continue
             key = (server.url, model.name)
             label = hardware_label(machines.get(server.url, default))
-            try:  # every model's (the dashboard's band is centred on it), not only those decoding
-                calibration = self._store.calibration(
-                    model=model.name, hardware=label, before_wall_s=self._wall()
-                )
-            except Exception as exc:  # a store problem must not stop monitoring
-                log.warning("calibration lookup failed: %s", exc)
-                calibration = None
-            if calibration is not None:
-                calibrations[key] = calibration
-            if model.phase != "decoding" or model.session_id is None:
-                continue
             kinds = (model.spec_type, None) if model.spec_type else (None,)
             for spec_type in kinds:
                 try:
@@ -433,7 +421,37 @@ class Monitor:
                     comparable[key] = baseline
                 if spec_type is None:
                     plain[key] = baseline
-        return comparable, plain, calibrations
+        return comparable, plain
+
+    def _benched(
+        self, machines: dict[str, Machine], default: Machine
+    ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+        """Every local model's calibration (its benched efficiency on this hardware) and bench
+        decode rate at depth 0, where it was benched: the dashboard's band and bench line, and
+        `low_efficiency`'s floor. The store caches them."""
+        calibrations: dict[tuple[str, str], float] = {}
+        rates: dict[tuple[str, str], float] = {}
+        if self._store is None or self.last_snapshot is None:
+            return calibrations, rates
+        for server, model in self.last_snapshot.models():
+            if server.machine is not None:
+                continue
+            key = (server.url, model.name)
+            label = hardware_label(machines.get(server.url, default))
+            now = self._wall()
+            try:
+                calibration = self._store.calibration(model=model.name, hardware=label, before_wall_s=now)
+                rate = self._store.bench_rate(
+                    model=model.name, quantization=model.quantization, hardware=label, before_wall_s=now
+                )
+            except Exception as exc:  # a store problem must not stop monitoring
+                log.warning("bench lookup failed: %s", exc)
+                continue
+            if calibration is not None:
+                calibrations[key] = calibration
+            if rate is not None:
+                rates[key] = rate
+        return calibrations, rates
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
         for server in snapshot.servers:

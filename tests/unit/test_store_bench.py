@@ -276,3 +276,15 @@ def test_sessions_bench_lists_the_last_benches_and_export_writes_them(
     exported = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert done.rows == 3 and [r["decode_tok_s"] for r in exported] == ["90.0", "60.0", "88.0"]
     assert exported[0]["ceiling_pct"] == "75.0" and exported[0]["judged"] == "true"
+
+
+def test_the_bench_rate_is_the_newest_benchs_depth_zero_decode_of_its_key(db: Path) -> None:
+    with Store(db) as store:
+        store.record_bench(result(T0, (point(0, 60, 90.0, 120.0), point(8192, 8250, 60.0, 80.0))))
+        store.record_bench(result(T0 + 600, (point(0, 60, 85.0, 120.0),)))
+        now = T0 + 3600
+        assert store.bench_rate(**KEY, before_wall_s=now) == 85.0
+        assert store.bench_rate(**KEY, before_wall_s=T0 + 300) == 90.0  # only the first had finished
+        assert store.bench_rate(**{**KEY, "quantization": "Q8_0"}, before_wall_s=now) is None
+        store.record_bench(result(T0 + 1200, (point(0, 60, 70.0, 120.0),)))  # a new bench clears the cache
+        assert store.bench_rate(**KEY, before_wall_s=now) == 70.0

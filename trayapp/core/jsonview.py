@@ -51,6 +51,7 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "spec_type": model.spec_type,
         "spec_speedup": _num(model.spec_speedup, 3),
         "calibrated_efficiency": _num(model.calibrated_efficiency, 4),
+        "bench_decode_tok_s": _num(model.bench_decode_tok_s),
         "prefill_tokens_total": model.prefill.tokens_total if model.prefill else None,
         "prefill_tokens_done": model.prefill.tokens_done if model.prefill else None,
         "prefill_cached_tokens": model.prefill.cached_tokens if model.prefill else None,

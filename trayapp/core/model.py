@@ -328,6 +328,7 @@ class ModelStatus:
     draft_acceptance: float | None = None
     spec_speedup: float | None = None  # decode ÷ the plain-decode baseline (speculative decoding only)
     calibrated_efficiency: float | None = None  # a bench's decode ÷ ceiling at depth 0 on this hardware
+    bench_decode_tok_s: float | None = None  # a bench's decode at depth 0 here (the dashboard's bench line)
     spec_type: str | None = None  # speculative decoding in use ("draft-simple", "draft-mtp", …), when known
     prefill: PrefillProgress | None = None  # prompts being read right now
     session_id: str | None = None

@@ -85,10 +85,13 @@ class Pipeline:
         baselines: Mapping[ModelKey, Baseline] | None = None,
         plain_baselines: Mapping[ModelKey, Baseline] | None = None,
         calibrations: Mapping[ModelKey, float] | None = None,
+        *,
+        bench_rates: Mapping[ModelKey, float] | None = None,
     ) -> TickOutput:
         """One tick. `baselines` are the store's comparable baselines of the models that were decoding;
         `plain_baselines` the plain-decode ones of those decoding with speculative decoding;
-        `calibrations` their benched efficiency (decode ÷ ceiling at depth 0) on this hardware."""
+        `calibrations` their benched efficiency (decode ÷ ceiling at depth 0) on this hardware and
+        `bench_rates` their benched decode tok/s at depth 0 (both shown on the models)."""
         servers: list[ServerStatus] = []
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
@@ -97,7 +100,7 @@ class Pipeline:
             machine = machines.get(reading.url, default_machine)
             plain = plain_baselines or {}
             tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, plain)
-            servers.append(_with_calibrations(tick.status, calibrations or {}))
+            servers.append(_with_bench(tick.status, calibrations or {}, bench_rates or {}))
             requests.extend(tick.requests)
             sessions.extend(tick.sessions)
             findings.extend(self._diagnose(tick, machine, hardware, baselines or {}, calibrations or {}))
@@ -369,14 +372,18 @@ def _complete_request(
     )
 
 
-def _with_calibrations(server: ServerStatus, calibrations: Mapping[ModelKey, float]) -> ServerStatus:
-    """The server's models with their benched efficiency here, where a bench measured one."""
-    if not calibrations:
+def _with_bench(
+    server: ServerStatus, calibrations: Mapping[ModelKey, float], rates: Mapping[ModelKey, float]
+) -> ServerStatus:
+    """The server's models with their benched efficiency and decode rate here, where benched."""
+    if not calibrations and not rates:
         return server
     models = tuple(
-        replace(m, calibrated_efficiency=calibrations[(server.url, m.name)])
-        if (server.url, m.name) in calibrations
-        else m
+        replace(
+            m,
+            calibrated_efficiency=calibrations.get((server.url, m.name)),
+            bench_decode_tok_s=rates.get((server.url, m.name)),
+        )
         for m in server.models
     )
     return replace(server, models=models)

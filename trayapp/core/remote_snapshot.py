@@ -146,6 +146,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         draft_acceptance=_num(data, "draft_acceptance"),
         spec_speedup=_num(data, "spec_speedup"),
         calibrated_efficiency=_num(data, "calibrated_efficiency"),
+        bench_decode_tok_s=_num(data, "bench_decode_tok_s"),
         spec_type=_str(data, "spec_type"),
         prefill=prefill,
         session_id=_str(data, "session_id"),

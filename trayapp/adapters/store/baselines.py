@@ -38,6 +38,12 @@ _CALIBRATION_SQL = (
     "AND judged = 1 AND efficiency > 0 AND finished_wall_s < :before_wall_s "
     "ORDER BY started_wall_s DESC LIMIT 1"
 )
+_BENCH_RATE_SQL = (
+    "SELECT decode_tok_s FROM bench WHERE model = :model AND quantization IS :quantization "
+    "AND hardware IS :hardware AND depth_tokens = 0 AND decode_tok_s > 0 "
+    "AND finished_wall_s < :before_wall_s "
+    "ORDER BY started_wall_s DESC LIMIT 1"
+)
 _RATES_SQL = (
     "SELECT decode_tok_s, context_tokens FROM samples WHERE session_id = :session_id "
     "AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
@@ -65,6 +71,26 @@ class BaselineQueries:
     _lock: threading.RLock
     _baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]]
     _calibration_cache: dict[tuple[str, str | None], tuple[float, float | None]]
+    _bench_rate_cache: dict[tuple[str, str | None, str | None], tuple[float, float | None]]
+
+    def bench_rate(
+        self, *, model: str, quantization: str | None, hardware: str | None, before_wall_s: float
+    ) -> float | None:
+        """The decode tok/s at depth 0 of the newest bench of this (model, quantization, hardware)
+        finished before `before_wall_s` (the dashboard's bench line), or None. Cached like `baseline()`."""
+        key = (model, quantization, hardware)
+        cached = self._bench_rate_cache.get(key)
+        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
+            return cached[1]
+        if len(self._bench_rate_cache) > _MAX_CACHED:
+            self._bench_rate_cache.clear()
+        query: dict[str, object] = {"model": model, "quantization": quantization, "hardware": hardware}
+        query["before_wall_s"] = before_wall_s
+        with self._lock:
+            row = self._conn.execute(_BENCH_RATE_SQL, query).fetchone()
+        value = None if row is None else float(row[0])
+        self._bench_rate_cache[key] = (before_wall_s, value)
+        return value
 
     def calibration(self, *, model: str, hardware: str | None, before_wall_s: float) -> float | None:
         """The efficiency (decode ÷ ceiling at depth 0) of the newest bench of `model` on `hardware`

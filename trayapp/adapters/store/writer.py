@@ -106,6 +106,7 @@ class Store(StoreQueries, BaselineQueries):
         self._last_prune_wall_s = -math.inf
         self._baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]] = {}
         self._calibration_cache: dict[tuple[str, str | None], tuple[float, float | None]] = {}
+        self._bench_rate_cache: dict[tuple[str, str | None, str | None], tuple[float, float | None]] = {}
         self._conn = self._open_writer() if writer else self._open_reader()
 
     # ----------------------------------------------------------------- opening
@@ -377,6 +378,7 @@ class Store(StoreQueries, BaselineQueries):
             raise StoreError(f"cannot write the bench to {self.path}: {exc}") from exc
         self._baseline_cache.clear()
         self._calibration_cache.clear()
+        self._bench_rate_cache.clear()
         return len(rows)
 
     def prune(self, now_wall_s: float) -> int:

@@ -103,7 +103,17 @@ class RateTimePlot(Plot):
             labelOpts={"position": 0.01, "color": (230, 230, 230), "anchors": [(0, 1), (0, 1)]},
         )
         self.ceiling_line.hide()
-        for band in (self.reading_band, self.realistic_band, self.floor_line, self.ceiling_line):
+        self.bench_line = pg.InfiniteLine(  # the stored bench's decode at depth 0 (`llm-tray bench`)
+            0,
+            angle=0,
+            movable=False,
+            pen=pg.mkPen((120, 200, 255), width=1.5, style=Qt.PenStyle.DashLine),
+            label="bench {value:.0f}",
+            labelOpts={"position": 0.5, "color": (150, 210, 255), "anchors": [(0.5, 1), (0.5, 1)]},
+        )
+        self.bench_line.hide()
+        lines = (self.reading_band, self.realistic_band, self.floor_line, self.ceiling_line, self.bench_line)
+        for band in lines:
             self.addItem(band, ignoreBounds=True)
         self.decode_curve = self.plot(
             name="polled (estimated)", connect="finite", pen=pg.mkPen((255, 190, 60), width=2), **STATIC_ITEM
@@ -124,6 +134,7 @@ class RateTimePlot(Plot):
             curve.setData([], [])
         self.ceiling_line.hide()
         self.realistic_band.hide()
+        self.bench_line.hide()
         self._draw_references()
 
     def show_model(
@@ -132,9 +143,11 @@ class RateTimePlot(Plot):
         ceiling_tok_s: float | None,
         now_s: float,
         calibrated_efficiency: float | None = None,
+        bench_tok_s: float | None = None,
     ) -> tuple[int, int]:
         """Draw one model's history; returns (finite decode points, all points). With a calibration
-        (a bench's efficiency here) the realistic band is centred on it, as `low_efficiency` is."""
+        (a bench's efficiency here) the realistic band is centred on it, as `low_efficiency` is;
+        `bench_tok_s` (that bench's decode at depth 0) is drawn as a dashed line."""
         self.set_text("left", self.unit())
         y = self.y(arrays.decode_tok_s)
         self.decode_curve.setData(arrays.t_wall_s, y, connect="finite")
@@ -148,6 +161,7 @@ class RateTimePlot(Plot):
             finite = arrays.ceiling_tok_s[np.isfinite(arrays.ceiling_tok_s)]
             ceiling = float(finite[-1]) if finite.size else None
         self._draw_ceiling(ceiling, calibrated_efficiency)
+        self._draw_bench(bench_tok_s)
         self._draw_references()
 
         starts = [float(a[0]) for a in (arrays.t_wall_s, arrays.request_t_wall_s) if a.size]
@@ -185,6 +199,15 @@ class RateTimePlot(Plot):
         self.ceiling_line.label.setFormat(
             "fastest {value:.1f} ms/token" if self.ms_per_token else "ceiling {value:.0f}"
         )
+
+    def _draw_bench(self, bench_tok_s: float | None) -> None:
+        if not bench_tok_s:
+            self.bench_line.hide()
+            return
+        self.bench_line.show()  # before it moves (a hidden line's label keeps stale text)
+        self.bench_line.setValue(1000 / bench_tok_s if self.ms_per_token else bench_tok_s)
+        unit = "bench {value:.1f} ms/token" if self.ms_per_token else "bench {value:.0f}"
+        self.bench_line.label.setFormat(unit)
 
     def _draw_references(self) -> None:
         """Reading band and floor, in the current unit (a floor of 0 is no line)."""

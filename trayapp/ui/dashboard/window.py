@@ -223,7 +223,8 @@ class Dashboard(QWidget):
             ceiling = model.ceiling_tok_s if model is not None else None
             now_s = self.history.latest_t_wall_s or 0.0
             calibration = model.calibrated_efficiency if model is not None else None
-            points, total = self.time_plot.show_model(arrays, ceiling, now_s, calibration)
+            bench = model.bench_decode_tok_s if model is not None else None
+            points, total = self.time_plot.show_model(arrays, ceiling, now_s, calibration, bench)
             self.context_plot.show_model(arrays, model, self.kv_type, self.history.ceiling_points(key))
         self._redraw_header(current)
         self.empty_state.update_snapshot(snapshot)
