@@ -45,3 +45,8 @@ def cache_dir() -> Path:
     path = data_dir() / "cache"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def agent_token_file() -> Path:
+    """The agent's token (`llm-tray agent --new-token`): `agent-token` in the config dir."""
+    return config_dir() / "agent-token"

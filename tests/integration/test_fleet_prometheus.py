@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -197,6 +198,21 @@ def _latest_common_decode(fleet: Fleet) -> float | None:
     return sorted(common)[len(common) // 2] if common else None
 
 
+def _wait_metrics(port: int, processes: Processes) -> None:
+    """Until the agent on `port` answers /metrics (bounded)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    pace = threading.Event()
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        pace.wait(0.2)
+    why = f"agent on {port} did not serve /metrics within {READY_TIMEOUT_S:g} s"
+    pytest.fail(f"{why}\n{processes.diagnostics()}")
+
+
 def _generate_until_stored(fleet: Fleet, processes: Processes) -> None:
     """Generate (bounded), polling Prometheus until decode and ceiling > 0 are stored from both agents."""
     wanted = set(fleet.instances)
@@ -258,6 +274,9 @@ def fleet(
                  "--endpoint", llama_server.url, "--no-discover"],
                 env=env,
             )  # fmt: skip
+            # One at a time: each agent measures the RAM bandwidth before it serves /metrics, and two
+            # measuring at once on a small host would each see part of it (a ceiling below the decode).
+            _wait_metrics(port, processes)
         instances = [f"127.0.0.1:{port}" for port in ports]
         config = root / "prometheus.yml"
         config.write_text(_prometheus_config(instances))

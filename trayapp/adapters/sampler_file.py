@@ -86,7 +86,14 @@ def pid_alive(pid: int) -> bool:
 
 
 def auth_headers(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The bearer header for this machine's sampler: $LLM_TRAY_TOKEN, else the agent's own token
+    file (`llm-tray agent --new-token`), so `status`, `watch` and `bar` on the box just work."""
     token = environ.get(TOKEN_ENV)
+    if not token:
+        try:
+            token = paths.agent_token_file().read_text(encoding="utf-8").strip()
+        except OSError:
+            token = ""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

@@ -39,18 +39,17 @@ from trayapp.monitor import Monitor
 
 log = logging.getLogger("trayapp.agent")
 
-TOKEN_FILE = "agent-token"
 
 
 def token_path() -> Path:
     """The agent's token file: `agent-token` in the config dir (under LLM_TRAY_HOME)."""
-    return paths.config_dir() / TOKEN_FILE
+    return paths.agent_token_file()
 
 
 def write_new_token() -> Path:
     """A new random token in the token file (mode 0600, replaced atomically); returns its path."""
     path = token_path()
-    tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         file.write(secrets.token_urlsafe(32) + "\n")
