@@ -28,6 +28,7 @@ else:  # pragma: no cover
 
 from trayapp import paths
 from trayapp.config_agents import AgentConfig, parse_agents
+from trayapp.core.loopback import is_loopback
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
 
@@ -71,16 +72,6 @@ class EndpointConfig:
         )
 
 
-def is_loopback_host(host: str) -> bool:
-    """`localhost` or a loopback IP literal (`127.x.x.x`, `::1`)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class ProxyConfig:
     """A recording proxy the tray app runs: clients use `listen`, requests go on to `upstream`."""
@@ -102,7 +93,7 @@ class ProxyConfig:
 
     @property
     def remote(self) -> bool:
-        return not is_loopback_host(self.listen_host)
+        return not is_loopback(self.listen_host)
 
     @property
     def client_url(self) -> str:

@@ -11,13 +11,13 @@ Remote alerts are taken as the agent computed them; nothing here re-runs a detec
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
+from trayapp.core.loopback import is_loopback
 from trayapp.core.model import (
     Alert,
     GpuReading,
@@ -252,12 +252,8 @@ def snapshot_from_json(doc: Any) -> RemoteDoc:
 
 
 def _is_loopback(host: str) -> bool:
-    if host in ("localhost", "0.0.0.0", "::"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """The box's own address as its agent names it (its wildcard listens included)."""
+    return host in ("0.0.0.0", "::") or is_loopback(host)
 
 
 def remote_url(url: str, machine: str) -> str:
