@@ -40,7 +40,6 @@ from trayapp.monitor import Monitor
 log = logging.getLogger("trayapp.agent")
 
 
-
 def token_path() -> Path:
     """The agent's token file: `agent-token` in the config dir (under LLM_TRAY_HOME)."""
     return paths.agent_token_file()
