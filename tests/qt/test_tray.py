@@ -11,6 +11,7 @@ from pytestqt.qtbot import QtBot
 from qt_snapshots import LLAMA, OLLAMA, alert, model, server, snap
 
 from trayapp.config import EndpointConfig, Settings
+from trayapp.config_agents import AgentConfig
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import Snapshot
@@ -149,7 +150,8 @@ def test_click_opens_the_dashboard(qtbot: QtBot, tray: TrayController) -> None:
 
 def test_copy_diagnostics_is_redacted(qtbot: QtBot, worker: FakeWorker) -> None:
     settings = Settings(
-        endpoints=(EndpointConfig(url="http://bob:pw@127.0.0.1:8080/?token=abc", api_key_env="K"),)
+        endpoints=(EndpointConfig(url="http://bob:pw@127.0.0.1:8080/?token=abc", api_key_env="K"),),
+        agents=(AgentConfig(url="http://gpu-box:9465", name="gpu-box", token_env="BOX_TOKEN"),),
     )
     summary = settings_summary(settings)
     tray = TrayController(worker, diagnostics=lambda s: diagnostics_text(s, summary), template=False)
@@ -159,6 +161,7 @@ def test_copy_diagnostics_is_redacted(qtbot: QtBot, worker: FakeWorker) -> None:
     text = QGuiApplication.clipboard().text()
     assert "llama3.1:8b" in text and "qwen3:30b" in text
     assert "endpoint http://127.0.0.1:8080/ kind=auto, api key from env K" in text
+    assert "agent gpu-box http://gpu-box:9465, token from env BOX_TOKEN" in text
     assert "bob" not in text and "pw@" not in text and "abc" not in text
 
 

@@ -127,6 +127,9 @@ def settings_summary(settings: Settings) -> str:
             f"proxy {proxy.listen} -> {redact_url(proxy.upstream)} kind={proxy.kind or 'openai'} "
             f"{'on' if proxy.enabled else 'off'}{' remote' if proxy.allow_remote else ''}"
         )
+    for agent in settings.agents:  # the token never: only where it is read from
+        token = f"token from env {agent.token_env}" if agent.token_env else "token from the keyring, if any"
+        lines.append(f"agent {agent.name} {redact_url(agent.url)}, {token}")
     exporter = settings.exporter
     lines.append(f"exporter {'on' if exporter.enabled else 'off'} {exporter.address}:{exporter.port}")
     lines.append(f"retention {settings.store.retention_days:g} days")
