@@ -19,20 +19,19 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
-import platform
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, qVersion
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from trayapp.adapters.proxy.inbox import RecordInbox
 from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.app_events import TestEvents
-from trayapp.app_logging import install_excepthook, setup_logging
+from trayapp.app_logging import collect_versions, install_excepthook, setup_logging
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -72,25 +71,6 @@ MonitorFactory = Callable[[], MonitorLike]
 def settings_services() -> SettingsServices:
     """The settings dialog's way to the adapters (connection test, keyring)."""
     return SettingsServices(identify=identify_server, store_api_key=store_api_key)
-
-
-def collect_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import PySide6
-
-    try:
-        pyqtgraph_version = version("pyqtgraph")  # its metadata: importing it costs ~50 MiB
-    except PackageNotFoundError:
-        pyqtgraph_version = "?"
-
-    return {
-        "Python": platform.python_version(),
-        "PySide6": str(getattr(PySide6, "__version__", "?")),
-        "Qt": qVersion(),
-        "pyqtgraph": pyqtgraph_version,
-        "OS": platform.platform(terse=True),
-    }
 
 
 # --------------------------------------------------------------------------- the app
@@ -176,9 +156,7 @@ class TrayApp(QObject):
         self.events.emit("started", pid=os.getpid(), at_login=self.at_login)
         if self.tray.shown_state is not None:
             self._on_icon_changed(self.tray.shown_state)  # drawn before anyone listened
-        self.runner.start()
-        self.snapshots.start_in_background(announce=True)
-        self._apply_exporter(self.settings.exporter)
+        QTimer.singleShot(0, self._start_sampling)  # once the loop runs: the panel docks the icon first
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._show_tray()
         else:
@@ -192,6 +170,14 @@ class TrayApp(QObject):
             if not self.at_login:  # started by hand: a window now; a tray that appears still gets the icon
                 self._run_without_tray("No system tray is available on this desktop", wait_s)
         self._apply_proxies(self.settings.proxies)  # after the tray shows, so its warnings are seen
+
+    def _start_sampling(self) -> None:
+        """The sampler, its endpoints: after the icon, so their imports and probes never delay it."""
+        if self._stopped:
+            return
+        self.runner.start()
+        self.snapshots.start_in_background(announce=True)
+        self._apply_exporter(self.settings.exporter)
 
     def _poll_tray(self) -> None:
         if QSystemTrayIcon.isSystemTrayAvailable():
@@ -286,6 +272,8 @@ class TrayApp(QObject):
         self.tray.show_message("llm-tray", message, critical=True)
 
     def _on_icon_changed(self, state: IconState) -> None:
+        if self._stopped:
+            return  # a throttled redraw firing after quit: nothing is shown any more
         self.events.emit(
             "icon", health=state.health, text=state.text, ring=state.ring, offload=state.offload,
             paused=state.paused, tooltip=state.tooltip,

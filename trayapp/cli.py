@@ -228,7 +228,7 @@ def _load_settings():
 
 
 def _extra_endpoints(args: argparse.Namespace) -> list:
-    from trayapp.monitor import endpoint_from_arg
+    from trayapp.config import endpoint_from_arg
 
     return [endpoint_from_arg(value) for value in args.endpoint]
 

@@ -28,7 +28,7 @@ else:  # pragma: no cover
 
 from trayapp import paths
 from trayapp.config_agents import AgentConfig, parse_agents
-from trayapp.core.loopback import is_loopback
+from trayapp.core.loopback import host_key, is_loopback, server_key
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
 
@@ -70,6 +70,16 @@ class EndpointConfig:
                 self.ram_bandwidth_gbps if self.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
             ),
         )
+
+
+def endpoint_from_arg(value: str) -> EndpointConfig:
+    """`[KIND=]URL` from the command line."""
+    kind, sep, url = value.partition("=")
+    if not sep or "://" in kind:
+        kind, url = "", value
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
+    return EndpointConfig(url=url, kind=kind or None)
 
 
 @dataclass(frozen=True)
@@ -321,15 +331,6 @@ def _build_proxy(data: Any, index: int) -> ProxyConfig:
     return replace(proxy, upstream=proxy.upstream.rstrip("/"))
 
 
-def _server_key(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    return _host_key(parts.hostname or ""), parts.port or 80
-
-
-def _host_key(host: str) -> str:
-    return "127.0.0.1" if host.lower() in ("localhost", "::1") else host.lower()
-
-
 def _parse_proxies(value: Any, errors: list[str]) -> tuple[ProxyConfig, ...]:
     """Good entries; each bad one is reported and skipped (the rest still load)."""
     if not isinstance(value, list):
@@ -339,10 +340,10 @@ def _parse_proxies(value: Any, errors: list[str]) -> tuple[ProxyConfig, ...]:
     for index, item in enumerate(value):
         try:
             proxy = _build_proxy(item, index)
-            listen_key = _host_key(proxy.listen_host), proxy.listen_port
-            if listen_key == _server_key(proxy.upstream):
+            listen_key = host_key(proxy.listen_host), proxy.listen_port
+            if listen_key == server_key(proxy.upstream):
                 raise ConfigError(f"proxies[{index}].upstream: the proxy would forward to itself")
-            if any((_host_key(p.listen_host), p.listen_port) == listen_key for p in proxies):
+            if any((host_key(p.listen_host), p.listen_port) == listen_key for p in proxies):
                 raise ConfigError(f"proxies[{index}].listen: {proxy.listen} is used by another proxy")
             proxies.append(proxy)
         except ConfigError as exc:
@@ -364,11 +365,11 @@ def proxy_token(proxy: ProxyConfig, environ: Mapping[str, str]) -> tuple[str | N
 
 def watched_settings(settings: Settings) -> Settings:
     """The settings the monitor uses: each enabled proxy's upstream is watched (its records need it)."""
-    taken = {_server_key(e.url) for e in settings.endpoints}
+    taken = {server_key(e.url) for e in settings.endpoints}
     extra: list[EndpointConfig] = []
     for proxy in settings.proxies:
-        if proxy.enabled and _server_key(proxy.upstream) not in taken:
-            taken.add(_server_key(proxy.upstream))
+        if proxy.enabled and server_key(proxy.upstream) not in taken:
+            taken.add(server_key(proxy.upstream))
             extra.append(EndpointConfig(url=proxy.upstream, kind=proxy.kind))
     return replace(settings, endpoints=settings.endpoints + tuple(extra)) if extra else settings
 

@@ -471,13 +471,3 @@ def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerRead
         return ServerReading(
             kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}"
         )
-
-
-def endpoint_from_arg(value: str) -> EndpointConfig:
-    """`[KIND=]URL` from the command line."""
-    kind, sep, url = value.partition("=")
-    if not sep or "://" in kind:
-        kind, url = "", value
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
-    return EndpointConfig(url=url, kind=kind or None)

@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-from trayapp.adapters.store import BOOL_COLUMNS, TIME_COLUMNS, Store
+if TYPE_CHECKING:  # the store loads when an export runs (the CLI's parser imports this module)
+    from trayapp.adapters.store import Store
+
 
 EXPORT_TABLES = ("requests", "sessions", "samples", "bench")
 FORMATS = ("csv", "jsonl", "parquet")
@@ -63,6 +65,8 @@ def export_columns(store: Store, table: str) -> list[str]:
 
 def _time_columns(table: str) -> dict[str, str]:
     """Exported ISO column → the epoch-seconds column it renders."""
+    from trayapp.adapters.store import TIME_COLUMNS
+
     columns = {"time_utc": TIME_COLUMNS[table]}
     if table == "sessions":
         columns["ended_utc"] = "ended_wall_s"
@@ -78,6 +82,8 @@ def _rows(
     they are, but for the 0/1 columns (`BOOL_COLUMNS`: `decode_exact`, `ttft_exact`, `exact`)
     that become booleans (None stays None: not known).
     """
+    from trayapp.adapters.store import BOOL_COLUMNS, TIME_COLUMNS
+
     time_column = TIME_COLUMNS[table]
     rate_column = "mean_decode_tok_s" if table == "sessions" else "decode_tok_s"
     bools = [c for c in store.columns(table) if c in BOOL_COLUMNS]
@@ -180,6 +186,8 @@ def export(
 def _write_text(
     fmt: str, table: str, columns: list[str], rows: Iterator[dict[str, Any]], out: IO[str]
 ) -> int:
+    from trayapp.adapters.store import BOOL_COLUMNS
+
     times = _time_columns(table)
     count = 0
     if fmt == "csv":
@@ -216,6 +224,8 @@ def _import_pyarrow() -> tuple[Any, Any]:
 
 
 def _parquet_schema(pa: Any, store: Store, table: str, columns: list[str]) -> Any:
+    from trayapp.adapters.store import BOOL_COLUMNS
+
     declared = store.column_types(table)
     fields = []
     for name in columns:

@@ -28,14 +28,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trayapp import paths
-from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.adapters.sampler_file import TOKEN_ENV
-from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.core.loopback import is_loopback
-from trayapp.monitor import Monitor
+
+if TYPE_CHECKING:  # loaded when the agent runs: `llm-tray --help` and the tray's start need neither
+    from trayapp.adapters.snapshot_server import SnapshotServer
+    from trayapp.monitor import Monitor
 
 log = logging.getLogger("trayapp.agent")
 
@@ -116,6 +117,8 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
             f"--snapshot-address {address} is not loopback: set {TOKEN_ENV} to a token first "
             "(or run llm-tray agent --new-token)"
         )
+    from trayapp.adapters.snapshot_server import SnapshotServer
+
     server = SnapshotServer(address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds)
     server.start(announce=True)
     if not is_loopback(address):
@@ -130,6 +133,8 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
 
 
 def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
+    from trayapp.adapters.metrics import MetricsState, start_exporter
+
     state = MetricsState()
     try:
         exporter = start_exporter(state, address=args.listen_address, port=args.metrics_port)

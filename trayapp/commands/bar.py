@@ -16,8 +16,6 @@ import sys
 import time
 from typing import Any
 
-import httpx
-
 from trayapp.adapters import sampler_file
 from trayapp.core.bar import DEFAULT_MAX_WIDTH, FORMATS, render
 
@@ -48,6 +46,8 @@ def _emit(text: str, fmt: str, follow: bool) -> None:
 
 
 def run_bar(args: argparse.Namespace) -> int:
+    import httpx
+
     width = args.max_width if args.max_width > 0 else None
 
     def text(doc: dict[str, Any] | None) -> str:
@@ -102,6 +102,8 @@ def _own_probe_wanted(args: argparse.Namespace) -> bool:
 
 def live_sampler(args: argparse.Namespace) -> sampler_file.SamplerInfo | None:
     """This machine's running sampler, when the command may use it (and says so on stderr)."""
+    import httpx
+
     if _own_probe_wanted(args):
         return None
     info = sampler_file.find_sampler()
@@ -124,6 +126,8 @@ def live_sampler(args: argparse.Namespace) -> sampler_file.SamplerInfo | None:
 
 def status_from(info: sampler_file.SamplerInfo, as_json: bool) -> int | None:
     """`status` from the sampler; None when it did not answer (the caller probes by itself)."""
+    import httpx
+
     if as_json:
         doc = sampler_file.wait_json(info, "/v1/snapshot")
         if doc is None:
@@ -143,6 +147,8 @@ def status_from(info: sampler_file.SamplerInfo, as_json: bool) -> int | None:
 
 def watch_from(info: sampler_file.SamplerInfo, args: argparse.Namespace) -> int:
     """`watch` from the sampler's events: one line per tick of the sampler (at its pace)."""
+    import httpx
+
     started = time.monotonic()
     try:
         for event, data in sampler_file.events(info):

@@ -80,7 +80,7 @@ def run_bench(args: argparse.Namespace, monitor: Monitor) -> int:
 
 
 def _run(args: argparse.Namespace, monitor: Monitor) -> int:
-    from trayapp.monitor import endpoint_from_arg
+    from trayapp.config import endpoint_from_arg
 
     urls = [endpoint_from_arg(value).url for value in getattr(args, "endpoint", [])]
     snapshot, server, model = find_target(monitor, urls, args.model, bool(args.force), warn=sys.stderr)

@@ -14,12 +14,14 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trayapp import paths
 from trayapp.adapters.export import EXPORT_TABLES, FORMATS, ExportError, export, iso_utc
-from trayapp.adapters.report import ReportError, write_report
-from trayapp.adapters.store import Store, StoreError
 from trayapp.core.model import SessionRecord
+
+if TYPE_CHECKING:  # the store loads when a command runs (the CLI's parser imports this module)
+    from trayapp.adapters.store import Store
 
 DEFAULT_SESSIONS_SHOWN = 20
 
@@ -88,6 +90,8 @@ def _store_path(args: argparse.Namespace) -> Path:
 
 
 def _open(args: argparse.Namespace) -> Store:
+    from trayapp.adapters.store import Store
+
     return Store(_store_path(args), writer=False)
 
 
@@ -241,6 +245,8 @@ def format_bench(rows: Sequence[dict[str, object]]) -> str:
 
 
 def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
+    from trayapp.adapters.store import StoreError
+
     try:
         with _open(args) as store:
             rows = _last_benches(list(store.iter_rows("bench", since_wall_s=since)), last)
@@ -260,6 +266,8 @@ def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | N
 
 def run_sessions(args: argparse.Namespace) -> int:
     """List recorded sessions, oldest first (the last 20 unless --since or --last says otherwise)."""
+    from trayapp.adapters.store import StoreError
+
     try:
         since = parse_since(args.since) if getattr(args, "since", None) else None
         last = _positive_last(getattr(args, "last", None))
@@ -288,6 +296,8 @@ def run_sessions(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     """Export requests, sessions or samples as CSV, JSON Lines or Parquet to a file or stdout."""
+    from trayapp.adapters.store import StoreError
+
     try:
         since = parse_since(args.since) if getattr(args, "since", None) else None
         last = _positive_last(getattr(args, "last", None))
@@ -324,6 +334,9 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the one-page HTML report of a session (default: the latest)."""
+    from trayapp.adapters.report import ReportError, write_report
+    from trayapp.adapters.store import StoreError
+
     try:
         with _open(args) as store:
             session_id = resolve_session(store, args.session) if getattr(args, "session", None) else None

@@ -92,7 +92,7 @@ def _token(args: argparse.Namespace, remote: bool) -> str | None:
 
 def build_routes(args: argparse.Namespace) -> list[Route]:
     from trayapp.adapters.proxy.server import Route, is_loopback
-    from trayapp.monitor import endpoint_from_arg
+    from trayapp.config import endpoint_from_arg
 
     if len(args.listen) != len(args.upstream):
         raise ValueError("give one --listen for each --upstream")
@@ -140,8 +140,8 @@ def record_line(record: FinishedRequest) -> str:
 def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) -> int:
     from trayapp.adapters.proxy.inbox import RecordInbox
     from trayapp.adapters.proxy.runner import ProxyThread
-    from trayapp.config import load_settings
-    from trayapp.monitor import Monitor, endpoint_from_arg
+    from trayapp.config import endpoint_from_arg, load_settings
+    from trayapp.monitor import Monitor
 
     routes = build_routes(args)
     inbox = RecordInbox(route.upstream_url for route in routes)

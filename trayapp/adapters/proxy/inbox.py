@@ -6,8 +6,8 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
+from trayapp.core.loopback import server_key
 from trayapp.core.model import FinishedRequest
 
 INBOX_LIMIT = 10_000  # records waiting for a tick; the oldest go first if nothing drains them
@@ -15,15 +15,7 @@ INBOX_LIMIT = 10_000  # records waiting for a tick; the oldest go first if nothi
 
 def same_server(url_a: str, url_b: str) -> bool:
     """Whether two base URLs name the same server (`localhost` and `127.0.0.1` are one)."""
-
-    def key(url: str) -> tuple[str, int]:
-        parts = urlsplit(url if "://" in url else "http://" + url)
-        host = (parts.hostname or "").lower()
-        if host in ("localhost", "::1"):
-            host = "127.0.0.1"
-        return host, parts.port or (443 if parts.scheme == "https" else 80)
-
-    return key(url_a) == key(url_b)
+    return server_key(url_a) == server_key(url_b)
 
 
 class RecordInbox:
