@@ -23,6 +23,7 @@ from tests.support.llama import (
     monitor_for,
     tick_until_done,
 )
+from trayapp.config import Settings
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp
@@ -122,28 +123,34 @@ def full_kv_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iter
     With the defaults (sliding-window cache, flash attention on) only 3 of the 18 layers grow and the
     drop at ~7,000 tokens was 11 % on one host and nothing at all on another (CI). Without flash
     attention the attention reads scale with the context on any CPU: ~34 % slower at ~3,400 tokens
-    here (23 % on a loaded CI host), ~4,200 tokens keeps it clear of the default 15 % threshold.
+    on a loaded host, 23 % on a loaded CI host, but only 16 % at ~4,200 tokens on a quiet CI host —
+    too near the default 15 % threshold to judge. The test goes to ~6,000 tokens with a 10 % threshold.
     """
     extra = ["--swa-full", "-fa", "off"]
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=extra) as server:
         yield server
 
 
+KV_THRESHOLD_PCT = 10.0  # the user's setting here (default 15 %): the judged drop is clear of it
+JUDGE_MARGIN_PCT = 6.0  # the polled drop follows the server's own to a few points
+
+
 def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server: LlamaServer) -> None:
-    """The alert follows the server's own timings of the same two requests (default thresholds)."""
+    """The alert follows the server's own timings of the same two requests (a 10 % threshold)."""
     llama_server = full_kv_server
-    threshold_pct = Thresholds().kv_slowdown_pct
-    monitor = monitor_for(llama_server.url)
+    threshold_pct = KV_THRESHOLD_PCT
+    settings = Settings(thresholds=Thresholds(kv_slowdown_pct=threshold_pct))
+    monitor = monitor_for(llama_server.url, settings=settings)
     try:
         monitor.tick()
         short = generate_in_background(llama_server.url, "Say hello.", 256, ignore_eos=True)
         snapshots = tick_until_done(monitor, short)
-        long_prompt = "The quick brown fox jumps over the lazy dog. " * 420  # ~4,200 tokens
+        long_prompt = "The quick brown fox jumps over the lazy dog. " * 600  # ~6,000 tokens
         deep = generate_in_background(llama_server.url, long_prompt, 256, ignore_eos=True, timeout_s=300)
         snapshots += tick_until_done(monitor, deep, limit_s=280)
         short_rate = short.result()["timings"]["predicted_per_second"]
         deep_timings = deep.result()["timings"]
-        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 4000
+        assert deep_timings["prompt_n"] + deep_timings.get("cache_n", 0) > 5500
     finally:
         monitor.close()
 
@@ -160,10 +167,10 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         f"({server_drop:.0f} % drop); "
         f"polled (context, tok/s): {trend}"
     )
-    if server_drop < threshold_pct - 7:
+    if server_drop < threshold_pct - JUDGE_MARGIN_PCT:
         assert not kv_alerts, f"kv_slowdown raised though the server itself did not slow down; {observed}"
         pytest.skip(f"server barely slowed; only 'no false alarm' checked: {observed}")
-    if server_drop < threshold_pct + 7:
+    if server_drop < threshold_pct + JUDGE_MARGIN_PCT:
         pytest.skip(f"the server's own drop is too near {threshold_pct:g} % to judge; {observed}")
     assert len(kv_alerts) == 1, f"expected one kv_slowdown episode, got {list(kv_alerts)}; {observed}"
     alert = next(iter(kv_alerts.values()))
@@ -171,5 +178,5 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
     assert evidence["short_decode_tok_s"] == pytest.approx(short_rate, rel=0.15)
     assert evidence["decode_tok_s"] == pytest.approx(deep_timings["predicted_per_second"], rel=0.15)
     assert evidence["drop_pct"] == pytest.approx(server_drop, abs=10)
-    assert evidence["context_tokens"] > 4000
+    assert evidence["context_tokens"] > 5500
     assert not any(a.kind == "offload" for s in snapshots for a in s.alerts)
