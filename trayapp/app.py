@@ -31,7 +31,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 from trayapp.adapters.proxy.inbox import RecordInbox
 from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.app_events import TestEvents
-from trayapp.app_logging import collect_versions, install_excepthook, setup_logging
+from trayapp.app_logging import install_excepthook, setup_logging
 from trayapp.commands.actions import (
     autostart_enabled,
     export_session_log,
@@ -52,6 +52,7 @@ from trayapp.ui.qtcompat import apply_workarounds
 from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
 from trayapp.ui.single_instance import SingleInstance, notify_running
 from trayapp.ui.tray import TrayController, settings_summary
+from trayapp.ui.versions import collect_versions
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
 
 log = logging.getLogger("trayapp.app")

@@ -1,10 +1,9 @@
-"""The tray app's log file, its hook for uncaught exceptions, and the versions diagnostics name."""
+"""The tray app's log file and its hook for uncaught exceptions."""
 
 from __future__ import annotations
 
 import logging
 import logging.handlers
-import platform
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -45,24 +44,3 @@ def install_excepthook() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
-
-
-def collect_versions() -> dict[str, str]:
-    """Python, PySide6, Qt, pyqtgraph (from its metadata: importing it costs ~50 MiB) and the OS."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import PySide6
-    from PySide6.QtCore import qVersion
-
-    try:
-        pyqtgraph_version = version("pyqtgraph")
-    except PackageNotFoundError:
-        pyqtgraph_version = "?"
-
-    return {
-        "Python": platform.python_version(),
-        "PySide6": str(getattr(PySide6, "__version__", "?")),
-        "Qt": qVersion(),
-        "pyqtgraph": pyqtgraph_version,
-        "OS": platform.platform(terse=True),
-    }

@@ -254,7 +254,7 @@ def test_no_canary_anywhere(
 def _tray_diagnostics(settings: Settings, snapshot: Snapshot, warnings: list[str]) -> str:
     """What the tray's "Copy diagnostics" puts on the clipboard: `TrayApp.diagnostics` itself."""
     from trayapp.app import TrayApp
-    from trayapp.app_logging import collect_versions
+    from trayapp.ui.versions import collect_versions
 
     app_like = SimpleNamespace(
         settings=settings, versions=collect_versions(), last_error=None, warnings=warnings
