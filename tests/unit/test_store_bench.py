@@ -3,6 +3,7 @@ the migration from schema 4, and `bench`'s own writer. Real SQLite files under t
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -263,6 +264,7 @@ def test_sessions_bench_lists_the_last_benches_and_export_writes_them(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["START", "MODEL", "QUANT"] and len(lines) == 1 + 3  # 3 depths in all
     assert " 8192 " in lines[2] and "60.0" in lines[2] and " 75 " in lines[2]  # 60 ÷ 80 of the ceiling
+    assert re.search(r"RAM\s+0\s+90\.0\s", lines[1]), lines[1]  # depth 0 (not "—"), then its rate
     # The plain session list points at them.
     args = argparse.Namespace(store=str(db), since=None, last=None, json=False, bench=False)
     assert run_sessions(args) == 0

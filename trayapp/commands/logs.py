@@ -169,6 +169,16 @@ def _server(url: str) -> str:
     return url.split("://", 1)[-1]
 
 
+def _text_table(rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
+    """Rows (the header first) as aligned columns, the `numeric` ones to the right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
 def format_sessions(sessions: Sequence[SessionRecord]) -> str:
     """A plain-text table of sessions (start in local time)."""
     header = (
@@ -194,15 +204,7 @@ def format_sessions(sessions: Sequence[SessionRecord]) -> str:
                 "—" if pct is None else f"{pct:.0f}", ",".join(s.alerts) or "—",
             )
         )  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    numeric = {5, 6, 7, 8}
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row)
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return _text_table(rows, numeric={5, 6, 7, 8})
 
 
 def _float(row: dict[str, object], key: str) -> float | None:
@@ -227,7 +229,8 @@ def format_bench(rows: Sequence[dict[str, object]]) -> str:
     table: list[tuple[str, ...]] = [header]
     for row in rows:
         started = datetime.fromtimestamp(_float(row, "started_wall_s") or 0.0).strftime("%Y-%m-%d %H:%M")
-        names = [str(row.get(key) or "—") for key in ("model", "quantization", "hardware", "depth_tokens")]
+        keys = ("model", "quantization", "hardware", "depth_tokens")
+        names = ["—" if row.get(key) is None else str(row.get(key)) for key in keys]
         numbers = [
             _cell(_float(row, "decode_tok_s")),
             _cell(_float(row, "decode_cv"), 100.0),
@@ -235,13 +238,7 @@ def format_bench(rows: Sequence[dict[str, object]]) -> str:
             _cell(_float(row, "ttft_s"), digits=2),
         ]
         table.append((started, *names, *numbers, str(row.get("server_version") or "—")))
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    numeric = {4, 5, 6, 7, 8}
-    lines = []
-    for r in table:
-        cells = [c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return _text_table(table, numeric={4, 5, 6, 7, 8})
 
 
 def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
