@@ -70,43 +70,37 @@ class BaselineQueries:
     _conn: sqlite3.Connection
     _lock: threading.RLock
     _baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]]
-    _calibration_cache: dict[tuple[str, str | None], tuple[float, float | None]]
-    _bench_rate_cache: dict[tuple[str, str | None, str | None], tuple[float, float | None]]
+    _bench_cache: dict[tuple[object, ...], tuple[float, float | None]]  # bench_rate, calibration
 
     def bench_rate(
         self, *, model: str, quantization: str | None, hardware: str | None, before_wall_s: float
     ) -> float | None:
         """The decode tok/s at depth 0 of the newest bench of this (model, quantization, hardware)
         finished before `before_wall_s` (the dashboard's bench line), or None. Cached like `baseline()`."""
-        key = (model, quantization, hardware)
-        cached = self._bench_rate_cache.get(key)
-        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
-            return cached[1]
-        if len(self._bench_rate_cache) > _MAX_CACHED:
-            self._bench_rate_cache.clear()
-        query: dict[str, object] = {"model": model, "quantization": quantization, "hardware": hardware}
-        query["before_wall_s"] = before_wall_s
-        with self._lock:
-            row = self._conn.execute(_BENCH_RATE_SQL, query).fetchone()
-        value = None if row is None else float(row[0])
-        self._bench_rate_cache[key] = (before_wall_s, value)
-        return value
+        query = {"model": model, "quantization": quantization, "hardware": hardware}
+        return self._newest_bench_value(_BENCH_RATE_SQL, query, before_wall_s)
 
     def calibration(self, *, model: str, hardware: str | None, before_wall_s: float) -> float | None:
         """The efficiency (decode ÷ ceiling at depth 0) of the newest bench of `model` on `hardware`
         finished before `before_wall_s`, judged as the monitor judges it (a GPU machine, the model
         fully in GPU memory); None when it was never benched so. Cached like `baseline()`."""
-        key = (model, hardware)
-        cached = self._calibration_cache.get(key)
+        query = {"model": model, "hardware": hardware}
+        return self._newest_bench_value(_CALIBRATION_SQL, query, before_wall_s)
+
+    def _newest_bench_value(
+        self, sql: str, query: dict[str, str | None], before_wall_s: float
+    ) -> float | None:
+        """The one value `sql` selects for `query` before `before_wall_s`, cached per query."""
+        key = (sql, *query.values())
+        cached = self._bench_cache.get(key)
         if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
             return cached[1]
-        if len(self._calibration_cache) > _MAX_CACHED:
-            self._calibration_cache.clear()
-        query = {"model": model, "hardware": hardware, "before_wall_s": before_wall_s}
+        if len(self._bench_cache) > _MAX_CACHED:
+            self._bench_cache.clear()
         with self._lock:
-            row = self._conn.execute(_CALIBRATION_SQL, query).fetchone()
+            row = self._conn.execute(sql, {**query, "before_wall_s": before_wall_s}).fetchone()
         value = None if row is None else float(row[0])
-        self._calibration_cache[key] = (before_wall_s, value)
+        self._bench_cache[key] = (before_wall_s, value)
         return value
 
     def baseline(

@@ -105,8 +105,7 @@ class Store(StoreQueries, BaselineQueries):
         self._alert_state: dict[str, tuple[object, ...]] = {}
         self._last_prune_wall_s = -math.inf
         self._baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]] = {}
-        self._calibration_cache: dict[tuple[str, str | None], tuple[float, float | None]] = {}
-        self._bench_rate_cache: dict[tuple[str, str | None, str | None], tuple[float, float | None]] = {}
+        self._bench_cache: dict[tuple[object, ...], tuple[float, float | None]] = {}
         self._conn = self._open_writer() if writer else self._open_reader()
 
     # ----------------------------------------------------------------- opening
@@ -377,8 +376,7 @@ class Store(StoreQueries, BaselineQueries):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the bench to {self.path}: {exc}") from exc
         self._baseline_cache.clear()
-        self._calibration_cache.clear()
-        self._bench_rate_cache.clear()
+        self._bench_cache.clear()
         return len(rows)
 
     def prune(self, now_wall_s: float) -> int:
