@@ -13,6 +13,12 @@ nor the GUI thread ever waits on a client; the builder makes the documents once 
 the handler threads only send bytes. Loopback by default; any other address needs a token,
 checked on every request (`Authorization: Bearer ...`, 401 without). A client that sends its
 request too slowly is dropped (socket timeout); many event streams at once get 503.
+
+`start(announce=True)` claims the sampler file (adapters/sampler_file.py) for this endpoint,
+unless another live sampler has it: then this endpoint serves all the same, unannounced, and
+`machine_sampler` names the other one. The claim is tried again every `reclaim_s` (on the builder
+thread, after a snapshot), so when the other sampler stops this one takes over, and a file removed
+by someone else comes back.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from trayapp.adapters.sampler_file import remove_sampler_file, write_sampler_file
+from trayapp.adapters.sampler_file import SamplerInfo, claim_sampler_file, remove_sampler_file
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
@@ -44,6 +51,7 @@ KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
 MAX_STREAMS = 32  # event streams at once; more get 503
 SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
+RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
 
 
 @dataclass(frozen=True)
@@ -71,12 +79,16 @@ class SnapshotServer:
         token: str | None = None,
         thresholds: Thresholds | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        role: str = "tray",
+        reclaim_s: float = RECLAIM_S,
     ) -> None:
         if not is_loopback(address) and not token:
             raise ValueError(f"{address} is not a loopback address: the snapshot endpoint needs a token")
         self.address = address
         self.token = token
         self.request_timeout_s = request_timeout_s
+        self.role = role  # what the sampler file calls this process: "tray" or "agent"
+        self.reclaim_s = reclaim_s
         self._port = port
         self._tracker = GlanceTracker(thresholds or Thresholds())
         self._cond = threading.Condition()
@@ -88,6 +100,9 @@ class SnapshotServer:
         self._closed = False
         self._alerts: dict[str, Alert] = {}
         self._announced = False
+        self._claim_lock = threading.Lock()  # a claim never runs during or after stop's removal
+        self._owner: SamplerInfo | None = None
+        self._claimed_mono_s = 0.0
         self._httpd: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
 
@@ -96,7 +111,8 @@ class SnapshotServer:
     def start(self, announce: bool = False) -> SnapshotServer:
         """Bind and serve from daemon threads; raises OSError when the port is taken.
 
-        `announce`: write the sampler file (adapters/sampler_file.py), removed again by `stop`.
+        `announce`: claim the sampler file (adapters/sampler_file.py), removed again by `stop`;
+        when another live sampler has it, nothing is written and `machine_sampler` names that one.
         """
         server = self
 
@@ -122,8 +138,8 @@ class SnapshotServer:
         for thread in threads:
             thread.start()
         if announce:
-            write_sampler_file(self.url)
             self._announced = True
+            self._claim()
         log.info("snapshot endpoint on %s", self.url)
         return self
 
@@ -137,6 +153,31 @@ class SnapshotServer:
                 log.warning("snapshot endpoint not started: %s", exc)
 
         threading.Thread(target=run, name="llm-tray-snapshot-start", daemon=True).start()
+
+    @property
+    def machine_sampler(self) -> SamplerInfo | None:
+        """This machine's sampler as of the last claim (None before one, or unannounced)."""
+        return self._owner
+
+    @property
+    def is_machine_sampler(self) -> bool:
+        """Whether the sampler file names this endpoint (as of the last claim)."""
+        return self._owner is not None and self._owner.is_this_process(self.url)
+
+    def _claim(self) -> None:
+        """Claim the sampler file (a no-op when it already names this endpoint); logs a change."""
+        with self._claim_lock:
+            if not self._announced or self._closed:  # stop sets _closed before it removes the file
+                return
+            self._claimed_mono_s = time.monotonic()
+            before, owner = self._owner, claim_sampler_file(self.url, self.role)
+            self._owner = owner
+        if owner == before:
+            return
+        if owner.is_this_process(self.url):
+            log.info("this %s is this machine's sampler (%s)", self.role, self.url)
+        else:
+            log.info("%s is this machine's sampler: this endpoint is not announced", owner.describe())
 
     @property
     def port(self) -> int:
@@ -153,9 +194,10 @@ class SnapshotServer:
             self._closed = True
             self._cond.notify_all()
             httpd, threads = self._httpd, self._threads
-        if self._announced:
-            remove_sampler_file()
-            self._announced = False
+        with self._claim_lock:
+            if self._announced:
+                remove_sampler_file(self.url)  # only while it names this endpoint
+                self._announced = False
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
@@ -185,6 +227,11 @@ class SnapshotServer:
                 self._build(snapshot)
             except Exception:  # a bug here must not end the endpoint
                 log.exception("snapshot endpoint: building the documents failed")
+            if self._announced and time.monotonic() - self._claimed_mono_s >= self.reclaim_s:
+                try:
+                    self._claim()
+                except OSError as exc:
+                    log.warning("sampler file not claimed: %s", exc)
 
     def _build(self, snapshot: Snapshot | None) -> None:
         if snapshot is None:

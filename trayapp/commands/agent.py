@@ -7,7 +7,9 @@ that is how one person watches several machines.
 It is this machine's sampler too: its snapshots are served on a loopback endpoint of their own
 (adapters/snapshot_server.py; `--snapshot-port`, any free port by default) and the sampler file
 says where, so `status`, `watch` and `bar` read them instead of probing again. `/metrics` stays
-on its own port, without the snapshot.
+on its own port, without the snapshot. When a tray (or another agent) is already this machine's
+live sampler, the agent leaves its sampler file alone and says so: it serves `/metrics` and its
+own endpoint all the same, and takes the file over only once that sampler has stopped.
 
 A tray on another machine reads that endpoint too (`[[agents]]`, docs/remote.md). Off loopback it
 needs a token: `llm-tray agent --new-token` writes one to a 0600 file under LLM_TRAY_HOME (a headless
@@ -119,7 +121,9 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
         )
     from trayapp.adapters.snapshot_server import SnapshotServer
 
-    server = SnapshotServer(address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds)
+    server = SnapshotServer(
+        address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds, role="agent"
+    )
     server.start(announce=True)
     if not is_loopback(address):
         print(
@@ -129,7 +133,24 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
         )
     needs = f" (token required, from {source})" if token else ""
     print(f"llm-tray agent: snapshots on {server.url}/v1/snapshot{needs}", file=sys.stderr, flush=True)
+    if not server.is_machine_sampler:
+        _say_sampler(server)
     return server
+
+
+def _say_sampler(server: SnapshotServer) -> None:
+    """One line on stderr: who is this machine's sampler, which `status`, `watch` and `bar` follow."""
+    owner = server.machine_sampler
+    if owner is None:
+        return
+    if server.is_machine_sampler:
+        line = "now this machine's sampler: status, watch and bar follow this agent"
+    else:
+        line = (
+            f"{owner.describe()} is this machine's sampler: status, watch and bar follow it "
+            "(this agent serves its own snapshots and /metrics all the same)"
+        )
+    print(f"llm-tray agent: {line}", file=sys.stderr, flush=True)
 
 
 def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
@@ -165,12 +186,16 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
         signal.signal(sig, _on_signal)
 
     started = time.monotonic()
+    owner = snapshots.machine_sampler if snapshots is not None else None
     try:
         while not stop.is_set():
             snapshot = monitor.tick()
             state.observe(snapshot)
             if snapshots is not None:
                 snapshots.publish(snapshot)
+                if snapshots.machine_sampler != owner:  # re-claimed on its builder thread
+                    owner = snapshots.machine_sampler
+                    _say_sampler(snapshots)
             if monitor.store_error:
                 log.warning("store: %s", monitor.store_error)
             if args.duration is not None and time.monotonic() - started >= args.duration:

@@ -101,17 +101,20 @@ def _own_probe_wanted(args: argparse.Namespace) -> bool:
 
 
 def live_sampler(args: argparse.Namespace) -> sampler_file.SamplerInfo | None:
-    """This machine's running sampler, when the command may use it (and says so on stderr)."""
+    """This machine's running sampler, when the command may use it; stderr says which it follows,
+    or why it probes by itself (no tray or agent running, or one that does not answer)."""
     import httpx
 
     if _own_probe_wanted(args):
         return None
-    info = sampler_file.find_sampler()
+    info, why_not = sampler_file.locate_sampler()
     if info is None:
+        print(f"llm-tray: {why_not}: probing by itself", file=sys.stderr)
         return None
     try:
         refused = sampler_file.get(info, "/v1/glance", 2.0).status_code == 401
     except httpx.HTTPError:
+        print(f"llm-tray: {info.describe()} stopped answering: probing by itself", file=sys.stderr)
         return None
     if refused:
         print(
@@ -125,24 +128,26 @@ def live_sampler(args: argparse.Namespace) -> sampler_file.SamplerInfo | None:
 
 
 def status_from(info: sampler_file.SamplerInfo, as_json: bool) -> int | None:
-    """`status` from the sampler; None when it did not answer (the caller probes by itself)."""
+    """`status` from the sampler; None when it did not answer (the caller probes by itself,
+    as stderr says)."""
     import httpx
 
     if as_json:
         doc = sampler_file.wait_json(info, "/v1/snapshot")
-        if doc is None:
-            return None
-        print(json.dumps(doc, indent=2))
-        return 0
-    sampler_file.wait_json(info, "/v1/snapshot")  # its first snapshot, if just started
-    try:
-        response = sampler_file.get(info, "/v1/snapshot?format=text")
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    print(response.text)
-    return 0
+        if doc is not None:
+            print(json.dumps(doc, indent=2))
+            return 0
+    else:
+        sampler_file.wait_json(info, "/v1/snapshot")  # its first snapshot, if just started
+        try:
+            response = sampler_file.get(info, "/v1/snapshot?format=text")
+        except httpx.HTTPError:
+            response = None
+        if response is not None and response.status_code == 200:
+            print(response.text)
+            return 0
+    print(f"llm-tray: {info.describe()} gave no snapshot: probing by itself", file=sys.stderr)
+    return None
 
 
 def watch_from(info: sampler_file.SamplerInfo, args: argparse.Namespace) -> int:
