@@ -284,10 +284,12 @@ class Monitor:
         thread (the store locks). None when this monitor records nothing (no store of its own)."""
         if self._store is None or not self._store.writer:
             return None
-        if result.decode_tok_s is None:
-            return False, "no decode rate measured: nothing stored as the baseline"
         from trayapp.adapters.store import StoreError
+        from trayapp.core.bench import baseline_refusal
 
+        refusal = baseline_refusal(result)
+        if refusal is not None:
+            return False, refusal
         try:
             written = self._store.record_bench(result)
         except StoreError as exc:

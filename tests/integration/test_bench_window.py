@@ -9,10 +9,13 @@ nothing. Every wait is on a signal, bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
 
+import statistics
 import time
 from collections.abc import Iterator
 
@@ -73,7 +76,7 @@ def test_the_window_benches_plots_the_sweep_and_stores_the_baseline(
     stored: list[BenchResult] = []
     window = _window(qtbot, llama_server, recording_monitor, stored)
     window.tokens.setValue(16)
-    window.runs.setValue(1)
+    window.runs.setValue(2)
     window.warmup.setValue(0)
     window.depths.setText("0,512")
     with qtbot.waitSignal(window.finished_bench, timeout=BENCH_LIMIT_MS) as done:
@@ -82,9 +85,9 @@ def test_the_window_benches_plots_the_sweep_and_stores_the_baseline(
     outcome = done.args[0]
     assert outcome is not None, window.status.text()
     result = outcome.result
-    # Every planned run ran: 1 decode, 1 long prompt, 1 at depth 512 (no warm-ups).
-    assert window.progress.maximum() == 3 and window.progress.value() == 3
-    assert [r.kind for r in result.runs] == ["decode", "prompt", "sweep"]
+    # Every planned run ran: 2 decode, 2 long prompt, 2 at depth 512 (no warm-ups).
+    assert window.progress.maximum() == 6 and window.progress.value() == 6
+    assert [r.kind for r in result.runs] == ["decode", "decode", "prompt", "prompt", "sweep", "sweep"]
     assert result.decode_exact and result.decode_tok_s and result.decode_tok_s > 0
     assert "decode" in window.result_text.toPlainText() and "sweep" in window.result_text.toPlainText()
     depths, rates = window.measured_curve.getData()
@@ -92,8 +95,17 @@ def test_the_window_benches_plots_the_sweep_and_stores_the_baseline(
     assert list(rates) == [p.decode_tok_s for p in result.sweep]
     predicted_depths, predicted = window.predicted_curve.getData()
     assert list(predicted_depths) == [0, 512] and all(v > 0 for v in predicted)
-    # Stored through the tray's own store writer (the tray holds the store's lock).
+    # Stored through the tray's own store writer (the tray holds the store's lock), when its two
+    # decode runs agree within 10 % (CV, from the server's own timings); else refused as unstable.
     assert stored == [result]
+    server_rates = [r.server_decode_tok_s for r in result.runs if r.kind == "decode"]
+    assert all(server_rates)
+    server_cv = statistics.stdev(server_rates) / statistics.mean(server_rates)  # type: ignore[arg-type]
+    if server_cv > 0.10:
+        assert "unstable" in window.status.text() and f"{server_cv * 100:.1f} %" in window.status.text()
+        with contextlib.closing(sqlite3.connect(paths.store_file())) as raw:
+            assert raw.execute("SELECT COUNT(*) FROM bench").fetchone() == (0,)
+        return
     assert "stored as the baseline" in window.status.text(), window.status.text()
     with Store(paths.store_file(), writer=False) as store:
         baseline = store.baseline(

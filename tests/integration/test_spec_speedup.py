@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.llama import LlamaServer, generate_in_background, monitor_for, tick_until_done
+from tests.support.llama import LlamaServer, generate, generate_in_background, monitor_for, tick_until_done
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.core.thresholds import Thresholds
 
@@ -20,15 +20,15 @@ pytestmark = pytest.mark.llamacpp
 
 PROFILE = HardwareProfile(ram_bandwidth_gbps=54.0)  # given: no RAM benchmark competes for the cores
 PROMPT = "Tell me about the sea."
-TOKENS = 96
+DECODE_S = 6.0  # the plain request decodes about this long on this host, fast or slow
 
 
-def _run(server: LlamaServer, drafted: bool) -> tuple[list[Snapshot], float]:
+def _run(server: LlamaServer, drafted: bool, tokens: int) -> tuple[list[Snapshot], float]:
     """One monitored request → the monitor's snapshots and the server's own decode tok/s."""
     monitor = monitor_for(server.url, record=True, profile=PROFILE)
     try:
         monitor.tick()
-        request = generate_in_background(server.url, PROMPT, TOKENS, ignore_eos=True, temperature=0)
+        request = generate_in_background(server.url, PROMPT, tokens, ignore_eos=True, temperature=0)
         snapshots = tick_until_done(monitor, request, limit_s=240)
         timings = request.result()["timings"]
     finally:
@@ -41,10 +41,13 @@ def test_a_drafter_that_slows_decode_is_measured_against_the_plain_session(
     llama_binary: Path, model_path: Path, tmp_path: Path
 ) -> None:
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path) as plain_server:
-        _, plain_tok_s = _run(plain_server, drafted=False)
+        # sized from the server's own speed here: a 1.5 s request on a fast host left too few rates
+        warm = generate(plain_server.url, PROMPT, 24, ignore_eos=True)["timings"]["predicted_per_second"]
+        tokens = max(48, min(1000, round(warm * DECODE_S)))
+        _, plain_tok_s = _run(plain_server, drafted=False, tokens=tokens)
     drafter = ["-md", str(model_path), "--spec-type", "draft-simple", "--spec-synth-rates", "0.3,0.1,0.05"]
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=drafter) as spec_server:
-        snapshots, spec_tok_s = _run(spec_server, drafted=True)
+        snapshots, spec_tok_s = _run(spec_server, drafted=True, tokens=tokens)
 
     speedups = [m.spec_speedup for s in snapshots for _, m in s.models() if m.spec_speedup is not None]
     assert speedups, "no speed-up against the stored plain session"

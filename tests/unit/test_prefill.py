@@ -82,10 +82,12 @@ def test_cached_prompt_tokens_count_as_done_but_not_in_the_rate() -> None:
 
 
 def test_two_slots_reading_prompts_are_summed() -> None:
+    """Both first seen midway (tokens already read): their rates start at the second poll."""
     tracker = RateTracker()
-    estimate(tracker, 0.0, slot(128, slot_id=0, task=1), slot(64, cached=1000, slot_id=1, task=2))
+    estimate(tracker, 0.0, slot(64, slot_id=0, task=1), slot(32, cached=1000, slot_id=1, task=2))
+    estimate(tracker, 1.0, slot(128, slot_id=0, task=1), slot(64, cached=1000, slot_id=1, task=2))
     progress = estimate(
-        tracker, 2.0, slot(384, slot_id=0, task=1), slot(192, cached=1000, slot_id=1, task=2)
+        tracker, 3.0, slot(384, slot_id=0, task=1), slot(192, cached=1000, slot_id=1, task=2)
     ).prefill
     assert progress is not None
     assert progress.tokens_done == 384 + 192 + 1000
@@ -129,6 +131,57 @@ def test_no_total_when_one_of_the_prompts_has_none() -> None:
     ).prefill
     assert progress is not None and progress.tokens_done == 500
     assert progress.tokens_total is None and progress.share is None and progress.eta_s is None
+
+
+def batch_slot(evaluated: int, kv_fill: int, *, decoded: int = 0, total: int | None = None) -> SlotReading:
+    """llama-server's /slots while it reads a prompt in 2,048-token batches: `n_prompt_tokens_processed`
+    stays at 1 through the first batch and trails a batch after; `n_prompt_tokens` (the KV fill)
+    already holds the batch being read."""
+    return SlotReading(
+        slot_id=0, is_processing=True, task_id=1, n_decoded=decoded, context_tokens=kv_fill,
+        prompt_tokens_processed=evaluated, prompt_tokens_total=total, n_ctx=8192,
+    )  # fmt: skip
+
+
+def test_prefill_progress_from_the_first_batch() -> None:
+    """The count is the server's best figure from the first poll (2,048, not 1); the rate is this
+    prompt's own, between the polls that saw the count change: (5000 − 4096) ÷ (22 − 12) s."""
+    tracker = RateTracker()
+    first = estimate(tracker, 1.0, batch_slot(1, 2048, total=5000)).prefill
+    assert first is not None and first.tokens_done == 2048 and first.share == pytest.approx(2048 / 5000)
+    assert first.tok_s is None and first.eta_s is None  # one poll, midway: no rate yet
+    assert estimate(tracker, 2.0, batch_slot(1, 2048, total=5000)).prefill.tokens_done == 2048  # type: ignore[union-attr]
+    second = estimate(tracker, 12.0, batch_slot(2048, 4096, total=5000)).prefill
+    assert second is not None and second.tok_s is None  # the first poll came midway: left out
+    third = estimate(tracker, 22.0, batch_slot(4096, 5000, total=5000)).prefill
+    assert third is not None and third.tokens_done == 5000
+    assert third.tok_s == pytest.approx(90.4)  # (5000 − 4096) ÷ 10 s
+    assert third.eta_s == pytest.approx(0.0)
+
+
+def test_the_eta_uses_this_prompts_own_rate() -> None:
+    """Batches every 5 s after a midway first poll: (6144 − 4096) ÷ (11 − 6) s = 409.6 tok/s, and
+    (10000 − 6144) ÷ 409.6 ≈ 9.4 s left — the rate of this prompt, not of the last request."""
+    tracker = RateTracker()
+    estimate(tracker, 1.0, batch_slot(1, 2048, total=10_000))
+    estimate(tracker, 6.0, batch_slot(2048, 4096, total=10_000))
+    progress = estimate(tracker, 11.0, batch_slot(4096, 6144, total=10_000)).prefill
+    assert progress is not None and progress.tok_s == pytest.approx(409.6)
+    assert progress.eta_s == pytest.approx((10_000 - 6144) / 409.6)
+
+
+def test_ttft_is_estimated_only_from_the_prompts_own_rate() -> None:
+    """A long prompt read at 200 tok/s, then a short one never seen reading: no TTFT for it (the
+    long prompt's speed applied to it was 4–90× off), not the last request's figure either."""
+    tracker = RateTracker()
+    estimate(tracker, 0.0, slot(0))
+    estimate(tracker, 1.0, slot(200))
+    estimate(tracker, 2.0, slot(400))
+    decoding = estimate(tracker, 3.0, slot(500, decoded=3))
+    assert decoding.ttft_s == pytest.approx(2.5) and decoding.ttft_exact is False  # 500 ÷ 200 tok/s
+    estimate(tracker, 4.0, SlotReading(0, False, 1, 3, 503, prompt_tokens_processed=500, n_ctx=4096))
+    short = estimate(tracker, 5.0, slot(20, decoded=2, task=2))
+    assert short.phase == "decoding" and short.ttft_s is None and short.ttft_exact is None
 
 
 def test_the_first_decoded_token_ends_prefill() -> None:

@@ -179,16 +179,20 @@ def test_a_task_that_ends_between_polls_is_reported_when_the_next_one_starts() -
 
 
 def test_prompt_rate_from_prefill_progress() -> None:
+    """llama-server reads a 3,000-token prompt in 1,000-token batches: its KV fill (`ctx`) holds the
+    batch in flight, its evaluated count trails. The first poll came midway (left out); then 1,000
+    tokens between the polls at 1 s and 2 s: 1,000 tok/s."""
     engine = Stages()
-    tick(engine, reading(slot(0, ctx=3000, prompt_done=500)), 0.0)
-    tick(engine, reading(slot(0, ctx=3000, prompt_done=2500)), 1.0)
-    tick(engine, reading(slot(20, ctx=3020, prompt_done=3000)), 2.0)
-    tick(engine, reading(slot(70, ctx=3070, prompt_done=3000)), 3.0)
-    done = tick(engine, reading(slot(90, ctx=3090, processing=False, prompt_done=3000)), 4.0)
+    tick(engine, reading(slot(0, ctx=1000, prompt_done=1)), 0.0)
+    tick(engine, reading(slot(0, ctx=2000, prompt_done=1000)), 1.0)
+    tick(engine, reading(slot(0, ctx=3000, prompt_done=2000)), 2.0)
+    tick(engine, reading(slot(20, ctx=3020, prompt_done=3000)), 3.0)
+    tick(engine, reading(slot(70, ctx=3070, prompt_done=3000)), 4.0)
+    done = tick(engine, reading(slot(90, ctx=3090, processing=False, prompt_done=3000)), 5.0)
     record = done.requests[0]
-    assert record.prompt_tok_s == pytest.approx(2000.0)
+    assert record.prompt_tok_s == pytest.approx(1000.0)
     assert record.decode_tok_s == pytest.approx(50.0)
-    assert only(done).prompt_tok_s == pytest.approx(2000.0)
+    assert only(done).prompt_tok_s == pytest.approx(1000.0)
 
 
 # --------------------------------------------------------------------------- restarts and glitches
@@ -455,17 +459,25 @@ def test_rates_use_the_time_the_answer_arrived() -> None:
     assert status.decode_tok_s == pytest.approx(60.0)
 
 
-def test_ttft_is_estimated_from_prompt_tokens_and_the_servers_prompt_speed() -> None:
+def test_ttft_is_estimated_from_the_prompts_own_speed_never_anothers() -> None:
+    """The server's counters say 500 tok/s over earlier prompts; this 3,000-token prompt is seen
+    reading at 500 tok/s itself ((3000 − 2000) ÷ (15 − 13) s, the midway first poll left out): TTFT
+    ~6 s. A prompt never seen reading gets no TTFT at all, not one from the counters' speed."""
     engine = Stages()
     before = CounterReading(prompt_tokens_total=1000, prompt_seconds_total=4.0)
     after = CounterReading(prompt_tokens_total=3000, prompt_seconds_total=8.0)  # 2000 tokens in 4 s
     tick(engine, reading(slot(0, processing=False, task=None), counters=before), 0.0)
     tick(engine, reading(slot(0, processing=False, task=None), counters=after), 10.0)
-    tick(engine, reading(slot(0, task=7, prompt_done=0)), 11.0)  # prefill of a 3,000-token prompt
+    tick(engine, reading(slot(0, task=7, ctx=1000, prompt_done=1)), 11.0)
+    tick(engine, reading(slot(0, task=7, ctx=2000, prompt_done=1000)), 13.0)
+    tick(engine, reading(slot(0, task=7, ctx=3000, prompt_done=2000)), 15.0)
     status = only(tick(engine, reading(slot(12, task=7, prompt_done=3000)), 18.0))
-    assert status.prompt_tok_s == pytest.approx(500.0)
-    assert status.ttft_s == pytest.approx(6.0)  # 3,000 tokens ÷ 500 tok/s
+    assert status.prompt_tok_s == pytest.approx(500.0)  # the counters' figure, shown as the server's
+    assert status.ttft_s == pytest.approx(6.0)  # 3,000 tokens ÷ 500 tok/s, this prompt's own
     assert status.ttft_exact is False
+    tick(engine, reading(slot(40, task=7, processing=False, prompt_done=3000)), 19.0)
+    unseen = only(tick(engine, reading(slot(3, task=8, prompt_done=40)), 20.0))  # decoding at first sight
+    assert unseen.phase == "decoding" and unseen.ttft_s is None and unseen.ttft_exact is None
 
 
 def test_server_reported_ttft_is_exact() -> None:

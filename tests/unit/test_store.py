@@ -363,11 +363,13 @@ def _decoding_session(
     store.record(ticks[-1], [session(sid, started_wall_s=start, ended_wall_s=start + 5, **session_kw)])
 
 
-def test_baseline_picks_the_best_comparable_session(db: Path) -> None:
+def test_baseline_is_the_typical_comparable_session(db: Path) -> None:
+    """Of the comparable sessions (estimates only here), the median one: 70, 75, 80 → 75."""
     now = T0 + 10 * 86400
     with Store(db, retention_days=365) as store:
         _decoding_session(store, "good", now - 3 * 86400, 80.0, 600, server_version="0.29.0")
         _decoding_session(store, "slower", now - 2 * 86400, 70.0, 700, server_version="0.30.0")
+        _decoding_session(store, "typical", now - 1.5 * 86400, 75.0, 650, server_version="0.30.1")
         _decoding_session(store, "other-gpu", now - 86400, 95.0, 600, hardware="RTX 3090 (936 GB/s)")
         _decoding_session(store, "other-quant", now - 86400, 99.0, 600, quantization="Q8_0")
         _decoding_session(store, "deep", now - 86400, 90.0, 16000)
@@ -380,15 +382,34 @@ def test_baseline_picks_the_best_comparable_session(db: Path) -> None:
             "before_wall_s": now,
             "exclude_session": "current",
         }
-        best = store.baseline(context_tokens=500, **common)  # type: ignore[arg-type]
-        assert best is not None
-        assert best.session_id == "good" and best.decode_tok_s == 80.0 and best.server_version == "0.29.0"
-        assert best.context_tokens == 600 and best.values == 5 and best.when_wall_s == now - 3 * 86400
+        typical = store.baseline(context_tokens=500, **common)  # type: ignore[arg-type]
+        assert typical is not None and not typical.exact
+        assert typical.session_id == "typical" and typical.decode_tok_s == 75.0
+        assert typical.server_version == "0.30.1"
+        assert (
+            typical.context_tokens == 650 and typical.values == 5 and typical.when_wall_s == now - 1.5 * 86400
+        )
 
         deep = store.baseline(context_tokens=14000, **common)  # type: ignore[arg-type]
         assert deep is not None and deep.session_id == "deep"  # 16000 is within ±50 % of 14000
         assert store.baseline(context_tokens=4000, **common) is None  # type: ignore[arg-type]
         assert store.baseline(**{**common, "model": "llama3"}, context_tokens=500) is None  # type: ignore[arg-type]
+
+
+def test_of_two_sessions_the_slower_is_the_baseline(db: Path) -> None:
+    """One lucky fast session is no yardstick: of 80 and 70 tok/s, 70."""
+    now = T0 + 10 * 86400
+    with Store(db, retention_days=365) as store:
+        _decoding_session(store, "fast", now - 3 * 86400, 80.0, 600)
+        _decoding_session(store, "slow", now - 2 * 86400, 70.0, 600)
+        found = store.baseline(
+            model="qwen3:8b",
+            quantization="Q4_K_M",
+            hardware="RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+            context_tokens=600,
+            before_wall_s=now,
+        )
+    assert found is not None and found.session_id == "slow" and found.decode_tok_s == 70.0
 
 
 def test_baseline_uses_request_records_too(db: Path) -> None:
@@ -405,7 +426,45 @@ def test_baseline_uses_request_records_too(db: Path) -> None:
             before_wall_s=T0 + 100,
             exclude_session=None,
         )
-        assert best is not None and best.session_id == "r" and best.decode_tok_s == 61.0
+        assert best is not None and best.session_id == "r" and best.decode_tok_s == 61.0 and best.exact
+
+
+def test_exact_figures_come_before_estimates(db: Path) -> None:
+    """A session's one exact request (server timings) is its figure, not its polled samples around it;
+    a session with exact figures wins over a newer one with estimates only; two estimates are too few."""
+    now = T0 + 10 * 86400
+    query = {
+        "model": "qwen3:8b",
+        "quantization": "Q4_K_M",
+        "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+        "context_tokens": 600,
+    }
+    with Store(db, retention_days=365) as store:
+        for i in range(2):  # two polled estimates: too few for a baseline
+            store.record(
+                snapshot(
+                    now - 3 * 86400 + i, (model(session_id="two", decode_tok_s=200.0, context_tokens=600),)
+                ),
+                [session("two", started_wall_s=now - 3 * 86400, ended_wall_s=now - 3 * 86400 + i)],
+            )
+        assert store.baseline(**query, before_wall_s=now - 2.5 * 86400) is None  # type: ignore[arg-type]
+        # an exact session: polled samples at 40 (a poll's noise) around one exact request at 60
+        start = now - 2 * 86400
+        for i in range(4):
+            store.record(
+                snapshot(start + i, (model(session_id="exact", decode_tok_s=40.0, context_tokens=600),))
+            )
+        store.record(
+            snapshot(
+                start + 4,
+                requests=(request(start + 4, session_id="exact", decode_tok_s=60.0, context_tokens=600),),
+            ),
+            [session("exact", started_wall_s=start, ended_wall_s=start + 4)],
+        )
+        _decoding_session(store, "newer-estimates", now - 86400, 100.0, 600)
+        found = store.baseline(**query, before_wall_s=now)  # type: ignore[arg-type]
+    assert found is not None and found.exact
+    assert found.session_id == "exact" and found.decode_tok_s == 60.0 and found.values == 1
 
 
 def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:
@@ -420,11 +479,11 @@ def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:
         _decoding_session(store, "first", T0, 80.0, 600)
         found = store.baseline(before_wall_s=T0 + 100, **query)  # type: ignore[arg-type]
         assert found is not None and found.session_id == "first"
-        _decoding_session(store, "better", T0 + 10, 95.0, 600)
+        _decoding_session(store, "slower", T0 + 10, 65.0, 600)  # of two, the slower is the baseline
         cached = store.baseline(before_wall_s=T0 + 130, **query)  # type: ignore[arg-type]
         assert cached is not None and cached.session_id == "first"  # the monitor asks every tick: cached
         fresh = store.baseline(before_wall_s=T0 + 161, **query)  # type: ignore[arg-type]
-        assert fresh is not None and fresh.session_id == "better" and fresh.when_wall_s == T0 + 10
+        assert fresh is not None and fresh.session_id == "slower" and fresh.when_wall_s == T0 + 10
 
 
 # --------------------------------------------------------------------------- bounds

@@ -87,11 +87,9 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
     options = BenchOptions(args.tokens, args.runs, args.warmup, tuple(args.depths), bool(args.force))
     outcome = run_job(monitor, snapshot, server, model, options, Progress(options.total_runs()))
     result = outcome.result
-    stored, note = (
-        (False, "interrupted: not stored as the baseline") if result.interrupted else store_baseline(result)
-    )
+    stored, note = store_baseline(result)
     if args.json:
-        print(json.dumps({**bench_json(result), "baseline_stored": stored}, indent=2))
+        print(json.dumps({**bench_json(result), "baseline_stored": stored, "baseline_note": note}, indent=2))
     else:
         print(format_result(result))
         if stored:

@@ -6,7 +6,7 @@ import logging
 import sqlite3
 import time
 
-from trayapp.core.bench import BenchResult, BenchTarget
+from trayapp.core.bench import BenchResult, BenchTarget, baseline_refusal
 from trayapp.core.model import server_label
 from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
 
@@ -32,8 +32,9 @@ def store_baseline(result: BenchResult) -> tuple[bool, str | None]:
     from trayapp import paths
     from trayapp.adapters.store import Store, StoreError, StoreLockedError
 
-    if result.decode_tok_s is None:
-        return False, "no decode rate measured: nothing stored as the baseline"
+    refusal = baseline_refusal(result)
+    if refusal is not None:
+        return False, refusal
     path = paths.store_file()
     try:
         with Store(path) as store:

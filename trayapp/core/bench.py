@@ -423,6 +423,33 @@ def summarize(
     )
 
 
+# --------------------------------------------------------------------------- what may be a baseline
+
+BASELINE_MAX_CV = 0.10  # a bench on a quiet machine spreads 1–3 %; past 10 % something else ran
+BASELINE_RULE = (
+    f"a bench is kept as the baseline only when its decode runs agree: a coefficient of variation of "
+    f"at most {BASELINE_MAX_CV * 100:.0f} % over at least two measured runs"
+)
+
+
+def baseline_refusal(result: BenchResult) -> str | None:
+    """Why `result` must not become the baseline (the rule is `BASELINE_RULE`), or None when it may:
+    an interrupted bench, no decode rate, one run (no spread to judge) or a spread too wide."""
+    if result.interrupted:
+        return "interrupted: not stored as the baseline"
+    if result.decode_tok_s is None:
+        return "no decode rate measured: nothing stored as the baseline"
+    cv = result.decode_spread.cv
+    if cv is None:
+        return "one decode run: no spread to judge, not stored as the baseline (bench with --runs 2 or more)"
+    if cv > BASELINE_MAX_CV:
+        return (
+            f"unstable: the decode runs spread {cv * 100:.1f} % (CV, over {BASELINE_MAX_CV * 100:.0f} %), "
+            "not stored as the baseline; something else used the machine — bench again when it is idle"
+        )
+    return None
+
+
 # --------------------------------------------------------------------------- a bench to run, and its outcome
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from typing import NamedTuple
 
 from trayapp.core.alert_kinds import SUPPRESSED_BY_OFFLOAD
 from trayapp.core.machine import Machine
@@ -70,6 +71,18 @@ def band_text(calibrated_efficiency: float | None) -> str:
     return f"{low * 100:.0f}–{high * 100:.0f} %"
 
 
+class TrendPoint(NamedTuple):
+    """One single-stream decode rate of a session, at its context depth."""
+
+    context_tokens: int
+    decode_tok_s: float
+    exact: bool  # server-reported (a finished request's timings) rather than polled
+
+
+ESTIMATE_MARGIN_PCT = 10.0  # a polled rate is within ~10 % of the server's own (tested on a busy host)
+REGRESSION_EVIDENCE = 3  # the fastest of this many newest rates must still be below the mark
+
+
 @dataclass(frozen=True)
 class ModelView:
     """Everything the detectors may look at for one model."""
@@ -78,7 +91,7 @@ class ModelView:
     model: ModelStatus
     machine: Machine
     previous: ModelStatus | None = None  # the same model at an earlier tick (before a change)
-    trend: Sequence[tuple[int, float]] = ()  # (context tokens, decode tok/s) in this session
+    trend: Sequence[TrendPoint] = ()  # this session's single-stream decode rates, oldest first
     baseline: Baseline | None = None
     other_gpu_processes: Sequence[GpuProcess] = ()  # VRAM holders that are not this server
     load_s: float | None = None  # model load time paid by a request just now
@@ -112,8 +125,23 @@ def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
     return findings
 
 
+def resolved_kinds(view: ModelView) -> frozenset[str]:
+    """Kinds whose cause is certainly gone at this tick, so their episodes end at once: a KV
+    slowdown once a fresh conversation began (the context back under 80 % of this session's deepest,
+    where `_kv_slowdown` stops finding it too)."""
+    deepest = max((p.context_tokens for p in view.trend), default=0)
+    now = view.model.context_tokens
+    if deepest and now is not None and now < 0.8 * deepest:
+        return frozenset({"kv_slowdown"})
+    return frozenset()
+
+
 def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
-    points = [(c, r) for c, r in view.trend if c is not None and r and r > 0]
+    points = [
+        (p.context_tokens, p.decode_tok_s)
+        for p in view.trend
+        if p.context_tokens is not None and p.decode_tok_s > 0
+    ]
     if len(points) < 2:
         return None
     min_ctx = min(c for c, _ in points)
@@ -121,7 +149,7 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
     if not short:
         return None
     deep_ctx = max(c for c, _ in points)
-    if points[-1][0] < deep_ctx * 0.8:
+    if "kv_slowdown" in resolved_kinds(view) or points[-1][0] < deep_ctx * 0.8:
         return None  # back at a short context (a new conversation): the slowdown is over
     deep = [r for c, r in points if c >= deep_ctx * 0.8]
     short_ctx = int(median([c for c, _ in points if c <= max(min_ctx * 2, min_ctx + 512)]))
@@ -322,22 +350,29 @@ def _spec_fix(kind: str | None) -> str:
 
 
 def _regression(view: ModelView, t: Thresholds) -> Finding | None:
+    """Slower than the baseline, like with like: exact rates against an exact baseline need
+    `regression_pct`; anything estimated needs `ESTIMATE_MARGIN_PCT` more (a poll's error is no
+    regression). The fastest of the `REGRESSION_EVIDENCE` newest rates must be that slow, so one
+    noisy tick raises nothing; the figure is their median."""
     base = view.baseline
     model = view.model
     if base is None or base.decode_tok_s <= 0:
         return None
     recent_points = list(view.trend)[-5:]
-    if len(recent_points) < 3:
+    if len(recent_points) < REGRESSION_EVIDENCE:
         return None
-    now_ctx = median(c for c, _ in recent_points)
+    now_ctx = median(p.context_tokens for p in recent_points)
     if base.context_tokens is not None and abs(now_ctx - base.context_tokens) > max(
         1024, 0.5 * base.context_tokens
     ):
         return None  # a deeper context is slower anyway (kv_slowdown's business), not a regression
-    now_rate = median(r for _, r in recent_points)
-    drop = 1 - now_rate / base.decode_tok_s
-    if drop * 100 < t.regression_pct:
+    newest = recent_points[-REGRESSION_EVIDENCE:]
+    exact = base.exact and all(p.exact for p in newest)
+    needed_pct = t.regression_pct + (0.0 if exact else ESTIMATE_MARGIN_PCT)
+    if (1 - max(p.decode_tok_s for p in newest) / base.decode_tok_s) * 100 < needed_pct:
         return None
+    now_rate = median(p.decode_tok_s for p in newest)
+    drop = 1 - now_rate / base.decode_tok_s
     old_v, new_v = base.server_version, view.server.version
     versions = ""
     if old_v and new_v and old_v != new_v:
@@ -360,6 +395,8 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         "drop_pct": round(drop * 100, 1),
         "baseline_session": base.session_id,
         "baseline_source": base.source,
+        "exact": exact,
+        "needed_pct": needed_pct,
         "baseline_version": old_v,
         "version": new_v,
     }

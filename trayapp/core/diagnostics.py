@@ -15,7 +15,7 @@ from trayapp import __version__
 from trayapp.core.glance import kind_label
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact
-from trayapp.core.units import format_gb, format_pct, format_tokens
+from trayapp.core.units import format_gb, format_pct, format_tokens, format_ttft
 
 
 def _add(parts: list[str], value: float | None, template: str) -> None:
@@ -71,7 +71,9 @@ def _model_line(model: ModelStatus) -> str:
         parts.append(f"decode {model.decode_tok_s:.1f} tok/s ({exact})")
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
             parts.append(f"{model.active_streams} streams, {model.decode_total_tok_s:.1f} tok/s total")
-    _add(parts, model.last_decode_tok_s, "last {:.1f} tok/s")
+    if model.last_decode_tok_s is not None:
+        how = " (estimated)" if model.decode_tok_s is None and model.decode_exact is False else ""
+        parts.append(f"last {model.last_decode_tok_s:.1f} tok/s{how}")
     if model.ceiling_tok_s is not None:
         ceiling = f"ceiling {model.ceiling_tok_s:.1f} tok/s"
         if model.efficiency is not None:
@@ -89,7 +91,8 @@ def _model_line(model: ModelStatus) -> str:
     if model.bytes_per_token is not None:
         exact = "exact" if model.bytes_per_token_exact else "estimated"
         parts.append(f"bytes/token {format_gb(model.bytes_per_token)} ({exact})")
-    _add(parts, model.ttft_s, "TTFT {:.2f} s")
+    if model.ttft_s is not None:
+        parts.append(format_ttft(model.ttft_s, model.ttft_exact))  # '~' marks an estimate
     _add(parts, model.prompt_tok_s, "prompt {:.0f} tok/s")
     if model.draft_acceptance is not None:
         parts.append(f"draft acceptance {format_pct(model.draft_acceptance)}")

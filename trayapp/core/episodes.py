@@ -10,7 +10,7 @@ storm of notifications.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 from trayapp.core.alert_kinds import is_instant
@@ -38,9 +38,15 @@ class EpisodeTracker:
         self._episodes: dict[Key, _Episode] = {}
 
     def update(
-        self, findings: Iterable[Finding], now_mono_s: float, now_wall_s: float
+        self,
+        findings: Iterable[Finding],
+        now_mono_s: float,
+        now_wall_s: float,
+        resolved: Collection[Key] = (),
     ) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
-        """Feed this tick's findings; returns (active alerts, alerts that ended now)."""
+        """Feed this tick's findings; returns (active alerts, alerts that ended now). An episode in
+        `resolved` (its cause is certainly gone, e.g. a fresh conversation after a KV slowdown) and
+        not found now ends at once, without the clear window."""
         seen: set[Key] = set()
         for finding in findings:
             key = (finding.kind, finding.server, finding.model)
@@ -75,7 +81,7 @@ class EpisodeTracker:
                 continue
             if episode.alert is None:
                 del self._episodes[key]  # never confirmed: leaves no trace
-            elif now_mono_s - episode.last_seen_mono_s >= self.clear_s:
+            elif key in resolved or now_mono_s - episode.last_seen_mono_s >= self.clear_s:
                 # It ended when it was last seen, not when the clear window ran out.
                 ended.append(replace(episode.alert, ended_wall_s=episode.last_seen_wall_s))
                 del self._episodes[key]

@@ -437,6 +437,7 @@ class Baseline:
     quantization: str | None = None
     hardware: str | None = None
     source: BaselineSource = "session"  # "bench": measured on purpose by `llm-tray bench`
+    exact: bool = False  # True: from server-reported timings (requests, a bench); False: polled estimates
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,14 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from trayapp.core.diagnose import ModelView, diagnose_hardware, diagnose_model, diagnose_server
+from trayapp.core.diagnose import (
+    ModelView,
+    TrendPoint,
+    diagnose_hardware,
+    diagnose_model,
+    diagnose_server,
+    resolved_kinds,
+)
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
@@ -64,10 +71,11 @@ class Pipeline:
         self.rates = RateTracker()
         self.sessions = SessionTracker(idle_gap_s=idle_gap_s)
         self.episodes = EpisodeTracker(self.thresholds.confirm_s, self.thresholds.clear_s)
-        self._trends: dict[str, deque[tuple[int, float]]] = {}
+        self._trends: dict[str, deque[TrendPoint]] = {}
         self._last_status: dict[ModelKey, ModelStatus] = {}
         self._before_change: dict[ModelKey, ModelStatus] = {}
         self._was_up: dict[str, bool] = {}
+        self._resolved: set[tuple[str, str, str | None]] = set()  # this tick's (kind, server, model) over
 
     def set_thresholds(self, thresholds: Thresholds) -> None:
         self.thresholds = thresholds
@@ -96,6 +104,7 @@ class Pipeline:
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
         findings: list[Finding] = []
+        self._resolved.clear()  # filled by _diagnose
         for reading in readings:
             machine = machines.get(reading.url, default_machine)
             plain = plain_baselines or {}
@@ -115,7 +124,7 @@ class Pipeline:
         if self.one_shot:
             alerts = alerts_now(findings, now_wall_s)
         else:
-            alerts, ended = self.episodes.update(findings, now_mono_s, now_wall_s)
+            alerts, ended = self.episodes.update(findings, now_mono_s, now_wall_s, self._resolved)
 
         snapshot = Snapshot(
             t_wall_s=now_wall_s,
@@ -230,12 +239,13 @@ class Pipeline:
                 calibrated_efficiency=calibrations.get(key),
             )
             findings.extend(diagnose_model(view, self.thresholds))
+            self._resolved.update((kind, server.url, status.name) for kind in resolved_kinds(view))
         return findings
 
     def _trend(
         self, status: ModelStatus, requests: Sequence[RequestRecord], fresh: bool = True
-    ) -> deque[tuple[int, float]]:
-        """(context, single-stream decode rate) points of the model's session, oldest first.
+    ) -> deque[TrendPoint]:
+        """The session's single-stream decode rates (`TrendPoint`: context, rate, exact?), oldest first.
 
         A repeated (stale) reading adds nothing, and neither does a tick with several
         streams decoding at once: batching lowers the per-stream rate without any context
@@ -248,7 +258,7 @@ class Pipeline:
             return trend
         for record in requests:
             if record.context_tokens is not None and record.decode_tok_s:
-                trend.append((record.context_tokens, record.decode_tok_s))
+                trend.append(TrendPoint(record.context_tokens, record.decode_tok_s, record.exact))
         single = status.active_streams <= 1
         if (
             status.phase == "decoding"
@@ -256,7 +266,7 @@ class Pipeline:
             and status.decode_tok_s
             and status.context_tokens is not None
         ):
-            trend.append((status.context_tokens, status.decode_tok_s))
+            trend.append(TrendPoint(status.context_tokens, status.decode_tok_s, bool(status.decode_exact)))
         if len(self._trends) > MAX_TRENDS:  # forget trends of sessions that are gone
             for old in list(self._trends)[: -MAX_TRENDS // 2]:
                 del self._trends[old]

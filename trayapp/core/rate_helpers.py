@@ -31,22 +31,49 @@ class SlotTrack:
     decode_started_mono_s: float | None = None
     first_decode_point: tuple[float, int] | None = None
     last_progress_mono_s: float = 0.0
-    prompt_points: list[tuple[float, int]] = field(default_factory=list)
+    prompt_points: list[tuple[float, int]] = field(default_factory=list)  # (t, tokens read), at each change
+    prompt_seen_midway: bool = False  # the first of them saw a batch begun at an unknown time
     last_n_decoded: int = 0
     last_context: int | None = None
     reported: bool = False
 
 
+def prompt_tokens_read(slot: SlotReading) -> int:
+    """The server's best current figure for a prompt being read: evaluated + cached tokens, or the
+    KV fill (`context_tokens`) when that is ahead — llama-server's evaluated count stays at 1 through
+    the whole first batch and trails by a batch after, while its KV fill already holds the batch."""
+    read = (slot.prompt_tokens_processed or 0) + (slot.prompt_tokens_cached or 0)
+    return max(read, slot.context_tokens or 0)
+
+
+def note_prompt_read(state: SlotTrack, now_mono_s: float, slot: SlotReading) -> None:
+    """Keep the polls that first saw a new count: each lies within one poll of a batch boundary,
+    except a first one that found tokens already read (or a batch in flight)."""
+    read_tokens = prompt_tokens_read(slot)
+    if not state.prompt_points:
+        state.prompt_seen_midway = read_tokens > (slot.prompt_tokens_cached or 0)
+    if not state.prompt_points or state.prompt_points[-1][1] != read_tokens:
+        state.prompt_points.append((now_mono_s, read_tokens))
+
+
+def own_prompt_tok_s(state: SlotTrack) -> float | None:
+    """This prompt's own reading speed: tokens ÷ seconds between the first and the last poll that
+    saw the count change (a first poll that came midway is left out). None until two such polls —
+    never another request's speed."""
+    points = state.prompt_points[1:] if state.prompt_seen_midway else state.prompt_points
+    if len(points) < 2:
+        return None
+    (t0, n0), (t1, n1) = points[0], points[-1]
+    return (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
+
+
 def prefill_progress(slot: SlotReading, state: SlotTrack) -> PrefillProgress:
-    """One stream's prompt so far: evaluated + cached tokens, its evaluation speed, and an ETA."""
-    processed = slot.prompt_tokens_processed or 0
+    """One stream's prompt so far: tokens read (`prompt_tokens_read`), cached, this prompt's own
+    reading speed, and an ETA from it."""
     cached = slot.prompt_tokens_cached or 0
-    tok_s = None
-    if len(state.prompt_points) >= 2:
-        (t0, n0), (t1, n1) = state.prompt_points[0], state.prompt_points[-1]
-        if t1 > t0 and n1 > n0:
-            tok_s = (n1 - n0) / (t1 - t0)
-    return _with_eta(PrefillProgress(processed + cached, cached, slot.prompt_tokens_total, tok_s))
+    return _with_eta(
+        PrefillProgress(prompt_tokens_read(slot), cached, slot.prompt_tokens_total, own_prompt_tok_s(state))
+    )
 
 
 def sum_prefill(parts: list[PrefillProgress]) -> PrefillProgress:
@@ -96,11 +123,7 @@ def record_from_track(
     t0, n0 = state.first_decode_point
     t1, n1, _ = state.points[-1]
     rate = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
-    prompt_rate = None
-    if len(state.prompt_points) >= 2:
-        (pa, na), (pb, nb) = state.prompt_points[0], state.prompt_points[-1]
-        if pb > pa and nb > na:
-            prompt_rate = (nb - na) / (pb - pa)
+    prompt_rate = own_prompt_tok_s(state)
     return RequestRecord(
         server=reading.url,
         server_kind=reading.kind,

@@ -36,6 +36,8 @@ from trayapp.core.rate_helpers import (
     counter_delta,
     counter_throughput,
     counters_reset,
+    note_prompt_read,
+    own_prompt_tok_s,
     prefill_progress,
     record_from_finished,
     record_from_track,
@@ -65,7 +67,7 @@ class RateEstimate:
     context_tokens: int | None = None  # deepest live context among active streams
     prompt_tok_s: float | None = None
     ttft_s: float | None = None
-    ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
+    ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ this prompt's tok/s
     draft_acceptance: float | None = None
     prefill: PrefillProgress | None = None  # prompts being read right now
 
@@ -296,18 +298,21 @@ def _update_slot(
         state.last_progress_mono_s = now_mono_s
     state.last_n_decoded = n_decoded
     state.last_context = slot.context_tokens
-    if slot.prompt_tokens_processed is not None and n_decoded == 0:
-        state.prompt_points.append((now_mono_s, slot.prompt_tokens_processed))
+    if n_decoded == 0 and (slot.prompt_tokens_processed is not None or slot.context_tokens is not None):
+        note_prompt_read(state, now_mono_s, slot)
 
     if n_decoded >= 1:
         if state.decode_started_mono_s is None:
             state.decode_started_mono_s = now_mono_s
             state.first_decode_point = (now_mono_s, n_decoded)
-            # Polling cannot see the first token arrive; estimate the prompt's time from
-            # its evaluated tokens and the server's own prompt speed (counters).
-            if slot.prompt_tokens_processed and track.last_prompt_tok_s:
-                track.last_ttft_s = slot.prompt_tokens_processed / track.last_prompt_tok_s
-                track.last_ttft_exact = False
+            # Polling cannot see the first token arrive: estimate the prompt's time from its
+            # evaluated tokens and *its own* reading speed, when polls saw it read; else unknown
+            # (another request's prompt speed says nothing of this one: a short prompt reads slower).
+            own_tok_s = own_prompt_tok_s(state)
+            if slot.prompt_tokens_processed and own_tok_s:
+                track.last_ttft_s, track.last_ttft_exact = slot.prompt_tokens_processed / own_tok_s, False
+            else:
+                track.last_ttft_s, track.last_ttft_exact = None, None
         state.points.append((now_mono_s, n_decoded, slot.context_tokens))
         while len(state.points) > 2 and now_mono_s - state.points[1][0] >= RATE_WINDOW_S:
             state.points.popleft()

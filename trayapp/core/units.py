@@ -66,7 +66,7 @@ def format_pct(share: float | None) -> str:
 
 
 def format_ttft(ttft_s: float | None, exact: bool | None) -> str:
-    """'TTFT 0.21 s'; '~' marks an estimate (prompt tokens ÷ the server's prompt speed); '—' unknown."""
+    """'TTFT 0.21 s'; '~' marks an estimate (prompt tokens ÷ that prompt's own polled speed); '—' unknown."""
     if ttft_s is None:
         return "TTFT —"
     return f"TTFT {'~' if exact is False else ''}{ttft_s:.2f} s"

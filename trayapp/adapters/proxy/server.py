@@ -416,6 +416,7 @@ class ProxyServer:
                 data = await upstream.reader.read_some()
             except ConnectionError:
                 data = b""
+            received_mono_s = time.monotonic()  # before forwarding: the client may read it at once
             if not data:
                 if framer.until_close:
                     return False
@@ -423,7 +424,7 @@ class ProxyServer:
             used, payload = framer.feed(data)
             writer.write(data[:used] if used < len(data) else data)
             if payload:
-                self._feed(tap.response_body, payload, time.monotonic())
+                self._feed(tap.response_body, payload, received_mono_s)
                 if self._prompts.pending and tap.first_text_mono_s is not None:
                     self._prompts.prompt_read(tap)
             await self._drain(writer)

@@ -1,5 +1,12 @@
-"""Baselines: a stored bench of a model, else its best comparable earlier session, for the
+"""Baselines: a stored bench of a model, else its typical comparable earlier session, for the
 `regression` detector.
+
+Only what deserves to be one: a bench whose decode runs spread more than `BASELINE_MAX_CV` is
+never a baseline (nor a calibration or a bench line); a session's exact figures (server timings of
+finished requests, proxy records) are used before its polled estimates, and a session with only
+estimates needs `min_values` of them; sessions with exact figures win over estimated ones, and of
+the newest `TYPICAL_OF` such sessions the baseline is the median one (the lower of two), so one
+lucky fast session does not become the yardstick.
 
 `BaselineQueries` is the baseline half of `Store`. It answers with the core's own
 `trayapp.core.model.Baseline` and keeps the one baseline cache: the monitor asks every tick.
@@ -13,11 +20,14 @@ import statistics
 import threading
 from collections.abc import Mapping
 
+from trayapp.core.bench import BASELINE_MAX_CV
 from trayapp.core.model import Baseline
 
 BASELINE_CACHE_S = 60.0  # the monitor asks every tick; the answer may be this old
 _BASELINE_CONTEXT_STEP = math.log(1.05)  # contexts within ~5 % share a cached answer
 _MAX_CACHED = 256
+TYPICAL_OF = 5  # the baseline is the median session of this many newest comparable ones
+_STABLE = f"AND (decode_cv IS NULL OR decode_cv <= {BASELINE_MAX_CV!r}) "
 
 _CANDIDATES_SQL = (
     "SELECT session_id, started_wall_s, server_version, spec_type FROM sessions "
@@ -28,26 +38,28 @@ _CANDIDATES_SQL = (
     "ORDER BY started_wall_s DESC LIMIT 200"
 )
 _BENCH_SQL = (
-    "SELECT started_wall_s, server_version, spec_type, depth_tokens, context_tokens, decode_tok_s, runs "
-    "FROM bench WHERE model = :model AND quantization IS :quantization AND hardware IS :hardware "
-    "AND spec_type IS :spec_type AND finished_wall_s < :before_wall_s AND finished_wall_s >= :oldest_wall_s "
-    "AND decode_tok_s > 0 ORDER BY started_wall_s DESC, depth_tokens LIMIT 200"
+    "SELECT started_wall_s, server_version, spec_type, depth_tokens, context_tokens, decode_tok_s, runs, "
+    "decode_exact FROM bench WHERE model = :model AND quantization IS :quantization "
+    "AND hardware IS :hardware AND spec_type IS :spec_type AND finished_wall_s < :before_wall_s "
+    "AND finished_wall_s >= :oldest_wall_s AND decode_tok_s > 0 "
+    + _STABLE
+    + "ORDER BY started_wall_s DESC, depth_tokens LIMIT 200"
 )
 _CALIBRATION_SQL = (
     "SELECT efficiency FROM bench WHERE model = :model AND hardware IS :hardware AND depth_tokens = 0 "
     "AND judged = 1 AND efficiency > 0 AND finished_wall_s < :before_wall_s "
-    "ORDER BY started_wall_s DESC LIMIT 1"
+    + _STABLE
+    + "ORDER BY started_wall_s DESC LIMIT 1"
 )
 _BENCH_RATE_SQL = (
     "SELECT decode_tok_s FROM bench WHERE model = :model AND quantization IS :quantization "
     "AND hardware IS :hardware AND depth_tokens = 0 AND decode_tok_s > 0 "
-    "AND finished_wall_s < :before_wall_s "
-    "ORDER BY started_wall_s DESC LIMIT 1"
+    "AND finished_wall_s < :before_wall_s " + _STABLE + "ORDER BY started_wall_s DESC LIMIT 1"
 )
 _RATES_SQL = (
-    "SELECT decode_tok_s, context_tokens FROM samples WHERE session_id = :session_id "
-    "AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
-    "UNION ALL SELECT decode_tok_s, context_tokens FROM requests WHERE session_id = :session_id "
+    "SELECT decode_tok_s, context_tokens, COALESCE(decode_exact, 0) FROM samples "
+    "WHERE session_id = :session_id AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
+    "UNION ALL SELECT decode_tok_s, context_tokens, exact FROM requests WHERE session_id = :session_id "
     "AND decode_tok_s > 0 AND finished_wall_s < :before_wall_s"
 )
 
@@ -117,17 +129,18 @@ class BaselineQueries:
         min_values: int = 3,
         spec_type: str | None = None,
     ) -> Baseline | None:
-        """The newest stored bench at a comparable context, else the best comparable recent session
-        (highest median decode tok/s at comparable context). A bench wins: it was measured on
-        purpose, on an idle server (`Baseline.source` says which).
+        """The newest stable stored bench at a comparable context, else the typical comparable recent
+        session (see the module's docstring). A bench wins: it was measured on purpose, on an idle
+        server (`Baseline.source` says which; `Baseline.exact` whether its figures were exact).
 
         Comparable: same model, quantization, hardware and speculative decoding (None matches
         None: `spec_type=None` asks for plain-decode sessions), started
         before `before_wall_s` and active within `max_age_s` of it, and rates measured at a
         context depth within ±`context_tolerance` (relative) of `context_tokens`, or both
-        under 1024 tokens. Rates come from decoding samples and finished requests; a
-        session needs `min_values` of them. Answers are cached for `BASELINE_CACHE_S` of
-        `before_wall_s` (contexts within ~5 % share an answer): the monitor asks every tick.
+        under 1024 tokens. Rates come from decoding samples and finished requests: a session's
+        exact ones when it has any, else its estimates, of which it needs `min_values`. Answers
+        are cached for `BASELINE_CACHE_S` of `before_wall_s` (contexts within ~5 % share an
+        answer): the monitor asks every tick.
         """
         bucket = (
             None
@@ -188,7 +201,8 @@ class BaselineQueries:
             "exclude_session": exclude_session,
             "spec_type": spec_type,
         }
-        best: Baseline | None = None
+        exact: list[Baseline] = []
+        estimated: list[Baseline] = []
         with self._lock:
             bench = self._bench_baseline(
                 query, model, quantization, hardware, context_tokens, context_tolerance
@@ -197,18 +211,24 @@ class BaselineQueries:
                 return bench
             candidates = self._conn.execute(_CANDIDATES_SQL, query).fetchall()
             for session_id, started_wall_s, server_version, session_spec_type in candidates:
+                if len(exact) >= TYPICAL_OF:
+                    break
                 rates = self._conn.execute(
                     _RATES_SQL, {"session_id": session_id, "before_wall_s": before_wall_s}
                 ).fetchall()
-                used = [(r, c) for r, c in rates if comparable_context(c, context_tokens, context_tolerance)]
-                if len(used) < max(min_values, 1):
+                used = [
+                    (r, c, bool(e))
+                    for r, c, e in rates
+                    if comparable_context(c, context_tokens, context_tolerance)
+                ]
+                exact_used = [u for u in used if u[2]]
+                if exact_used:
+                    used = exact_used
+                elif len(used) < max(min_values, 1):
                     continue
-                rate_tok_s = float(statistics.median(r for r, _ in used))
-                if best is not None and rate_tok_s <= best.decode_tok_s:
-                    continue
-                contexts = [c for _, c in used if c is not None]
-                best = Baseline(
-                    decode_tok_s=rate_tok_s,
+                contexts = [c for _, c, _ in used if c is not None]
+                found = Baseline(
+                    decode_tok_s=float(statistics.median(r for r, _, _ in used)),
                     context_tokens=int(statistics.median(contexts)) if contexts else None,
                     server_version=server_version,
                     session_id=session_id,
@@ -218,8 +238,14 @@ class BaselineQueries:
                     model=model,
                     quantization=quantization,
                     hardware=hardware,
+                    exact=bool(exact_used),
                 )
-        return best
+                (exact if exact_used else estimated).append(found)
+        newest = (exact or estimated)[:TYPICAL_OF]
+        if not newest:
+            return None
+        by_rate = sorted(newest, key=lambda b: b.decode_tok_s)
+        return by_rate[(len(by_rate) - 1) // 2]
 
     def _bench_baseline(
         self,
@@ -259,5 +285,6 @@ class BaselineQueries:
                 quantization=quantization,
                 hardware=hardware,
                 source="bench",
+                exact=bool(point["decode_exact"]),
             )
         return None
