@@ -92,11 +92,19 @@ def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> N
     )
 
 
+def _endpoint(text: str) -> str:
+    """`[KIND=]URL`, checked at parse time: a bad URL or kind is a usage error (exit 2)."""
+    from trayapp.config import endpoint_arg  # loaded only when --endpoint is given (a fast --help)
+
+    return endpoint_arg(text)
+
+
 def add_endpoint_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
     """Server selection; on a subcommand the defaults are SUPPRESS so flags given before it survive."""
     parser.add_argument(
         "--endpoint",
         action="append",
+        type=_endpoint,
         default=argparse.SUPPRESS if sub else [],
         metavar="[KIND=]URL",
         help="a server to watch (repeatable), e.g. llamacpp=http://127.0.0.1:8080",

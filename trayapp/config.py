@@ -6,7 +6,9 @@ keys and proxy tokens never live here: an endpoint names a keyring entry or an e
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import difflib
 import ipaddress
 import os
 import re
@@ -72,14 +74,36 @@ class EndpointConfig:
         )
 
 
+# The kinds a user may name (`unknown` is what a reading says when identification failed).
+USER_SERVER_KINDS: tuple[str, ...] = tuple(kind for kind in SERVER_KINDS if kind != "unknown")
+
+
+def check_server_kind(kind: str) -> str:
+    """`kind` if a user may name it; else ValueError naming the valid kinds and a close match."""
+    if kind in USER_SERVER_KINDS:
+        return kind
+    close = difflib.get_close_matches(kind.lower(), USER_SERVER_KINDS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown server kind {kind!r}{hint}: use one of {', '.join(USER_SERVER_KINDS)}")
+
+
 def endpoint_from_arg(value: str) -> EndpointConfig:
-    """`[KIND=]URL` from the command line."""
+    """`[KIND=]URL` from the command line; ValueError for a bad URL or an unknown kind."""
     kind, sep, url = value.partition("=")
     if not sep or "://" in kind:
         kind, url = "", value
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
-    return EndpointConfig(url=url, kind=kind or None)
+    return EndpointConfig(url=url, kind=check_server_kind(kind) if kind else None)
+
+
+def endpoint_arg(value: str) -> str:
+    """An argparse `type` for `[KIND=]URL`: checked at parse time (a usage error, exit 2), kept as text."""
+    try:
+        endpoint_from_arg(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,13 @@ DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"
 TOKEN_FILE = "proxy-token"
 
 
+def _upstream(text: str) -> str:
+    """`[KIND=]URL`, checked at parse time: a bad URL or kind is a usage error (exit 2)."""
+    from trayapp.config import endpoint_arg  # loaded only when the flag is given (a fast --help)
+
+    return endpoint_arg(text)
+
+
 def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen",
@@ -45,6 +52,7 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         "--upstream",
         action="append",
         required=True,
+        type=_upstream,
         metavar="[KIND=]URL",
         help="the server behind it, e.g. ollama=http://127.0.0.1:11434",
     )
