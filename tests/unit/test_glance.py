@@ -6,7 +6,16 @@ from dataclasses import replace
 
 from tests.support import snapshots
 from tests.support.snapshots import LLAMA, OLLAMA
-from trayapp.core.glance import GlanceTracker, IconState, choose_model, format_rate, format_tokens, icon_state
+from trayapp.core.glance import (
+    TOOLTIP_WIDTH_CHARS,
+    GlanceTracker,
+    IconState,
+    choose_model,
+    format_rate,
+    format_tokens,
+    icon_state,
+    wrap_lines,
+)
 from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 
@@ -113,10 +122,57 @@ def test_no_server_is_hollow_and_says_what_was_probed() -> None:
     assert state.text is None and state.ring is None
     assert state.tooltip_lines[0] == "No LLM server found"
     assert state.tooltip_lines[1] == "probed: 127.0.0.1:11434, 127.0.0.1:8080"
-    nothing = icon_state(snap())
+    nothing = icon_state(snap(), discovery=False)
     assert nothing.health == "none"
     assert "discovery is off" in nothing.tooltip
     assert icon_state(None).health == "none"
+
+
+def test_with_nothing_probed_the_tooltip_says_whether_discovery_is_on() -> None:
+    """No endpoint configured and no server in the snapshot: the scan found nothing, or there is none."""
+    scanning = icon_state(snap(), discovery=True)
+    assert scanning.tooltip_lines == (
+        "No LLM server found",
+        "no endpoint configured; nothing answers on the default ports",
+    )
+    assert "discovery is off" not in scanning.tooltip
+    assert scanning.tooltip == "\n".join(scanning.tooltip_lines)  # 60 characters: it does not wrap
+    off = icon_state(snap(), discovery=False)
+    assert off.tooltip_lines == (
+        "No LLM server found",
+        "nothing probed: no endpoints configured and discovery is off",
+    )
+    unknown = icon_state(snap())  # a caller that does not say: no claim either way
+    assert unknown.tooltip_lines == ("No LLM server found", "no endpoints configured and no server found")
+    assert GlanceTracker(discovery=True).update(snap()).tooltip_lines == scanning.tooltip_lines
+    assert GlanceTracker(discovery=False).update(snap()).tooltip_lines == off.tooltip_lines
+
+
+LONG_ALERT = (
+    "qwen3:30b spilled to the CPU (52 %): decode runs at system-RAM speed, about 9 tok/s instead of "
+    "48 tok/s; unload another model or pick a smaller quantization"
+)  # 156 characters: one tooltip line of ~1,500 px before it wrapped
+
+
+def test_a_long_alert_wraps_at_spaces_to_a_sane_width() -> None:
+    long = replace(alert(), message=LONG_ALERT)
+    state = icon_state(snap(llama(model()), alerts=(long,)))
+    assert state.tooltip_lines[-1] == f"⚠ {LONG_ALERT}"  # the lines (bars, JSON) stay whole
+    assert state.tooltip.split("\n") == [
+        "llama3.1:8b Q4_K_M · llama-server",
+        "42 tok/s (exact) · 68 % of 62 tok/s ceiling",
+        "context 6.1k / 8k · 100 % GPU",
+        "⚠ qwen3:30b spilled to the CPU (52 %): decode runs at",  # 53; + " system-RAM" would be 64
+        "  system-RAM speed, about 9 tok/s instead of 48 tok/s;",  # 54; + " unload" would be 61
+        "  unload another model or pick a smaller quantization",  # 53
+    ]
+    assert TOOLTIP_WIDTH_CHARS == 60
+
+
+def test_a_word_longer_than_the_width_stays_whole() -> None:
+    url = "http://very-long-host-name.example.internal:8080/v1/chat/completions"  # 68 characters
+    assert wrap_lines([f"error at {url} now"]) == ["error at", f"  {url}", "  now"]
+    assert wrap_lines(["short", ""]) == ["short", ""]  # an empty line stays a line
 
 
 def test_server_without_models_is_idle() -> None:

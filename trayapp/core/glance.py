@@ -19,7 +19,8 @@ Health, in order of precedence:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
@@ -38,6 +39,7 @@ RING_STEPS = 20  # the ring is quantized to 5 % steps
 RING_HYSTERESIS = 0.04  # keep the previous ring until the share moves this much
 NUMBER_HYSTERESIS = 0.03  # keep the previous number until the rate moves 3 %
 HEALTH_HYSTERESIS = 0.05  # leave "degraded" only this far above the threshold
+TOOLTIP_WIDTH_CHARS = 60  # tooltip lines wrap at spaces past this (an alert's message is one long sentence)
 DEFAULT_THRESHOLDS = Thresholds()
 
 _REACHABLE = ("ok", "loading")
@@ -62,10 +64,23 @@ class IconState:
 
     @property
     def tooltip(self) -> str:
-        return "\n".join(self.tooltip_lines)
+        """The tooltip text: `tooltip_lines`, each wrapped to TOOLTIP_WIDTH_CHARS."""
+        return "\n".join(wrap_lines(self.tooltip_lines))
 
 
 # --------------------------------------------------------------------------- formatting
+
+
+def wrap_lines(lines: Sequence[str], width_chars: int = TOOLTIP_WIDTH_CHARS) -> list[str]:
+    """Each line broken at spaces into lines of at most `width_chars`, continuations indented two
+    spaces; a longer word (a URL) stays whole rather than being cut."""
+    wrapped: list[str] = []
+    for line in lines:
+        parts = textwrap.wrap(
+            line, width_chars, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        wrapped += parts or [line]
+    return wrapped
 
 
 def host_port(url: str) -> str:
@@ -258,7 +273,7 @@ def _alert_lines(alerts: tuple[Alert, ...]) -> list[str]:
     return lines
 
 
-def _no_server_lines(snapshot: Snapshot) -> list[str]:
+def _no_server_lines(snapshot: Snapshot, discovery: bool | None) -> list[str]:
     lines = ["No LLM server found"]
     probed = [s for s in snapshot.servers if s.status == "unreachable"]
     if probed:
@@ -269,8 +284,13 @@ def _no_server_lines(snapshot: Snapshot) -> list[str]:
     for server in blocked[:3]:
         why = "needs an API key" if server.status == "unauthorized" else (server.reason or "error")
         lines.append(f"{kind_label(server.kind)} {host_port(server.url)}: {why}")
-    if not snapshot.servers:
-        lines.append("nothing probed: no endpoints configured and discovery is off")
+    if not snapshot.servers:  # no endpoint configured; the scan (if on) found nothing
+        if discovery is None:
+            lines.append("no endpoints configured and no server found")
+        elif discovery:
+            lines.append("no endpoint configured; nothing answers on the default ports")
+        else:
+            lines.append("nothing probed: no endpoints configured and discovery is off")
     return lines
 
 
@@ -279,8 +299,12 @@ def icon_state(
     previous: IconState | None = None,
     decoding_since: Mapping[ModelKey, float] | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    discovery: bool | None = None,
 ) -> IconState:
-    """The icon and tooltip for one snapshot (pure; `previous` gives hysteresis)."""
+    """The icon and tooltip for one snapshot (pure; `previous` gives hysteresis).
+
+    `discovery`: whether the default ports are scanned (None: not known), for the no-server text.
+    """
     if snapshot is None:
         return IconState("none", tooltip_lines=("llm-tray", "waiting for the first reading…"))
     alerts = active_alerts(snapshot)
@@ -290,7 +314,7 @@ def icon_state(
     reachable = [s for s in snapshot.servers if s.status in _REACHABLE]
 
     if chosen is None:
-        lines = _no_server_lines(snapshot) if not reachable else []
+        lines = _no_server_lines(snapshot, discovery) if not reachable else []
         for server in reachable[:3]:
             lines.append(f"{kind_label(server.kind)} {host_port(server.url)} · no model loaded")
         lines += _alert_lines(alerts)
@@ -345,8 +369,9 @@ def paused_state(previous: IconState | None = None) -> IconState:
 class GlanceTracker:
     """Feeds `icon_state` the memory it needs: the last state and when models started decoding."""
 
-    def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+    def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS, discovery: bool | None = None) -> None:
         self.thresholds = thresholds
+        self.discovery = discovery  # whether the default ports are scanned; None: not known
         self.state: IconState | None = None
         self._decoding_since: dict[ModelKey, float] = {}
 
@@ -357,5 +382,5 @@ class GlanceTracker:
                 del self._decoding_since[key]
         for key in decoding:
             self._decoding_since.setdefault(key, snapshot.t_mono_s)
-        self.state = icon_state(snapshot, self.state, self._decoding_since, self.thresholds)
+        self.state = icon_state(snapshot, self.state, self._decoding_since, self.thresholds, self.discovery)
         return self.state

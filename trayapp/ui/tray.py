@@ -159,6 +159,7 @@ class TrayController(QObject):
         thresholds: Thresholds | None = None,
         template: bool | None = None,
         min_redraw_interval_s: float = MIN_REDRAW_INTERVAL_S,
+        discovery: bool | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -170,7 +171,7 @@ class TrayController(QObject):
         self.template = sys.platform == "darwin" if template is None else template
         self.min_redraw_interval_s = min_redraw_interval_s
         self.thresholds = thresholds or Thresholds()
-        self.tracker = GlanceTracker(self.thresholds)
+        self.tracker = GlanceTracker(self.thresholds, discovery)
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.proxies: list[ProxyConfig] = []  # the running recording proxies
@@ -205,6 +206,12 @@ class TrayController(QObject):
         """The user's thresholds: the icon's health (low efficiency) and the menu's offload mark."""
         self.thresholds = thresholds
         self.tracker.thresholds = thresholds
+
+    def set_discovery(self, discovery: bool | None) -> None:
+        """Whether the default ports are scanned (None: not known): the no-server tooltip says which."""
+        self.tracker.discovery = discovery
+        if self.snapshot is not None and not self.paused:
+            self._show(self.tracker.update(self.snapshot))
 
     def set_proxies(self, proxies: Sequence[ProxyConfig]) -> None:
         """The recording proxies now running (the menu lists them the next time it opens)."""
