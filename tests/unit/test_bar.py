@@ -183,7 +183,7 @@ def test_every_format_follows_its_bars_rules(doc: dict[str, Any] | None) -> None
     line = bar_line(doc)
     waybar = check_waybar(render("waybar", doc))
     assert waybar["text"] == line and waybar["class"] == (doc["health"] if doc else "not-running")
-    assert waybar["percentage"] == (70 if doc else 0)
+    assert waybar["percentage"] == (68 if doc else 0)  # the line's 68 % (42 / 62), not the ring's 70
     assert check_tmux(render("tmux", doc)) == line
     assert check_polybar(render("polybar", doc)) == line
     assert check_polybar(render("lemonbar", doc)) == line
@@ -221,3 +221,75 @@ def test_swiftbar_menu_lists_models_and_alerts() -> None:
 def test_unknown_format_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown bar format"):
         render("conky", None)
+
+
+# --------------------------------------------------------------------------- waybar agrees with its text
+
+COLD_LOAD = {"kind": "cold_load", "severity": "info", "model": "llama3.1:8b",
+             "words": "a request paid for loading the model",
+             "message": "llama3.1:8b waited for a model load"}  # fmt: skip
+
+
+def waybar(doc: dict[str, Any] | None) -> dict[str, Any]:
+    return check_waybar(render("waybar", doc, max_width=None))
+
+
+def test_waybar_percentage_is_the_share_the_text_shows() -> None:
+    """decode ÷ ceiling of the model the text names, as the text rounds it, not the icon's ring."""
+    decoding = waybar(decoding_doc())  # ring 0.7; 42 / 62 = 0.677
+    assert (decoding["text"], decoding["percentage"]) == ("llama3.1:8b 42 tok/s 68%", 68)
+    model = {**decoding_doc()["model"], "decode_tok_s": 31.0, "efficiency": 31 / 62}
+    half = waybar(decoding_doc(model=model, models=[model], text="31", ring=0.55))  # a held ring
+    assert (half["text"], half["percentage"]) == ("llama3.1:8b 31 tok/s 50%", 50)  # 31 / 62 = 0.5
+    model = {**model, "decode_tok_s": 70.0, "efficiency": 70 / 62}
+    over = waybar(decoding_doc(model=model, models=[model], text="70", ring=1.0))
+    assert (over["text"], over["percentage"]) == ("llama3.1:8b 70 tok/s 113%", 100)  # 1.129; 0–100
+
+
+def test_waybar_percentage_is_zero_when_the_text_shows_no_share() -> None:
+    idle = decoding_doc(text=None, health="idle", ring=0.65)  # a faint ring: the last request's 40 / 62
+    idle["model"] = {**idle["model"], "phase": "idle", "decode_tok_s": None, "efficiency": None}
+    assert (waybar(idle)["text"], waybar(idle)["percentage"]) == ("llama3.1:8b idle", 0)
+    unrated = decoding_doc(text=None)  # decoding, rate unavailable
+    assert (waybar(unrated)["text"], waybar(unrated)["percentage"]) == ("llama3.1:8b decoding", 0)
+    assert waybar(None)["percentage"] == 0
+
+
+def test_waybar_percentage_follows_the_prompt_progress_the_text_shows() -> None:
+    prefill = decoding_doc(text="12k", prefill=True, ring=0.45)
+    prefill["model"] = {**prefill["model"], "phase": "prefill", "decode_tok_s": None, "efficiency": None,
+                        "prefill_tokens_done": 12_400, "prefill_tokens_total": 28_000}  # fmt: skip
+    data = waybar(prefill)
+    assert (data["text"], data["percentage"]) == ("llama3.1:8b prefill 12k/28k 44%", 44)  # 0.443
+
+
+def test_waybar_class_is_alert_exactly_when_the_text_shows_one() -> None:
+    warned = waybar(decoding_doc(alerts=[SPILL], health="alert"))
+    assert warned["class"] == "alert" and f"⚠ {SPILL_WORDS}" in warned["text"]
+    # An info alert (a cold load) leaves the icon green: the line does not show it, the tooltip does.
+    info = waybar(decoding_doc(alerts=[COLD_LOAD], health="ok"))
+    assert info["class"] == "ok" and info["text"] == "llama3.1:8b 42 tok/s 68%"
+    both = waybar(decoding_doc(alerts=[SPILL, COLD_LOAD], health="alert"))
+    assert both["class"] == "alert" and both["text"] == f"llama3.1:8b 42 tok/s 68% ⚠ {SPILL_WORDS}"
+    assert waybar(decoding_doc(alerts=[], health="alert"))["class"] == "ok"  # red with nothing shown
+
+
+def test_waybar_from_a_real_snapshot_agrees_with_its_text() -> None:
+    """The sampler's path: a snapshot → icon_state → glance_json → waybar."""
+    cold = s.alert("cold_load-1", "cold_load", "info", server=s.LLAMA, model="llama3.1:8b",
+                   message="llama3.1:8b waited for a model load")  # fmt: skip
+    snapshot = s.snap(1.0, s.server(s.model("llama3.1:8b", "decoding", 42.0)), alerts=(cold,))
+    data = waybar(glance_json(icon_state(snapshot), snapshot))
+    assert data["text"] == "llama3.1:8b 42 tok/s 68%"  # 42 / 62 = 0.677
+    assert (data["class"], data["percentage"]) == ("ok", 68)
+    assert "⚠ llama3.1:8b waited for a model load" in data["tooltip"]  # the tray's tooltip has it
+
+
+def test_waybar_tooltip_wraps_like_the_trays() -> None:
+    long = "qwen3:30b spilled to the CPU (52 %): decode runs at system-RAM speed, about 9 tok/s"
+    data = waybar(decoding_doc(tooltip=["llama3.1:8b Q4_K_M · llama-server", f"⚠ {long}"]))
+    assert data["tooltip"].split("\n") == [
+        "llama3.1:8b Q4_K_M · llama-server",
+        "⚠ qwen3:30b spilled to the CPU (52 %): decode runs at",  # 53; + " system-RAM" would be 64
+        "  system-RAM speed, about 9 tok/s",
+    ]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trayapp.core.alert_kinds import ALERT_KINDS
-from trayapp.core.glance import IconState, active_alerts, host_port, kind_label
+from trayapp.core.glance import IconState, active_alerts, host_port, kind_label, wrap_lines
 from trayapp.core.model import Snapshot
 from trayapp.core.units import format_rate_short, format_tokens_short
 
@@ -24,6 +24,7 @@ FORMATS = ("waybar", "polybar", "i3blocks", "lemonbar", "tmux", "swiftbar", "xba
 NOT_RUNNING = "llm-tray not running"
 DEFAULT_MAX_WIDTH = 40
 ELLIPSIS = "…"
+ALERTING = ("warning", "critical")  # the severities that turn the icon red (core/glance.py)
 
 # health → (hex colour for Polybar, lemonbar, i3blocks, SwiftBar; tmux colour name)
 COLOURS: dict[str, tuple[str, str]] = {
@@ -89,32 +90,49 @@ def glance_json(state: IconState, snapshot: Snapshot) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the line
 
 
+def _shown_pct(doc: Mapping[str, Any] | None) -> int | None:
+    """The percentage the line shows for its model: decode ÷ ceiling while decoding, the share of
+    the prompt read while reading one; None when it shows none. Waybar's `percentage` is this one."""
+    model = doc.get("model") if doc is not None else None
+    if doc is None or not model:
+        return None
+    phase = model.get("phase")
+    if phase == "decoding" and doc.get("text") and model.get("efficiency") is not None:
+        return round(float(model["efficiency"]) * 100)
+    done, total = model.get("prefill_tokens_done"), model.get("prefill_tokens_total")
+    if phase == "prefill" and done is not None and total:
+        return round(float(done) / float(total) * 100)
+    return None
+
+
+def _shown_alerts(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The alerts the line shows: those that turn the icon red (critical first, as the document has
+    them); an info alert (a cold load) is in the tooltip only."""
+    alerts = (doc.get("alerts") or []) if doc is not None else []
+    return [a for a in alerts if a.get("severity", "warning") in ALERTING]
+
+
 def _core(doc: Mapping[str, Any]) -> str:
     model = doc.get("model")
     if not model:
         return "LLM: no server" if doc.get("health") == "none" else "LLM: no model"
     phase = model.get("phase")
+    pct = _shown_pct(doc)
+    share = f" {pct}%" if pct is not None else ""
     if phase == "decoding":
-        if not doc.get("text"):
-            return "decoding"
-        line = f"{doc['text']} tok/s"
-        if model.get("efficiency") is not None:
-            line += f" {model['efficiency'] * 100:.0f}%"
-        return line
+        return f"{doc['text']} tok/s{share}" if doc.get("text") else "decoding"
     if phase == "prefill":
         done, total = model.get("prefill_tokens_done"), model.get("prefill_tokens_total")
         if done is None:
             return "prefill"
         if total:
-            return (
-                f"prefill {format_tokens_short(done)}/{format_tokens_short(total)} {done / total * 100:.0f}%"
-            )
+            return f"prefill {format_tokens_short(done)}/{format_tokens_short(total)}{share}"
         return f"prefill {format_tokens_short(done)}"
     return str(phase or "idle")
 
 
 def _alert(doc: Mapping[str, Any]) -> str:
-    alerts = doc.get("alerts") or []
+    alerts = _shown_alerts(doc)
     if not alerts:
         return ""
     more = f" +{len(alerts) - 1}" if len(alerts) > 1 else ""
@@ -148,18 +166,25 @@ def bar_line(doc: Mapping[str, Any] | None, max_width: int | None = DEFAULT_MAX_
 
 
 def _health(doc: Mapping[str, Any] | None) -> str:
-    return "not-running" if doc is None else str(doc.get("health") or "none")
+    """The state the line shows, for colours and Waybar's class: `alert` exactly when it shows one."""
+    if doc is None:
+        return "not-running"
+    health = str(doc.get("health") or "none")
+    if _shown_alerts(doc):
+        return "alert"
+    return health if health != "alert" else "ok"  # red with no alert to show: an inconsistent document
 
 
 def _percentage(doc: Mapping[str, Any] | None) -> int:
-    ring = None if doc is None else doc.get("ring")
-    return round(min(max(float(ring), 0.0), 1.0) * 100) if ring is not None else 0
+    """Waybar's `percentage` (0–100): the line's own percentage, clamped; 0 when it shows none."""
+    pct = _shown_pct(doc)
+    return min(max(pct, 0), 100) if pct is not None else 0
 
 
 def _tooltip(doc: Mapping[str, Any] | None) -> str:
     if doc is None:
         return f"{NOT_RUNNING}: start the tray app or `llm-tray agent`"
-    return "\n".join(doc.get("tooltip") or [])
+    return "\n".join(wrap_lines(doc.get("tooltip") or []))
 
 
 # --------------------------------------------------------------------------- per bar
