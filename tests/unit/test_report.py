@@ -226,3 +226,31 @@ def test_cli_report_writes_the_file_or_fails_in_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown session 'nope'" in err
     assert not (tmp_path / "n.html").exists()
+
+
+def test_a_bench_during_the_session_is_left_out_of_its_figures(tmp_path: Path) -> None:
+    """The tray saw a bench's requests as part of the session (150 tok/s during the bench's window
+    T0+10 … T0+40, 50 tok/s around it): the report's decode figures are the session's own 50 tok/s,
+    and the page says a bench was left out."""
+    from dataclasses import replace
+
+    from tests.unit.test_store_bench import point, result
+
+    name, sid = "qwen3:8b", "mixed"  # the bench result's model and hardware (test_store_bench)
+    path = tmp_path / "store.sqlite3"
+    with Store(path) as store:
+        times = [*range(0, 10), *range(10, 41), *range(41, 51)]
+        for i in times:
+            snap = tick(T0 + i, name, sid, 0)
+            rate = 150.0 if 10 <= i <= 40 else 50.0
+            model = replace(snap.servers[0].models[0], decode_tok_s=rate, decode_total_tok_s=rate)
+            store.record(replace(snap, servers=(replace(snap.servers[0], models=(model,)),)))
+        mixed = replace(session(sid, name, T0, T0 + 50), mean_decode_tok_s=110.0, peak_decode_tok_s=150.0)
+        store.record(tick(T0 + 51, name, "other", 0), [mixed])
+        store.record_bench(result(T0 + 10, (point(0, 60, 150.0, 200.0),)))
+        page = render_report(store, session_id=sid)
+    assert "A bench ran during this session" in page
+    row = re.search(r"Decode, mean / peak</th><td>([^<]*)</td>", page)
+    assert row is not None and row.group(1) == "50.0 tok/s / 50.0 tok/s", row and row.group(1)
+    median = re.search(r"Decode, median of samples</th><td>([^<]*)</td>", page)
+    assert median is not None and median.group(1) == "50.0 tok/s"

@@ -13,6 +13,7 @@ import math
 import os
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -147,6 +148,16 @@ def _session_table(s: SessionRecord, samples: Sequence[PlotSample], ttft_estimat
     )
 
 
+def _bench_note(windows: Sequence[tuple[float, float]]) -> str:
+    if not windows:
+        return ""
+    spans = ", ".join(f"{_utc(a)} – {_utc(b)}" for a, b in windows)
+    return (
+        f'<p class="sub">A bench ran during this session ({_e(spans)}): its requests are left out of '
+        "the figures and plots below (see <code>llm-tray sessions --bench</code>).</p>\n"
+    )
+
+
 def _hardware_table(hw: dict[str, object] | None) -> str:
     if hw is None:
         return '<p class="none">No hardware snapshot recorded.</p>'
@@ -225,17 +236,63 @@ def _pick_session(store: Store, session_id: str | None) -> SessionRecord:
     return latest[0]
 
 
+def _bench_windows(store: Store, s: SessionRecord) -> list[tuple[float, float]]:
+    """When a stored bench of the session's model ran during the session: (started, finished)."""
+    end = s.ended_wall_s if s.ended_wall_s is not None else math.inf
+    windows = {
+        (_float(r["started_wall_s"]) or 0.0, _float(r["finished_wall_s"]) or 0.0)
+        for r in store.iter_rows("bench", since_wall_s=s.started_wall_s - 86400)
+        if r["model"] == s.model and (s.hardware is None or r["hardware"] == s.hardware)
+    }
+    return sorted(w for w in windows if w[0] <= end and w[1] >= s.started_wall_s)
+
+
+def _in_windows(t_wall_s: float, windows: Sequence[tuple[float, float]]) -> bool:
+    return any(start <= t_wall_s <= end for start, end in windows)
+
+
+def _without_bench(
+    s: SessionRecord, samples: Sequence[PlotSample], requests: Sequence[dict[str, object]]
+) -> SessionRecord:
+    """The session's decode figures from what was left once the bench's own traffic was taken out."""
+    rates = [x.decode_tok_s for x in samples if x.decode_tok_s is not None]
+    exact = [r for r in requests if r["exact"] and _float(r["decode_tok_s"]) is not None]
+    request_rates = [
+        _float(r["decode_tok_s"]) or 0.0 for r in requests if _float(r["decode_tok_s"]) is not None
+    ]
+    mean = statistics.mean(rates) if rates else (statistics.mean(request_rates) if request_rates else None)
+    peaks = rates + [_float(r["decode_tok_s"]) or 0.0 for r in exact]
+    return replace(
+        s,
+        requests=len(requests),
+        decode_tokens=sum(_int(r["decode_tokens"]) or 0 for r in requests),
+        mean_decode_tok_s=mean,
+        peak_decode_tok_s=max(peaks) if peaks else None,
+    )
+
+
 def render_report(store: Store, *, session_id: str | None = None, now_wall_s: float | None = None) -> str:
-    """The report page for `session_id` (default: the latest session) as an HTML string."""
+    """The report page for `session_id` (default: the latest session) as an HTML string. A bench
+    that ran during the session (its requests went through the same server) is left out of the
+    session's decode figures and plots, and the page says so."""
     s = _pick_session(store, session_id)
+    benches = _bench_windows(store, s)
     samples = [
         PlotSample(_float(r["t_wall_s"]) or 0.0, _float(r["decode_tok_s"]), _float(r["ceiling_tok_s"]),
                 _int(r["context_tokens"]))
         for r in store.iter_rows("samples", session_ids=[s.id])
+        if not _in_windows(_float(r["t_wall_s"]) or 0.0, benches)
     ]  # fmt: skip
+    request_rows = [
+        r
+        for r in store.iter_rows("requests", session_ids=[s.id])
+        if not _in_windows(_float(r["finished_wall_s"]) or 0.0, benches)
+    ]
+    if benches:
+        s = _without_bench(s, samples, request_rows)
     requests: list[tuple[float, float, int | None]] = []
     ttft_estimated = False  # a request TTFT the server did not time
-    for r in store.iter_rows("requests", session_ids=[s.id]):
+    for r in request_rows:
         if r["ttft_s"] is not None and not r["exact"]:
             ttft_estimated = True
         if (rate := _float(r["decode_tok_s"])) is not None:
@@ -268,7 +325,7 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
         _duration(None if end is None else end - s.started_wall_s)
     }</p>
 <h2>Session</h2>
-{_session_table(s, samples, ttft_estimated)}
+{_bench_note(benches)}{_session_table(s, samples, ttft_estimated)}
 <h2>Plots</h2>
 <p class="sub">The ceiling is memory bandwidth ÷ bytes read per token at the live context and offload
 split; a healthy GPU decode sits in the realistic band (60–75 % of it). On CPUs the ceiling is an
