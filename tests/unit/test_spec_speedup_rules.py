@@ -79,3 +79,18 @@ def test_baselines_compare_like_with_like(tmp_path: Path) -> None:
         None,
     )
     assert mtp is not None and (mtp.session_id, mtp.spec_type) == ("mtp", "draft-mtp")  # not the faster plain
+
+
+def test_a_drafter_that_costs_speed_is_the_one_root_cause_not_below_floor() -> None:
+    """A drafted decode at 2 tok/s (under the 3 tok/s floor) with 16 % acceptance: draft_acceptance
+    only. Before the acceptance is known (llama-server counts drafts when a request ends),
+    below_floor names the drafter as the suspect."""
+    slow = snapshots.model(rate=2.0, draft_acceptance=0.16, spec_type="draft-simple")
+    kinds = {f.kind for f in diagnose_model(_view(slow), Thresholds())}
+    assert "draft_acceptance" in kinds and "below_floor" not in kinds
+    unknown = snapshots.model(rate=2.0, draft_acceptance=None, spec_type="draft-simple")
+    (floor,) = [f for f in diagnose_model(_view(unknown), Thresholds()) if f.kind == "below_floor"]
+    assert floor.cause is not None and "draft-simple" in floor.cause and "--spec-type none" in floor.fix
+    plain = snapshots.model(rate=2.0)
+    (floor,) = [f for f in diagnose_model(_view(plain), Thresholds()) if f.kind == "below_floor"]
+    assert floor.cause is None

@@ -89,6 +89,9 @@ ALERT_KINDS: dict[str, AlertKind] = {
 # message already gives the speed to expect, so "slow", "inefficient" and "slower than last week"
 # would only repeat it.
 SUPPRESSED_BY_OFFLOAD: frozenset[str] = frozenset({"below_floor", "low_efficiency", "regression"})
+# And which a drafter that costs speed explains (draft_acceptance: few drafts accepted, or decode
+# measured slower than plain): its message gives the cause and the fix.
+SUPPRESSED_BY_DRAFTING: frozenset[str] = frozenset({"below_floor", "low_efficiency"})
 
 
 def alert_label(kind: str) -> str:

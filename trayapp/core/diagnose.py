@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import NamedTuple
 
-from trayapp.core.alert_kinds import SUPPRESSED_BY_OFFLOAD
+from trayapp.core.alert_kinds import SUPPRESSED_BY_DRAFTING, SUPPRESSED_BY_OFFLOAD
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Baseline,
@@ -122,6 +122,8 @@ def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
             findings.append(finding)
     if any(f.kind == "offload" for f in findings):
         findings = [f for f in findings if f.kind not in SUPPRESSED_BY_OFFLOAD]
+    elif any(f.kind == "draft_acceptance" for f in findings):
+        findings = [f for f in findings if f.kind not in SUPPRESSED_BY_DRAFTING]
     return findings
 
 
@@ -228,9 +230,25 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
         "streaming feels broken rather than slow."
     )
     fix = "Use a smaller model or quantization; check the dashboard for offload or throttling."
+    cause = None
+    if model.spec_type and model.draft_acceptance is None:
+        # llama-server counts drafts only when a request ends: until then, the drafter is a suspect
+        cause = (
+            f"speculative decoding ({model.spec_type}) is on and its acceptance is not known yet: "
+            "a drafter whose drafts are rejected slows every step"
+        )
+        fix += " Or compare without speculative decoding (--spec-type none)."
     evidence = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
     return Finding(
-        "below_floor", "critical", view.server.url, model.name, message, fix, evidence, score=-rate
+        "below_floor",
+        "critical",
+        view.server.url,
+        model.name,
+        message,
+        fix,
+        evidence,
+        cause=cause,
+        score=-rate,
     )
 
 
