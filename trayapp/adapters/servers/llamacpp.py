@@ -177,10 +177,15 @@ class LlamaCppProbe(LlamaServerProbe):
         # 4. /slots: live progress every poll while there is work; never while asleep, and while idle
         #    only once something says work appeared (a /slots request resets the idle timer).
         slots: tuple[SlotReading, ...] = ()
+        slots_at_mono_s: float | None = None  # when the server read its slots for this answer
         slots_on = props.endpoint_slots and not props.is_sleeping and not self._slots_disabled
         if slots_on and slots_needed(self._busy, cpu_work, metrics_on, counters):
             try:
+                asked_s = time.monotonic()
                 slots = parse_slots(self._fetch_json("/slots"))
+                # Rates are tokens between two answers ÷ the time between them: the middle of this
+                # request, not the tick's start (on a busy host the answer can come 100s of ms later).
+                slots_at_mono_s = now_mono_s + ((asked_s + time.monotonic()) / 2 - started_s)
                 self._busy = any(slot.is_processing for slot in slots)
             except FetchError as exc:
                 if exc.status == "unauthorized":
@@ -204,7 +209,7 @@ class LlamaCppProbe(LlamaServerProbe):
         pid = self._server_pid(now_mono_s)  # lets NVML's per-process memory tell the model's GPU share
         return ServerReading(
             self.kind, self.url, status, reason, version=props.build_info, models=(model,), pid=pid,
-            finished=finished,
+            finished=finished, t_mono_s=slots_at_mono_s,
         )  # fmt: skip
 
     def _wake_load(
