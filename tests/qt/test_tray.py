@@ -90,7 +90,7 @@ def test_tooltip_and_icon_follow_snapshots(qtbot: QtBot, tray: TrayController) -
     state: IconState = blocker.args[0]
     assert (state.health, state.text, state.ring) == ("ok", "42", 0.7)
     assert tray.tray.toolTip() == (
-        "llama3.1:8b Q4_K_M · llama-server\n42 tok/s (estimated) · 68 % of 62 tok/s ceiling\n"
+        "llama3.1:8b Q4_K_M · llama-server\n~42 tok/s · 68 % of 62 tok/s ceiling\n"  # ~: polled
         "context 6.1k / 8k · 100 % GPU"
     )
     assert not tray.tray.icon().isNull()

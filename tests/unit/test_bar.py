@@ -163,7 +163,7 @@ def test_glance_json_speaks_for_the_tray_icons_model() -> None:
     assert [m["name"] for m in doc["models"]] == ["llama3.1:8b", "qwen3:30b"]
     assert doc["alerts"] == [{**SPILL, "words": SPILL_WORDS}]
     assert doc["tooltip"] == list(state.tooltip_lines)
-    assert render("waybar", doc, max_width=None).startswith('{"text": "llama3.1:8b 42 tok/s 68% ⚠ part')
+    assert render("waybar", doc, max_width=None).startswith('{"text": "llama3.1:8b ~42 tok/s 68% ⚠ part')
 
 
 def test_prefill_progress_reaches_the_bar() -> None:
@@ -280,7 +280,7 @@ def test_waybar_from_a_real_snapshot_agrees_with_its_text() -> None:
                    message="llama3.1:8b waited for a model load")  # fmt: skip
     snapshot = s.snap(1.0, s.server(s.model("llama3.1:8b", "decoding", 42.0)), alerts=(cold,))
     data = waybar(glance_json(icon_state(snapshot), snapshot))
-    assert data["text"] == "llama3.1:8b 42 tok/s 68%"  # 42 / 62 = 0.677
+    assert data["text"] == "llama3.1:8b ~42 tok/s 68%"  # polled: '~'; 42 / 62 = 0.677
     assert (data["class"], data["percentage"]) == ("ok", 68)
     assert "⚠ llama3.1:8b waited for a model load" in data["tooltip"]  # the tray's tooltip has it
 

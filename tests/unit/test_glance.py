@@ -54,7 +54,7 @@ def test_generating_shows_number_ring_and_ok() -> None:
     assert not state.offload
     assert state.tooltip_lines == (
         "llama3.1:8b Q4_K_M · llama-server",
-        "42 tok/s (exact) · 68 % of 62 tok/s ceiling",
+        "42 tok/s · 68 % of 62 tok/s ceiling",  # exact: unmarked
         "context 6.1k / 8k · 100 % GPU",
     )
 
@@ -62,7 +62,7 @@ def test_generating_shows_number_ring_and_ok() -> None:
 def test_estimated_rate_says_so_and_small_rates_have_one_decimal() -> None:
     state = icon_state(snap(llama(model(decode_tok_s=4.26, decode_exact=False))))
     assert state.text == "4.3"
-    assert "4.3 tok/s (estimated)" in state.tooltip_lines[1]
+    assert state.tooltip_lines[1].startswith("~4.3 tok/s ·")  # "~": estimated
     assert state.health == "degraded"  # 4.3 / 62 is far under the 45 % threshold
 
 
@@ -160,7 +160,7 @@ def test_a_long_alert_wraps_at_spaces_to_a_sane_width() -> None:
     assert state.tooltip_lines[-1] == f"⚠ {LONG_ALERT}"  # the lines (bars, JSON) stay whole
     assert state.tooltip.split("\n") == [
         "llama3.1:8b Q4_K_M · llama-server",
-        "42 tok/s (exact) · 68 % of 62 tok/s ceiling",
+        "42 tok/s · 68 % of 62 tok/s ceiling",  # exact: unmarked
         "context 6.1k / 8k · 100 % GPU",
         "⚠ qwen3:30b spilled to the CPU (52 %): decode runs at",  # 53; + " system-RAM" would be 64
         "  system-RAM speed, about 9 tok/s instead of 48 tok/s;",  # 54; + " unload" would be 61

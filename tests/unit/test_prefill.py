@@ -202,17 +202,17 @@ def reading_prompt(progress: PrefillProgress) -> ModelStatus:
 
 def test_tooltip_line_without_a_total() -> None:
     line = prefill_line(reading_prompt(PrefillProgress(3500, 0, None, 250.0)))
-    assert line == "reading prompt 3.5k tokens so far · 250 tok/s"
+    assert line == "reading prompt 3.5k tokens so far · ~250 tok/s"  # ~: a polled speed
 
 
 def test_tooltip_line_with_a_total_share_and_eta() -> None:
     progress = PrefillProgress(12_400, 0, 28_000, 250.0, (28_000 - 12_400) / 250.0)  # 62.4 s
-    assert prefill_line(reading_prompt(progress)) == "reading prompt 12.4k / 28k · 44 % · 250 tok/s · ~62 s"
+    assert prefill_line(reading_prompt(progress)) == "reading prompt 12.4k / 28k · 44 % · ~250 tok/s · ~62 s"
 
 
 def test_tooltip_line_says_when_the_prompt_is_mostly_cached() -> None:
     line = prefill_line(reading_prompt(PrefillProgress(3100, 3000, None, 50.0)))
-    assert line == "reading prompt 3.1k tokens so far · 50 tok/s · 3k from the cache"
+    assert line == "reading prompt 3.1k tokens so far · ~50 tok/s · 3k from the cache"
 
 
 def test_tooltip_line_before_any_rate() -> None:
@@ -226,7 +226,7 @@ def test_icon_while_reading_a_prompt_shows_the_token_count_and_no_ceiling_ring()
     assert state.prefill
     assert state.text == "3k"
     assert state.ring is None  # no total: no share to draw (not the ceiling share either)
-    assert state.tooltip_lines[1] == "reading prompt 3.4k tokens so far · 250 tok/s"
+    assert state.tooltip_lines[1] == "reading prompt 3.4k tokens so far · ~250 tok/s"
 
 
 def test_icon_ring_is_the_share_of_the_prompt_when_the_total_is_known() -> None:

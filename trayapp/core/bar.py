@@ -17,7 +17,7 @@ from typing import Any
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import IconState, active_alerts, host_port, kind_label, wrap_lines
 from trayapp.core.model import Snapshot
-from trayapp.core.units import format_rate_short, format_tokens_short
+from trayapp.core.units import estimate_mark, format_rate_marked, format_tokens_short
 
 GLANCE_SCHEMA = 1
 FORMATS = ("waybar", "polybar", "i3blocks", "lemonbar", "tmux", "swiftbar", "xbar", "plain")
@@ -54,6 +54,7 @@ def glance_json(state: IconState, snapshot: Snapshot) -> dict[str, Any]:
             "name": model.name,
             "phase": model.phase,
             "decode_tok_s": model.decode_tok_s,
+            "decode_exact": model.decode_exact,  # False: polled, the line marks it '~'
             "ceiling_tok_s": model.ceiling_tok_s,
             "efficiency": model.efficiency,
             "prefill_tokens_done": model.prefill.tokens_done if model.prefill else None,
@@ -112,6 +113,12 @@ def _shown_alerts(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     return [a for a in alerts if a.get("severity", "warning") in ALERTING]
 
 
+def _exact(model: Mapping[str, Any]) -> bool | None:
+    """Whether the model's decode rate is exact (a document from before `decode_exact`: None)."""
+    exact = model.get("decode_exact")
+    return exact if isinstance(exact, bool) else None
+
+
 def _core(doc: Mapping[str, Any]) -> str:
     model = doc.get("model")
     if not model:
@@ -120,7 +127,9 @@ def _core(doc: Mapping[str, Any]) -> str:
     pct = _shown_pct(doc)
     share = f" {pct}%" if pct is not None else ""
     if phase == "decoding":
-        return f"{doc['text']} tok/s{share}" if doc.get("text") else "decoding"
+        if not doc.get("text") or model.get("decode_tok_s") is None:
+            return "decoding"  # no rate yet (the icon's '…'), or none to be had
+        return f"{estimate_mark(_exact(model))}{doc['text']} tok/s{share}"
     if phase == "prefill":
         done, total = model.get("prefill_tokens_done"), model.get("prefill_tokens_total")
         if done is None:
@@ -147,7 +156,7 @@ def fit(text: str, max_width: int | None) -> str:
 
 
 def bar_line(doc: Mapping[str, Any] | None, max_width: int | None = DEFAULT_MAX_WIDTH) -> str:
-    """The bar's text: '<model> 42 tok/s 71% ⚠ <alert>', shortened to fit `max_width`.
+    """The bar's text: '<model> ~42 tok/s 71% ⚠ <alert>' ('~': a polled rate), shortened to fit `max_width`.
 
     Drops the model name first, then cuts the alert's words, then the rest.
     """
@@ -208,7 +217,7 @@ def _menu(doc: Mapping[str, Any] | None, title: str, open_command: Sequence[str]
     else:
         for model in doc.get("models") or []:
             rate = model.get("decode_tok_s")
-            speed = f" · {format_rate_short(rate)} tok/s" if rate is not None else ""
+            speed = f" · {format_rate_marked(rate, _exact(model), short=True)}" if rate is not None else ""
             item = (
                 f"{model['name']} · {model['phase']}{speed} · {kind_label(model['kind'])} {model['server']}"
             )

@@ -27,7 +27,14 @@ from urllib.parse import urlsplit
 
 from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot, server_label
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_pct, format_tokens, format_tokens_short, format_ttft
+from trayapp.core.units import (
+    estimate_mark,
+    format_pct,
+    format_rate_marked,
+    format_tokens,
+    format_tokens_short,
+    format_ttft,
+)
 from trayapp.core.units import format_rate_short as format_rate
 
 kind_label = server_label  # what the tray, menu and tooltip call a kind of server
@@ -45,6 +52,8 @@ DEFAULT_THRESHOLDS = Thresholds()
 _REACHABLE = ("ok", "loading")
 RESTING_PHASES = ("idle", "sleeping", "unloaded")  # nothing to judge: grey icon, no offload mark
 _ALERTING = ("warning", "critical")
+GENERATING_TEXT = "…"  # the icon's text while decoding before a rate: the first polls of a request
+DECODING_NO_RATE_YET = "decoding (rate after the next poll)"  # a rate needs two polls that saw decoding
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,7 @@ class IconState:
     """What the icon draws. Only the drawn fields take part in == and hash (the render cache key)."""
 
     health: Health
-    text: str | None = None  # decode tok/s, at most 3 characters; None when not decoding
+    text: str | None = None  # decode tok/s, at most 3 characters (GENERATING_TEXT before a rate); None
     ring: float | None = None  # share of the ceiling, 0..1 in RING_STEPS steps
     ring_faint: bool = False  # the ring shows the last request, not a live rate
     offload: bool = False  # partly on the CPU
@@ -184,19 +193,23 @@ def _model_health(model: ModelStatus, previous: IconState | None, t: Thresholds)
 
 
 def _rate_line(model: ModelStatus) -> str:
+    last = f"last {format_rate_marked(model.last_decode_tok_s, model.decode_exact, short=True)}"
     if model.phase == "decoding":
         if model.decode_tok_s is None:
-            reason = f": {model.live_rate_reason}" if model.live_rate_reason else ""
-            return f"decoding · rate unavailable{reason}"
-        exact = "exact" if model.decode_exact else "estimated"
-        line = f"{format_rate(model.decode_tok_s)} tok/s ({exact})"
+            if model.live_rate_reason:
+                line = f"decoding · rate unavailable: {model.live_rate_reason}"
+            else:
+                line = DECODING_NO_RATE_YET
+            return f"{line} · {last}" if model.last_decode_tok_s is not None else line
+        line = format_rate_marked(model.decode_tok_s, model.decode_exact, short=True)
         if model.ceiling_tok_s:
             share = model.decode_tok_s / model.ceiling_tok_s
             line += f" · {format_pct(share)} of {format_rate(model.ceiling_tok_s)} tok/s ceiling"
         else:
             line += " · ceiling unknown"
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
-            line += f" · {model.active_streams} streams, {format_rate(model.decode_total_tok_s)} tok/s total"
+            total = format_rate_marked(model.decode_total_tok_s, model.decode_exact, short=True)
+            line += f" · {model.active_streams} streams, {total} total"
         return line
     if model.phase == "prefill":
         return prefill_line(model)
@@ -210,7 +223,7 @@ def _rate_line(model: ModelStatus) -> str:
         return "not loaded: the server loads it on the next request for it"
     parts = ["idle"]
     if model.last_decode_tok_s is not None:
-        parts.append(f"last {format_rate(model.last_decode_tok_s)} tok/s")
+        parts.append(last)
     if model.ttft_s is not None:
         parts.append(format_ttft(model.ttft_s, model.ttft_exact))
     if model.ceiling_tok_s:
@@ -219,10 +232,13 @@ def _rate_line(model: ModelStatus) -> str:
 
 
 def prefill_line(model: ModelStatus) -> str:
-    """'reading prompt 12.4k / 28k · 44 % · 250 tok/s · ~62 s' (total and ETA where the server says)."""
+    """'reading prompt 12.4k / 28k · 44 % · ~250 tok/s · ~62 s' (total and ETA where the server says).
+
+    The counts are the server's own; the speed (polled) and the ETA are estimates; with no progress,
+    the last prompt's speed stands in for this one's: an estimate too."""
     progress = model.prefill
     if progress is None:
-        rate = f" · {format_rate(model.prompt_tok_s)} tok/s" if model.prompt_tok_s else ""
+        rate = f" · {format_rate_marked(model.prompt_tok_s, False, short=True)}" if model.prompt_tok_s else ""
         return f"reading the prompt (prefill){rate}"
     parts = [f"reading prompt {format_tokens(progress.tokens_done)}"]
     if progress.tokens_total:
@@ -232,9 +248,9 @@ def prefill_line(model: ModelStatus) -> str:
     else:
         parts[0] += " tokens so far"
     if progress.tok_s:
-        parts.append(f"{format_rate(progress.tok_s)} tok/s")
+        parts.append(format_rate_marked(progress.tok_s, False, short=True))
     if progress.eta_s is not None:
-        parts.append(f"~{progress.eta_s:.0f} s")
+        parts.append(f"{estimate_mark(False)}{progress.eta_s:.0f} s")
     if progress.mostly_cached:
         parts.append(f"{format_tokens(progress.cached_tokens)} from the cache")
     return " · ".join(parts)
@@ -339,6 +355,11 @@ def icon_state(
     if model.phase == "decoding" and model.decode_tok_s is not None:
         text, rate = _number(model.decode_tok_s, key, previous)
         ring_raw = model.efficiency
+    elif model.phase == "decoding":  # generating, no rate yet: '…' and, faintly, the last request's share
+        text = GENERATING_TEXT
+        if model.last_decode_tok_s is not None and model.ceiling_tok_s:
+            ring_raw = model.last_decode_tok_s / model.ceiling_tok_s
+            faint = True
     elif model.phase == "prefill" and model.prefill is not None:
         text = format_tokens_short(model.prefill.tokens_done)
         ring_raw = model.prefill.share

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
+from trayapp.core.glance import DECODING_NO_RATE_YET
 from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
-from trayapp.core.units import format_gb, format_rate, format_tokens, format_ttft
+from trayapp.core.units import (
+    estimate_mark,
+    format_gb,
+    format_rate,
+    format_rate_marked,
+    format_tokens,
+    format_ttft,
+)
 
 
 def model_line(model: ModelStatus) -> str:
@@ -12,13 +20,18 @@ def model_line(model: ModelStatus) -> str:
     if model.quantization:
         parts.append(model.quantization)
     head = " ".join(parts)
+    last = f"last {format_rate_marked(model.last_decode_tok_s, model.decode_exact)}"
     if model.decode_tok_s is not None:
-        exact = "exact" if model.decode_exact else "estimated"
-        speed = f"{format_rate(model.decode_tok_s)} tok/s ({exact})"
+        speed = format_rate_marked(model.decode_tok_s, model.decode_exact)
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
-            speed += f" ×{model.active_streams} streams = {format_rate(model.decode_total_tok_s)} total"
+            total = f"{estimate_mark(model.decode_exact)}{format_rate(model.decode_total_tok_s)}"
+            speed += f" ×{model.active_streams} streams = {total} total"
+    elif model.phase == "decoding":  # no rate (yet): two polls must both see it decoding
+        speed = "no live rate" if model.live_rate_reason else DECODING_NO_RATE_YET
+        if model.last_decode_tok_s is not None:
+            speed += f" · {last}"
     elif model.last_decode_tok_s is not None:
-        speed = f"last {format_rate(model.last_decode_tok_s)} tok/s"
+        speed = last
     elif model.phase in ("prefill", "loading"):
         speed = "no decode rate yet"
     elif model.phase == "sleeping":
@@ -109,8 +122,9 @@ def format_watch_line(snapshot: Snapshot) -> str:
             parts.append(f"{where}{server.kind} {server.status}")
             continue
         for model in server.models:
+            rate = format_rate_marked(model.decode_tok_s, model.decode_exact)
             parts.append(
-                f"{where}{model.name} {model.phase} {format_rate(model.decode_tok_s)} tok/s"
+                f"{where}{model.name} {model.phase} {rate}"
                 f" ctx {format_tokens(model.context_tokens)}"
                 + (f" / {format_rate(model.ceiling_tok_s)} ceiling" if model.ceiling_tok_s else "")
                 + (f" ({server.age_s:.0f}s old)" if server.age_s else "")

@@ -65,8 +65,26 @@ def format_pct(share: float | None) -> str:
     return "—" if share is None else f"{share * 100:.0f} %"
 
 
+ESTIMATE_MARK = "~"  # before a number that is estimated (from polling, or a derived figure)
+
+
+def estimate_mark(exact: bool | None) -> str:
+    """The one rule for marking a rate, TTFT or count: '~' when `exact` is False (estimated), '' when
+    True (the server's or the proxy's own figure) or None (not known: no claim either way)."""
+    return ESTIMATE_MARK if exact is False else ""
+
+
+def format_rate_marked(tok_s: float | None, exact: bool | None, *, short: bool = False) -> str:
+    """'42 tok/s' (exact), '~42 tok/s' (estimated), '— tok/s' unknown; `short`: the tray's 3-character
+    number ('2k' from 1500)."""
+    if tok_s is None:
+        return "— tok/s"
+    number = format_rate_short(tok_s) if short else format_rate(tok_s)
+    return f"{estimate_mark(exact)}{number} tok/s"
+
+
 def format_ttft(ttft_s: float | None, exact: bool | None) -> str:
     """'TTFT 0.21 s'; '~' marks an estimate (prompt tokens ÷ that prompt's own polled speed); '—' unknown."""
     if ttft_s is None:
         return "TTFT —"
-    return f"TTFT {'~' if exact is False else ''}{ttft_s:.2f} s"
+    return f"TTFT {estimate_mark(exact)}{ttft_s:.2f} s"
