@@ -90,10 +90,13 @@ class TrayApp(QObject):
         events: TestEvents | None = None,
         instance: SingleInstance | None = None,
         proxy_inbox: RecordInbox | None = None,
+        discover: bool | None = None,
     ) -> None:
+        """`discover`: the command line's override of `settings.monitor.discover` (None: as configured)."""
         super().__init__()
         self.app = app
         self.settings = settings
+        self.discover_override = discover
         self.at_login = at_login
         self.events = events or TestEvents(None)
         self.instance = instance
@@ -127,6 +130,7 @@ class TrayApp(QObject):
             autostart_enabled=autostart_enabled(),
             set_autostart=set_autostart,
             thresholds=settings.thresholds,
+            discovery=self.discovery(settings),
         )
         self.notifier = Notifier(self.tray.tray, settings.notifications)
 
@@ -323,6 +327,7 @@ class TrayApp(QObject):
         self.runner.apply_settings(watched_settings(settings))
         self.notifier.set_config(settings.notifications)
         self.tray.set_thresholds(settings.thresholds)
+        self.tray.set_discovery(self.discovery(settings))
         self.snapshots.set_thresholds(settings.thresholds)
         self.dashboard.set_kv_type(settings.hardware.kv_type)
         self.dashboard.set_thresholds(settings.thresholds)
@@ -332,6 +337,10 @@ class TrayApp(QObject):
             self._apply_proxies(settings.proxies)
         log.info("settings applied")
         self.events.emit("settings_applied")
+
+    def discovery(self, settings: Settings) -> bool:
+        """Whether the monitor scans the default ports: `--no-discover` wins over the settings."""
+        return settings.monitor.discover if self.discover_override is None else self.discover_override
 
     def diagnostics(self, snapshot: Snapshot | None) -> str:
         text = diagnostics_text(snapshot, settings_summary(self.settings), self.versions)
@@ -470,6 +479,7 @@ def run_tray(
         events=TestEvents(os.environ.get(EVENTS_ENV)),
         instance=instance,
         proxy_inbox=inbox,
+        discover=discover,
     )
     heartbeat = _handle_signals(app)
     tray_app.start()
