@@ -44,8 +44,10 @@ class ModelCard(QFrame):
         self.context_bar = QProgressBar()
         self.context_bar.setRange(0, 1000)
         self.stats = QLabel()
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
         for label in (self.title, self.details, self.stats):
             label.setContentsMargins(0, 0, 0, 2)  # room for underscores below the descent (Q4_K_M)
+            label.setWordWrap(True)  # at spaces: a long line (prefill, a reason) grows the card down, not out
         for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats):
             layout.addWidget(widget)
 
