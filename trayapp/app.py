@@ -112,9 +112,9 @@ class TrayApp(QObject):
         self.no_tray_window: NoTrayWindow | None = None  # says how to get a tray, while there is none
         self._stopped = False
         self.proxies = ProxyService(proxy_inbox or RecordInbox())  # the monitor's inbox (run_tray)
-        self.snapshots = SnapshotServer(thresholds=settings.thresholds)  # for status, watch and bar
-
         self.monitor: MonitorLike | None = None  # built on the sampler thread; a bench stores through it
+        # for status, watch and bar; a CLI proxy's or bench's records reach the monitor through it
+        self.snapshots = SnapshotServer(thresholds=settings.thresholds, intake=lambda: self.monitor)
         self._bench_window: Any = None
 
         def build_monitor() -> MonitorLike:

@@ -268,6 +268,7 @@ def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
 def run_status(args: argparse.Namespace) -> int:
     from trayapp.commands.bar import live_sampler, status_from
     from trayapp.core.jsonview import snapshot_json
+    from trayapp.core.machine import ram_bandwidth_change_line
     from trayapp.core.text import format_snapshot
 
     live = live_sampler(args)
@@ -289,6 +290,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(snapshot_json(snapshot), indent=2))
     else:
         print(format_snapshot(snapshot, _hardware_note(args)))
+        changed = ram_bandwidth_change_line(snapshot.hardware.host.ram_bandwidth_change, snapshot.t_wall_s)
+        if changed:
+            print(changed)  # the ceiling moved with the RAM bandwidth: say so (#24)
     return 0
 
 
@@ -315,7 +319,9 @@ def run_watch(args: argparse.Namespace) -> int:
     live = live_sampler(args)
     if live is not None:
         return watch_from(live, args)
-    monitor = _make_monitor(args, record=not args.no_record, one_shot=False)
+    hint = "add --no-record to silence this"
+    record = not args.no_record and _record_unless_taken("llm-tray", "this watch", hint)
+    monitor = _make_monitor(args, record=record, one_shot=False)
     for warning in monitor.warnings:
         print(f"llm-tray: {warning}", file=sys.stderr)
     start = time.monotonic()
@@ -408,10 +414,29 @@ def run_ceiling(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record_unless_taken(prefix: str, this: str, hint: str) -> bool:
+    """Whether this command should open the store: not when another process records (a second
+    writer is refused); then one line on stderr says who, and `hint` what to do."""
+    from trayapp.adapters.sampler_file import find_sampler
+    from trayapp.commands.proxy import store_locked
+
+    locked = store_locked()
+    if locked is None:
+        return True
+    info = find_sampler()
+    if info is not None:
+        who = f"the {info.role or 'sampler'} (pid {info.pid})"
+        print(f"{prefix}: {who} records to the store: {this} does not ({hint})", file=sys.stderr)
+    else:
+        print(f"{prefix}: not recording: {locked} ({hint})", file=sys.stderr)
+    return False
+
+
 def run_agent(args: argparse.Namespace) -> int:
     from trayapp.commands.agent import run_agent as agent_main
 
-    return agent_main(args, _make_monitor(args, record=True, one_shot=False))
+    record = _record_unless_taken("llm-tray agent", "this agent", "quit it first for this agent to record")
+    return agent_main(args, _make_monitor(args, record=record, one_shot=False))
 
 
 def run_proxy(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ parallel with the probes; their servers and alerts join this machine's after the
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -51,6 +52,7 @@ log = logging.getLogger("trayapp.monitor")
 POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
 HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung
 PROXY_RECORD_WAIT_S = 60.0  # how long a proxy record waits for its server's next reading
+_INBOX_LOCK = threading.Lock()  # makes the inbox of a monitor that had none (accept_proxy_records)
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ class Monitor:
         self._hardware.set_measured_ram_bandwidth(record)
 
     def _recheck_ram_bandwidth(self, snapshot: Snapshot) -> None:
-        """Measure an untrusted RAM bandwidth again in the background (busy machine, contradicted)."""
+        """Keep the one stored RAM bandwidth: adopt a higher figure another process stored, and measure
+        again in the background on a provisional figure or on evidence (hardware changed, contradicted)."""
         keeper = getattr(self, "_ram_keeper", None)
         if keeper is not None and keeper.current is not None and not self.options.one_shot:
             keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)
@@ -295,6 +298,28 @@ class Monitor:
         except StoreError as exc:
             return False, f"not stored as the baseline: {exc}"
         return bool(written), None
+
+    def accept_proxy_records(
+        self, upstreams: Sequence[str], lease_s: float, records: Sequence[tuple[str, FinishedRequest]]
+    ) -> tuple[list[str], bool]:
+        """Records of a recording proxy in another process (`llm-tray proxy` while this monitor
+        holds the store; POST /v1/records): into the inbox the tray's own proxies feed, so they take
+        the same path to the live view and the store. `upstreams` count as proxied for `lease_s`.
+        Safe from any thread. Returns (the upstreams this monitor does not watch, whose records wait
+        for a reading and are then dropped; whether it records to the store)."""
+        with _INBOX_LOCK:
+            if self._proxy_inbox is None:  # an agent's monitor has no proxies of its own
+                self._proxy_inbox = RecordInbox()
+            inbox = self._proxy_inbox
+        inbox.lend(upstreams, lease_s)
+        for url, record in records:
+            inbox.put(url, record)
+        recording = self._store is not None and not self._paused
+        snapshot = self.last_snapshot
+        if snapshot is None:  # not polled yet: nothing to say
+            return [], recording
+        watched = [server.url for server in snapshot.servers if server.machine is None]
+        return [u for u in upstreams if not any(same_server(u, w) for w in watched)], recording
 
     # ------------------------------------------------------------------ internals
 

@@ -11,16 +11,21 @@ The token is never in it: clients read it from LLM_TRAY_TOKEN, as the proxy's cl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import math
 import os
+import queue
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from trayapp import paths
 from trayapp.core.jsonview import iso_utc
@@ -242,3 +247,299 @@ def events(info: SamplerInfo, read_timeout_s: float = 60.0) -> Iterator[tuple[st
                 event = line[6:].strip()
             elif line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
+
+
+# --------------------------------------------------------------------------- records for the sampler
+#
+# Another process on this machine that measured something while the sampler holds the store
+# (`llm-tray proxy`, `llm-tray bench`) posts it to the sampler, which keeps it through its own
+# store writer (adapters/snapshot_server.py: POST /v1/records, POST /v1/bench; docs/json.md).
+# The wire form is the dataclass's own fields (lossless, numbers only: no class of them holds any
+# prompt or completion text); the sampler rebuilds it strictly (`from_wire`).
+
+RECORDS_PATH = "/v1/records"
+BENCH_PATH = "/v1/bench"
+MAX_POST_BYTES = 256 * 1024  # the endpoint refuses a bigger body (413)
+MAX_RECORDS = 500  # records in one post, at most
+MAX_UPSTREAMS = 16  # servers one proxy names, at most
+MAX_TEXT_CHARS = 1000  # any string in a record (model names, URLs, labels, a bench's warnings)
+LEASE_S = 30.0  # a proxy's servers count as proxied this long after its last post
+HEARTBEAT_S = 10.0  # an idle proxy renews its lease this often
+FORWARD_QUEUE_LIMIT = 2_000  # records waiting to be sent; more are dropped (and counted)
+POST_TIMEOUT_S = 5.0
+
+
+class WireError(ValueError):
+    """A posted document that is not what the endpoint takes (the message says what is wrong)."""
+
+
+class SamplerRefused(Exception):
+    """The sampler answered a post with an error (its message), or did not answer."""
+
+
+def _finite(value: Any) -> Any:
+    """JSON-ready: NaN and infinities as null, tuples as lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_wire(value: Any) -> dict[str, Any]:
+    """A dataclass (FinishedRequest, BenchResult) as the JSON object the endpoint takes."""
+    return dict(_finite(dataclasses.asdict(value)))
+
+
+T = TypeVar("T")
+
+
+def from_wire(cls: type[T], value: Any, where: str = "") -> T:
+    """Rebuild `cls` from its wire form, strictly: every required field present, no unknown one,
+    each of its declared type (numbers finite and ≥ 0, strings at most MAX_TEXT_CHARS); raises
+    WireError naming the first field that is wrong."""
+    return cast(T, _build(cls, value, where or cls.__name__))
+
+
+def _build(hint: Any, value: Any, where: str) -> Any:
+    origin = get_origin(hint)
+    if hint is Any:
+        return value  # free-form detail (a bench's hardware): bounded by the body's size
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None:
+            if type(None) in options:
+                return None
+            raise WireError(f"{where}: missing (null)")
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _build(option, value, where)
+            except WireError as exc:
+                errors.append(str(exc))
+        raise WireError(errors[0])
+    if origin is Literal:
+        if isinstance(value, str) and value in get_args(hint):
+            return value
+        raise WireError(f"{where}: one of {', '.join(map(str, get_args(hint)))}")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise WireError(f"{where}: a list")
+        item = get_args(hint)[0]
+        return tuple(_build(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise WireError(f"{where}: an object")
+        item = get_args(hint)[1]
+        return {str(k): _build(item, v, f"{where}.{k}") for k, v in value.items()}
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise WireError(f"{where}: true or false")
+    if hint is int or hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value < 0 or (hint is int and not isinstance(value, int)):
+            raise WireError(f"{where}: a {'whole ' if hint is int else ''}number ≥ 0")
+        return float(value) if hint is float else value
+    if hint is str:
+        if isinstance(value, str) and len(value) <= MAX_TEXT_CHARS:
+            return value
+        raise WireError(f"{where}: a string of at most {MAX_TEXT_CHARS} characters")
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build_dataclass(hint, value, where)
+    raise WireError(f"{where}: not accepted")  # a type this wire form does not carry
+
+
+def _build_dataclass(cls: type[Any], value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise WireError(f"{where}: an object")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise WireError(f"{where}: unknown field {unknown[0]!r}")
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for name, field in fields.items():
+        if name not in value:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise WireError(f"{where}.{name}: missing")
+            continue
+        kwargs[name] = _build(hints[name], value[name], f"{where}.{name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise WireError(f"{where}: {exc}") from None
+
+
+def post(info: SamplerInfo, path: str, body: Mapping[str, Any], timeout_s: float = POST_TIMEOUT_S) -> Any:
+    """POST `body` (JSON) to the sampler; its JSON answer. Raises SamplerRefused with the reason
+    (its error message, or why it did not answer)."""
+    import httpx
+
+    data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    headers = {**auth_headers(), "Content-Type": "application/json"}
+    try:
+        response = httpx.post(f"{info.url}{path}", content=data, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise SamplerRefused(f"{info.describe()} did not answer ({type(exc).__name__})") from None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if response.status_code >= 400:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        why = error or response.text[:200]
+        raise SamplerRefused(f"{info.describe()} answered {response.status_code}: {why}")
+    return answer
+
+
+def post_bench(info: SamplerInfo, result: Any) -> tuple[bool, str | None]:
+    """Give a finished bench (core/bench.py BenchResult) to the sampler, which keeps it as the
+    baseline through its own store writer (the baseline rule applies there too): (stored, its
+    note). Raises SamplerRefused."""
+    answer = post(info, BENCH_PATH, {"bench": to_wire(result)}, timeout_s=10.0)
+    if not isinstance(answer, dict) or not isinstance(answer.get("stored"), bool):
+        raise SamplerRefused(f"{info.describe()} gave an answer this version does not understand")
+    note = answer.get("note")
+    return answer["stored"], note if isinstance(note, str) else None
+
+
+_STOP = object()
+
+
+class RecordForwarder:
+    """A recording proxy's records, sent to this machine's sampler off the proxy's path.
+
+    `put` never blocks: a bounded queue, one daemon thread that posts what is waiting in batches
+    (and, while idle, renews the lease that makes the sampler count `upstreams` as proxied, every
+    HEARTBEAT_S). A failed post is logged once (then again only after a success); its records
+    were printed by the proxy and are not sent again. When the sampler moved (a restarted tray),
+    the next failure finds it again. `say(line)` is told, once each, what the sampler answered
+    that the user should know (a server it does not watch; that it does not record).
+    """
+
+    def __init__(
+        self,
+        info: SamplerInfo,
+        upstreams: Sequence[str],
+        *,
+        say: Callable[[str], None] = lambda _line: None,
+        lease_s: float = LEASE_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        limit: int = FORWARD_QUEUE_LIMIT,
+    ) -> None:
+        self.info = info
+        self.upstreams = tuple(upstreams)
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
+        self.sent = 0
+        self.dropped = 0  # the queue was full (the sampler too slow, or gone)
+        self.failed = 0  # in posts that failed
+        self._say = say
+        self._said: set[str] = set()
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=limit)
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="llm-tray-record-forward", daemon=True)
+
+    def start(self) -> RecordForwarder:
+        self._thread.start()
+        return self
+
+    def put(self, upstream_url: str, record: Any) -> None:
+        """One FinishedRequest of `upstream_url`, for the sampler (never blocks, never raises)."""
+        try:
+            self._queue.put_nowait((upstream_url, record))
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1:
+                log.warning("records not sent to %s: too many waiting (dropped)", self.info.describe())
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is waiting, end the lease, stop the thread (waits at most about `timeout_s`)."""
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=timeout_s)
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        self._post([], self.lease_s)  # the lease first: the proxy's first request is already its own
+        stopping = False
+        while True:
+            batch: list[Any] = []
+            if not stopping:
+                try:
+                    first = self._queue.get(timeout=self.heartbeat_s)
+                except queue.Empty:
+                    self._post([], self.lease_s)
+                    continue
+                if first is _STOP:
+                    stopping = True
+                else:
+                    batch.append(first)
+            while len(batch) < MAX_RECORDS:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                else:
+                    batch.append(item)
+            done = stopping and self._queue.empty()
+            if batch or done:
+                self._post(batch, 0.0 if done else self.lease_s)  # the last post ends the lease
+            if done:
+                return
+
+    def _body(self, batch: Sequence[Any], lease_s: float) -> dict[str, Any]:
+        return {
+            "upstreams": list(self.upstreams),
+            "lease_s": lease_s,
+            "records": [{"upstream": url, "request": to_wire(record)} for url, record in batch],
+        }
+
+    def _post(self, batch: Sequence[Any], lease_s: float) -> None:
+        body = self._body(batch, lease_s)
+        try:
+            try:
+                answer = post(self.info, RECORDS_PATH, body)
+            except SamplerRefused:
+                moved = find_sampler()
+                if moved is None or moved == self.info:
+                    raise
+                self.info = moved  # the sampler restarted elsewhere: send there
+                answer = post(self.info, RECORDS_PATH, body)
+        except (SamplerRefused, ValueError) as exc:
+            self.failed += len(batch)
+            if not self._failing:
+                self._failing = True
+                log.warning("records not sent to the sampler (printed only): %s", exc)
+            return
+        if self._failing:
+            self._failing = False
+            log.warning("records reach %s again", self.info.describe())
+        self.sent += len(batch)
+        self._heard(answer)
+
+    def _heard(self, answer: Any) -> None:
+        if not isinstance(answer, dict):
+            return
+        who = f"the {self.info.role or 'sampler'} (pid {self.info.pid})"
+        lines = [
+            f"{who} does not watch {url}: it drops this proxy's records of it; add that server "
+            "to its endpoints (Settings… → Servers, or [[endpoints]] in config.toml)"
+            for url in answer.get("unwatched", ())
+            if isinstance(url, str)
+        ]
+        if answer.get("recording") is False:
+            lines.append(f"{who} does not record to the store either (another process holds it): "
+                         "this proxy's records reach only its live view")  # fmt: skip
+        for line in lines:
+            if line not in self._said:
+                self._said.add(line)
+                self._say(line)

@@ -30,17 +30,29 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from trayapp.adapters.sampler_file import SamplerInfo, claim_sampler_file, remove_sampler_file
+from trayapp.adapters.sampler_file import (
+    BENCH_PATH,
+    MAX_POST_BYTES,
+    MAX_RECORDS,
+    MAX_UPSTREAMS,
+    RECORDS_PATH,
+    SamplerInfo,
+    WireError,
+    claim_sampler_file,
+    from_wire,
+    remove_sampler_file,
+)
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
 from trayapp.core.loopback import is_loopback
-from trayapp.core.model import Alert, Snapshot
+from trayapp.core.model import Alert, FinishedRequest, Snapshot
 from trayapp.core.text import format_snapshot, format_watch_line
 from trayapp.core.thresholds import Thresholds
 
@@ -52,6 +64,7 @@ MAX_STREAMS = 32  # event streams at once; more get 503
 SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
 RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
+MAX_LEASE_S = 300.0  # a proxy's servers count as proxied at most this long after its post
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,11 @@ class SnapshotServer:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         role: str = "tray",
         reclaim_s: float = RECLAIM_S,
+        intake: Callable[[], object | None] | None = None,
     ) -> None:
+        """`intake()`: the monitor that takes posted records (`accept_proxy_records`,
+        `record_bench`: trayapp/monitor.py), or None while there is none yet; without it the POST
+        paths answer 503."""
         if not is_loopback(address) and not token:
             raise ValueError(f"{address} is not a loopback address: the snapshot endpoint needs a token")
         self.address = address
@@ -89,6 +106,7 @@ class SnapshotServer:
         self.request_timeout_s = request_timeout_s
         self.role = role  # what the sampler file calls this process: "tray" or "agent"
         self.reclaim_s = reclaim_s
+        self.intake = intake or (lambda: None)
         self._port = port
         self._tracker = GlanceTracker(thresholds or Thresholds())
         self._cond = threading.Condition()
@@ -281,6 +299,49 @@ class SnapshotServer:
             return self._seq, [event for seq, event in self._events if seq > after]
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_records(body: Any) -> tuple[list[str], float, list[tuple[str, FinishedRequest]]]:
+    """A POST /v1/records body → (upstreams, lease_s, [(upstream, record)]); raises WireError.
+
+    `{"upstreams": [url, ...], "lease_s": 30, "records": [{"upstream": url, "request": {...}}]}`:
+    each request is a FinishedRequest in its wire form, `source` "proxy", of one of `upstreams`.
+    """
+    if not isinstance(body, dict):
+        raise WireError("an object with upstreams, lease_s and records")
+    unknown = sorted(set(body) - {"upstreams", "lease_s", "records"})
+    if unknown:
+        raise WireError(f"unknown field {unknown[0]!r}")
+    upstreams = body.get("upstreams")
+    if not isinstance(upstreams, list) or not 1 <= len(upstreams) <= MAX_UPSTREAMS:
+        raise WireError(f"upstreams: a list of 1 to {MAX_UPSTREAMS} server URLs")
+    for i, url in enumerate(upstreams):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 512:
+            raise WireError(f"upstreams[{i}]: an http(s) URL")
+    lease_s = body.get("lease_s")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 0 <= lease_s <= MAX_LEASE_S:
+        raise WireError(f"lease_s: seconds, 0 to {MAX_LEASE_S:g}")
+    items = body.get("records")
+    if not isinstance(items, list) or len(items) > MAX_RECORDS:
+        raise WireError(f"records: a list of at most {MAX_RECORDS}")
+    records: list[tuple[str, FinishedRequest]] = []
+    for i, item in enumerate(items):
+        where = f"records[{i}]"
+        if not isinstance(item, dict) or set(item) != {"upstream", "request"}:
+            raise WireError(f"{where}: an object with upstream and request")
+        if item["upstream"] not in upstreams:
+            raise WireError(f"{where}.upstream: one of upstreams")
+        record = from_wire(FinishedRequest, item["request"], f"{where}.request")
+        if record.source != "proxy":
+            raise WireError(f"{where}.request.source: must be proxy (only a proxy's records are taken)")
+        if not record.model:
+            raise WireError(f"{where}.request.model: missing")
+        records.append((item["upstream"], record))
+    return list(upstreams), float(lease_s), records
+
+
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -356,12 +417,93 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, latest.doc)
 
     def _refuse(self) -> None:
+        self.close_connection = True  # its body, if any, is not read
         if not self._authorized():
             self._error(401, "unauthorized: send Authorization: Bearer <token>")
         else:
-            self._error(405, "only GET")
+            self._error(405, f"only GET, and POST to {RECORDS_PATH} or {BENCH_PATH}")
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+    do_PUT = do_DELETE = do_PATCH = _refuse
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path not in (RECORDS_PATH, BENCH_PATH):
+            self._refuse()
+            return
+        self.close_connection = True  # one post per connection: a refused body is never read
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+            return
+        if not is_loopback(str(self.client_address[0]).removeprefix("::ffff:")):  # v4-mapped too
+            self._error(403, "records are taken from this machine only (loopback)")
+            return
+        body = self._body()
+        if body is None:
+            return
+        intake = self.owner.intake()
+        if intake is None:
+            self._error(503, f"the {self.owner.role} is starting: no monitor to take it yet, try again")
+            return
+        try:
+            if path == RECORDS_PATH:
+                self._take_records(intake, body)
+            else:
+                self._take_bench(intake, body)
+        except WireError as exc:
+            self._error(400, f"invalid body: {exc}")
+        except Exception:  # a bug here must not end the endpoint, nor leave the client waiting
+            log.exception("snapshot endpoint: POST %s failed", path)
+            self._error(500, "internal error (logged)")
+
+    def _body(self) -> Any | None:
+        """The request's JSON body (None, after answering 4xx, when it is not one)."""
+        if self.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
+            self._error(415, "send Content-Type: application/json")
+            return None
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._error(411, "send Content-Length")
+            return None
+        if not length_text.strip().isdigit():
+            self._error(400, "invalid Content-Length")
+            return None
+        length = int(length_text)
+        if length > MAX_POST_BYTES:
+            self._error(413, f"body over {MAX_POST_BYTES} bytes: send fewer records per post")
+            return None
+        data = self.rfile.read(length)  # a client this slow is dropped (socket timeout)
+        if len(data) != length:
+            self._error(400, "body shorter than its Content-Length")
+            return None
+        try:
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._error(400, f"invalid JSON: {exc}")
+            return None
+
+    def _take_records(self, intake: object, body: Any) -> None:
+        accept = getattr(intake, "accept_proxy_records", None)
+        if accept is None:
+            self._error(503, f"this {self.owner.role} takes no proxy records")
+            return
+        upstreams, lease_s, records = parse_records(body)
+        unwatched, recording = accept(upstreams, lease_s, records)
+        answer = {"accepted": len(records), "unwatched": unwatched, "recording": recording}
+        self._send(202, _json_bytes(answer))
+
+    def _take_bench(self, intake: object, body: Any) -> None:
+        from trayapp.core.bench import BenchResult
+
+        record_bench = getattr(intake, "record_bench", None)
+        if not isinstance(body, dict) or set(body) != {"bench"}:
+            raise WireError('an object {"bench": {...}}')
+        result = from_wire(BenchResult, body["bench"], "bench")
+        done = record_bench(result) if record_bench is not None else None
+        if done is None:
+            self._error(409, f"this {self.owner.role} does not record (another process holds the store)")
+            return
+        stored, note = done
+        self._send(200, _json_bytes({"stored": stored, "note": note}))
 
     def _events(self) -> None:
         owner = self.owner

@@ -122,7 +122,12 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
     from trayapp.adapters.snapshot_server import SnapshotServer
 
     server = SnapshotServer(
-        address, getattr(args, "snapshot_port", 0), token, monitor.settings.thresholds, role="agent"
+        address,
+        getattr(args, "snapshot_port", 0),
+        token,
+        monitor.settings.thresholds,
+        role="agent",
+        intake=lambda: monitor,  # a CLI proxy's records and a bench's result (POST /v1/records, /v1/bench)
     )
     server.start(announce=True)
     if not is_loopback(address):

@@ -28,7 +28,8 @@ def stored_calibration(target: BenchTarget) -> float | None:
 
 def store_baseline(result: BenchResult) -> tuple[bool, str | None]:
     """Keep the result as the baseline of its (model, quantization, hardware) in the store: (stored,
-    a note to print). Its own writer: when the tray, `watch` or `agent` records, the store is theirs."""
+    a note to print). Its own writer; when the tray or `agent` records, the store is theirs and the
+    result goes to that sampler, which keeps it through its writer (the same rule applies there)."""
     from trayapp import paths
     from trayapp.adapters.store import Store, StoreError, StoreLockedError
 
@@ -40,14 +41,31 @@ def store_baseline(result: BenchResult) -> tuple[bool, str | None]:
         with Store(path) as store:
             written = store.record_bench(result)
     except StoreLockedError as exc:
-        return False, (
-            f"not stored as the baseline: another llm-tray process records to the store ({exc}); "
-            "quit the tray (or watch/agent) and bench again to keep it"
-        )
+        return _store_through_sampler(result, str(exc))
     except StoreError as exc:
         return False, f"not stored as the baseline: {exc}"
     log.info("bench stored as the baseline (%d depth(s)) in %s", written, path)
     return bool(written), None
+
+
+def _store_through_sampler(result: BenchResult, locked: str) -> tuple[bool, str | None]:
+    """The store is locked (`locked` says by whom): give the result to this machine's sampler."""
+    from trayapp.adapters.sampler_file import SamplerRefused, locate_sampler, post_bench
+
+    info, why_not = locate_sampler()
+    if info is None:
+        return False, (
+            f"not stored as the baseline: {locked}, and {why_not} to take it; "
+            "stop that process (a `llm-tray watch`?) and bench again to keep it"
+        )
+    who = f"the {info.role or 'sampler'} (pid {info.pid})"
+    try:
+        stored, note = post_bench(info, result)
+    except SamplerRefused as exc:
+        return False, f"not stored as the baseline: {exc}"
+    if stored:
+        return True, f"kept by {who}, which records to the store"
+    return False, note or f"not stored as the baseline: {who} did not keep it"
 
 
 # --------------------------------------------------------------------------- text

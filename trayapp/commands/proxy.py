@@ -2,7 +2,10 @@
 
 Clients talk to the listen address; every byte goes to the upstream and back unchanged, and
 each request's exact numbers (TTFT, prompt processed / cached, decode tok/s from the server's
-own durations) are printed and recorded to the session store by a monitor of the upstream.
+own durations) are printed and recorded to the session store by a monitor of the upstream. When
+another process holds the store and this machine's sampler (the tray, `llm-tray agent`) runs, the
+records go to the sampler instead (POST /v1/records, off the forwarding path), which records them
+as it records its own proxies' (exact numbers in its live view, the store).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import queue
 import secrets
 import signal
 import sys
-import threading
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -26,6 +28,7 @@ from trayapp.core.units import format_rate
 
 if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (a fast `--help`)
     from trayapp.adapters.proxy.server import Route
+    from trayapp.adapters.sampler_file import SamplerInfo
 
 log = logging.getLogger("trayapp.proxy")
 
@@ -145,36 +148,96 @@ def record_line(record: FinishedRequest) -> str:
     return "  ".join(parts)
 
 
+def store_locked() -> str | None:
+    """Why this process cannot record (another process holds the store's writer lock), or None.
+    The lock is taken and given back at once: the monitor opens the store right after."""
+    from trayapp.adapters.store import StoreLockedError
+    from trayapp.adapters.store.lock import acquire_lock, lock_path_for, release_lock
+
+    path = paths.store_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = acquire_lock(lock_path_for(path), path)
+    except StoreLockedError as exc:
+        return str(exc)
+    except OSError:
+        return None  # the monitor says what is wrong when it opens the store
+    release_lock(fd)
+    return None
+
+
+def _sampler_for_records() -> tuple[SamplerInfo | None, str | None]:
+    """(the sampler to send records to, None) when another process records and a tray or agent
+    runs; (None, what to tell the user) when the store is taken and nothing would take them;
+    (None, None) when this proxy records itself."""
+    from trayapp.adapters.sampler_file import locate_sampler
+
+    locked = store_locked()
+    if locked is None:
+        return None, None
+    info, why_not = locate_sampler()
+    if info is not None:
+        return info, None
+    return None, (
+        f"not recording: {locked}, and {why_not} to take this proxy's records: they are printed only. "
+        "Stop that process (a `llm-tray watch`?) and start the proxy again, or start the tray first; "
+        "--no-record silences this"
+    )
+
+
 def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) -> int:
     from trayapp.adapters.proxy.inbox import RecordInbox
     from trayapp.adapters.proxy.runner import ProxyThread
+    from trayapp.adapters.sampler_file import RecordForwarder
     from trayapp.config import endpoint_from_arg, load_settings
     from trayapp.monitor import Monitor
 
     routes = build_routes(args)
-    inbox = RecordInbox(route.upstream_url for route in routes)
+    sampler, refusal = (None, None) if args.no_record else _sampler_for_records()
     printed: queue.SimpleQueue[FinishedRequest] = queue.SimpleQueue()
+    forwarder: RecordForwarder | None = None
+    monitor: Monitor | None = None
+    inbox: RecordInbox | None = None
+    sink: RecordForwarder | RecordInbox
+    if sampler is not None:  # the tray (or agent) records: it takes this proxy's records
+        forwarder = RecordForwarder(
+            sampler,
+            [route.upstream_url for route in routes],
+            say=lambda line: print(f"llm-tray proxy: {line}", file=sys.stderr, flush=True),
+        )
+        sink = forwarder
+    else:
+        inbox = RecordInbox(route.upstream_url for route in routes)
+        sink = inbox
+        monitor = Monitor(
+            load_settings().settings,
+            extra_endpoints=[endpoint_from_arg(u) for u in args.upstream],
+            discover=False,
+            record=not args.no_record and refusal is None,
+            profile=profile,
+            proxy_inbox=inbox,
+        )
 
     def on_record(route: Route, record: FinishedRequest) -> None:
-        inbox.put(route.upstream_url, record)
+        sink.put(route.upstream_url, record)  # never blocks: the inbox, or the forwarder's queue
         printed.put(record)  # printed by the main thread: a blocked stdout never stalls a stream
 
-    monitor = Monitor(
-        load_settings().settings,
-        extra_endpoints=[endpoint_from_arg(u) for u in args.upstream],
-        discover=False,
-        record=not args.no_record,
-        profile=profile,
-        proxy_inbox=inbox,
-    )
     proxies = ProxyThread(routes, on_record, inbox)
     try:
         urls = proxies.start()
     except OSError as exc:
-        monitor.close()
+        if monitor is not None:
+            monitor.close()
         print(f"llm-tray proxy: cannot listen: {exc}", file=sys.stderr)
         return 1
-    for warning in monitor.warnings:
+    if forwarder is not None:
+        assert sampler is not None
+        forwarder.start()
+        who = f"the {sampler.role or 'sampler'} (pid {sampler.pid})"
+        print(f"llm-tray proxy: {who} records to the store: this proxy's records go to it", file=sys.stderr)
+    if refusal is not None:
+        print(f"llm-tray proxy: {refusal}", file=sys.stderr)
+    for warning in monitor.warnings if monitor is not None else ():
         print(f"llm-tray proxy: {warning}", file=sys.stderr)
     for url, route in zip(urls, routes, strict=True):
         if args.json:
@@ -187,25 +250,30 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
             print(json.dumps(line), flush=True)
         else:
             print(f"llm-tray proxy: {url} -> {route.upstream_url}: point clients at {url}", flush=True)
-    stop = threading.Event()
+    # A plain flag, not an Event: a handler that sets an Event can deadlock on the lock of the
+    # Event's own wait, which the main thread may hold when the signal comes (seen with wait(0)).
+    stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stop.set())
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     started = time.monotonic()
     try:
         next_tick = 0.0
-        while not stop.is_set():
-            if time.monotonic() >= next_tick:
+        while not stopping:
+            if monitor is not None and time.monotonic() >= next_tick:
                 monitor.tick()
                 next_tick = time.monotonic() + monitor.next_interval_s()
             _print_records(printed, args.json)
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 break
-            stop.wait(min(0.2, max(0.0, next_tick - time.monotonic())))
+            time.sleep(0.2 if monitor is None else min(0.2, max(0.01, next_tick - time.monotonic())))
     finally:
         proxies.stop()
         _print_records(printed, args.json)
-        monitor.tick()  # the last records reach the store
-        monitor.close()
+        if forwarder is not None:
+            forwarder.close()  # the last records reach the sampler, and the lease ends
+        if monitor is not None:
+            monitor.tick()  # the last records reach the store
+            monitor.close()
     return 0
 
 

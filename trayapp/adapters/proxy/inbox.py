@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Iterable
 
 from trayapp.core.loopback import server_key
@@ -27,13 +28,26 @@ class RecordInbox:
         self._lock = threading.Lock()
         self._prompts: dict[int, tuple[str, str | None, int]] = {}  # in-flight prompts' lengths
         self.upstreams: tuple[str, ...] = tuple(upstreams)  # servers with a proxy in front
+        self._lent: dict[tuple[str, int], float] = {}  # server → until (monotonic s): another process's proxy
 
     def set_upstreams(self, upstreams: Iterable[str]) -> None:
         """The servers the running proxies forward to (their requests are recorded by the proxy)."""
         self.upstreams = tuple(upstreams)
 
+    def lend(self, upstreams: Iterable[str], lease_s: float) -> None:
+        """Servers a proxy of another process forwards to (`llm-tray proxy` beside the tray): they
+        count as proxied for `lease_s` from now, renewed by its next post (0: it stopped)."""
+        until = time.monotonic() + lease_s
+        with self._lock:
+            for url in upstreams:
+                self._lent[server_key(url)] = until
+
     def proxied(self, url: str) -> bool:
-        return any(same_server(url, upstream) for upstream in self.upstreams)
+        if any(same_server(url, upstream) for upstream in self.upstreams):
+            return True
+        with self._lock:
+            until = self._lent.get(server_key(url))
+        return until is not None and until > time.monotonic()
 
     def put(self, upstream_url: str, record: FinishedRequest) -> None:
         with self._lock:
