@@ -140,7 +140,8 @@ class Monitor:
         self._hardware.set_measured_ram_bandwidth(record)
 
     def _recheck_ram_bandwidth(self, snapshot: Snapshot) -> None:
-        """Measure an untrusted RAM bandwidth again in the background (busy machine, contradicted)."""
+        """Keep the one stored RAM bandwidth: adopt a higher figure another process stored, and measure
+        again in the background on a provisional figure or on evidence (hardware changed, contradicted)."""
         keeper = getattr(self, "_ram_keeper", None)
         if keeper is not None and keeper.current is not None and not self.options.one_shot:
             keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)

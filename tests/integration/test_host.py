@@ -65,11 +65,12 @@ def test_cache_round_trips_without_measuring_again(tmp_path: Path) -> None:
     assert len(calls) == 1
 
 
-def test_stale_cache_is_measured_again(tmp_path: Path) -> None:
+def test_a_week_old_figure_is_not_measured_again(tmp_path: Path) -> None:
+    """A stored figure never expires (#24: a ceiling that does not wander): only evidence re-measures."""
     cache = tmp_path / "ram_bandwidth.json"
     cached_ram_bandwidth(cache, measure=lambda: 40.0, now_s=0.0)
-    fresh = cached_ram_bandwidth(cache, max_age_s=7 * 86400, measure=lambda: 50.0, now_s=8 * 86400)
-    assert fresh == (50.0, "measured", 8 * 86400)
+    kept = cached_ram_bandwidth(cache, measure=lambda: 50.0, now_s=8 * 86400)
+    assert kept == (40.0, "measured", 0.0)
 
 
 @pytest.mark.parametrize(

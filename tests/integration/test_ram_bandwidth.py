@@ -191,7 +191,7 @@ def test_old_cache_format_loads_and_is_measured_again(tmp_path: Path) -> None:
     cache = tmp_path / "ram_bandwidth.json"
     old = {"gbps": 6.4, "source": "measured", "measured_wall_s": 1000.0, "date": "1970-01-01T00:16:40Z"}
     cache.write_text(json.dumps({**old, "fingerprint": _fingerprint()}))
-    loaded = load_cached(cache, now_s=4600.0)
+    loaded = load_cached(cache)
     assert loaded == RamBandwidth(6.4, 1000.0, "provisional")
     script = Script(BenchResult(13.2, 2.0, 20))
     record = RamBandwidthKeeper(cache, measure=script, wall_clock=Clock(4600.0)).load_or_measure()
@@ -389,10 +389,15 @@ def test_busy_first_measurement_is_provisional_and_recovers_when_quiet() -> None
     finally:
         monitor.close()
     recovered = host.ram_bandwidth_gbps
-    assert recovered is not None and recovered > provisional_gbps
+    # best-of (#24): the quiet figure replaces the provisional one only when higher
+    assert recovered is not None and recovered >= provisional_gbps
     assert abs(recovered - clean.gbps) <= 0.30 * clean.gbps
     assert host.ram_bandwidth_measured_wall_s is not None
-    assert host.ram_bandwidth_measured_wall_s > (first.ram_bandwidth_measured_wall_s or 0)
+    if recovered > provisional_gbps:  # raised: measured by the quiet run, and the snapshot says so
+        assert host.ram_bandwidth_measured_wall_s > (first.ram_bandwidth_measured_wall_s or 0)
+        change = host.ram_bandwidth_change
+        assert change is not None and change.reason == "first quiet measurement"
+        assert (change.previous_gbps, change.gbps) == (provisional_gbps, recovered)
 
 
 def test_status_says_when_the_figure_was_measured_and_how_far_to_trust_it() -> None:

@@ -1,8 +1,8 @@
 """One `HardwareSnapshot` from every GPU probe and the host probe.
 
 The RAM bandwidth is not measured here: a worker measures it (see
-`trayapp.adapters.host.RamBandwidthKeeper`) and calls `set_ram_bandwidth()`,
-again whenever a re-measurement replaces the figure.
+`trayapp.adapters.host.RamBandwidthKeeper`) and calls `set_measured_ram_bandwidth()`,
+again whenever the stored figure changes (with its `RamBandwidthChange`).
 Owned by the sampler thread; `set_ram_bandwidth()` may be called from another.
 """
 
@@ -12,7 +12,9 @@ import dataclasses
 
 from trayapp.adapters.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
 from trayapp.adapters.host import HostProbe, RamBandwidth
-from trayapp.core.model import GpuReading, HardwareSnapshot, ValueSource
+from trayapp.core.model import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
+
+_RamFigure = tuple[float | None, ValueSource, float | None, str | None, RamBandwidthChange | None]
 
 
 class HardwareProbe:
@@ -33,12 +35,7 @@ class HardwareProbe:
             apple_probe if apple_probe is not None else AppleProbe(),
         )
         self._host_probe = host_probe if host_probe is not None else HostProbe()
-        self._ram_bandwidth: tuple[float | None, ValueSource, float | None, str | None] = (
-            ram_bandwidth_gbps,
-            ram_bandwidth_source,
-            None,
-            None,
-        )
+        self._ram_bandwidth: _RamFigure = (ram_bandwidth_gbps, ram_bandwidth_source, None, None, None)
 
     def set_ram_bandwidth(
         self,
@@ -46,16 +43,20 @@ class HardwareProbe:
         source: ValueSource = "measured",
         measured_wall_s: float | None = None,
         confidence: str | None = None,
+        change: RamBandwidthChange | None = None,
     ) -> None:
         """Use this RAM bandwidth from now on (one assignment: safe from another thread).
 
-        `measured_wall_s` and `confidence` ("quiet" | "provisional" | "suspect") describe a measured figure.
+        `measured_wall_s`, `confidence` ("quiet" | "provisional" | "suspect") and `change` (its last
+        change) describe a measured figure.
         """
-        self._ram_bandwidth = (gbps, source, measured_wall_s, confidence)
+        self._ram_bandwidth = (gbps, source, measured_wall_s, confidence, change)
 
     def set_measured_ram_bandwidth(self, record: RamBandwidth) -> None:
-        """Use a measured figure, with when it was measured and how far to trust it."""
-        self.set_ram_bandwidth(record.gbps, "measured", record.measured_at_wall_s, record.confidence)
+        """Use a measured figure, with when it was measured, how far to trust it and its last change."""
+        self.set_ram_bandwidth(
+            record.gbps, "measured", record.measured_at_wall_s, record.confidence, record.change
+        )
 
     def read(self) -> HardwareSnapshot:
         gpus: list[GpuReading] = []

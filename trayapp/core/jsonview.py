@@ -8,7 +8,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from trayapp.core.model import Alert, HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
+from trayapp.core.model import (
+    Alert,
+    HardwareSnapshot,
+    ModelStatus,
+    RamBandwidthChange,
+    RemoteMachine,
+    ServerStatus,
+    Snapshot,
+)
 
 
 def iso_utc(wall_s: float) -> str:
@@ -76,6 +84,18 @@ def server_json(server: ServerStatus) -> dict[str, Any]:
     }
 
 
+def ram_bandwidth_change_json(change: RamBandwidthChange | None) -> dict[str, Any] | None:
+    """The RAM bandwidth's last change (the ceiling moved with it); null when it never changed."""
+    if change is None:
+        return None
+    return {
+        "previous_gbps": _num(change.previous_gbps, 1),
+        "gbps": _num(change.gbps, 1),
+        "at": iso_utc(change.changed_at_wall_s),
+        "reason": change.reason,
+    }
+
+
 def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
     host = hardware.host
     return {
@@ -102,6 +122,7 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
         "ram_bandwidth_source": host.ram_bandwidth_source,
         "ram_bandwidth_measured_at": _iso_or_none(host.ram_bandwidth_measured_wall_s),
         "ram_bandwidth_confidence": host.ram_bandwidth_confidence,
+        "ram_bandwidth_change": ram_bandwidth_change_json(host.ram_bandwidth_change),
         "cpu_percent": host.cpu_percent,
     }
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-from trayapp.core.model import HardwareProfile, HardwareSnapshot
+from trayapp.core.model import HardwareProfile, HardwareSnapshot, RamBandwidthChange
 
 GpuLookup = Callable[[str], "tuple[float, int | None] | None"]  # name -> (bandwidth_gbps, vram_bytes)
 
@@ -135,3 +136,17 @@ def resolve_machine(
 def _is_unified_name(name: str) -> bool:
     lowered = name.lower()
     return lowered.startswith(("apple", "m1", "m2", "m3", "m4", "m5")) or "strix halo" in lowered
+
+
+def ram_bandwidth_change_line(change: RamBandwidthChange | None, now_wall_s: float) -> str | None:
+    """'ceiling changed 28.4 → 31.3 GB/s RAM at 14:02 UTC: first quiet measurement' (with the date
+    when it was not today, UTC); None when the measured RAM bandwidth never changed."""
+    if change is None:
+        return None
+    at = datetime.fromtimestamp(change.changed_at_wall_s, tz=timezone.utc)
+    today = datetime.fromtimestamp(now_wall_s, tz=timezone.utc).date() == at.date()
+    when = at.strftime("%H:%M" if today else "%Y-%m-%d %H:%M")
+    return (
+        f"ceiling changed {change.previous_gbps:.1f} → {change.gbps:.1f} GB/s RAM at {when} UTC: "
+        f"{change.reason}"
+    )

@@ -135,6 +135,17 @@ class GpuReading:
 
 
 @dataclass(frozen=True)
+class RamBandwidthChange:
+    """The last time the RAM bandwidth behind the ceiling changed: from what, to what, when and why
+    ("first quiet measurement", "hardware changed", "decode faster than the ceiling allowed", …)."""
+
+    previous_gbps: float
+    gbps: float
+    changed_at_wall_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class HostReading:
     ram_total_bytes: int | None
     ram_available_bytes: int | None
@@ -144,6 +155,7 @@ class HostReading:
     cpu_count: int | None = None
     ram_bandwidth_measured_wall_s: float | None = None  # when a measured figure was measured
     ram_bandwidth_confidence: str | None = None  # measured: "quiet" | "provisional" (busy) | "suspect"
+    ram_bandwidth_change: RamBandwidthChange | None = None  # its last change, for the UI to say so
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The rate-vs-time plot: decode tok/s (or ms/token) over the last minutes, against the ceiling,
+"""The rate-vs-time plot: decode tok/s (or ms/token) over the last minutes, against the ceiling
+as recorded with each sample (a step line: a past point against its own ceiling, not today's),
 the realistic band, reading speed and the user's floor.
 
 Its curves, bands and lines are made once; each redraw feeds them with `setData` / `setValue`.
@@ -33,6 +34,15 @@ def time_span_s(first_t_wall_s: float | None, now_s: float, window_s: float) -> 
     """How much time the plot shows: the history there is, at least MIN_SPAN_S, at most the window."""
     seen = now_s - first_t_wall_s if first_t_wall_s is not None else 0.0
     return min(max(seen, MIN_SPAN_S), window_s)
+
+
+def step_xy(t_wall_s: np.ndarray, values: np.ndarray, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A step line: each value holds from its sample's time to the next one's (the last up to
+    `end_s`); nan values stay gaps."""
+    if not t_wall_s.size:
+        return np.empty(0), np.empty(0)
+    ends = np.append(t_wall_s[1:], max(end_s, float(t_wall_s[-1])))
+    return np.column_stack((t_wall_s, ends)).ravel(), np.repeat(values, 2)
 
 
 def floor_label(floor_tok_s: float, ms_per_token: bool) -> str:
@@ -103,6 +113,10 @@ class RateTimePlot(Plot):
             labelOpts={"position": 0.01, "color": (230, 230, 230), "anchors": [(0, 1), (0, 1)]},
         )
         self.ceiling_line.hide()
+        self._ceiling_pen = self.ceiling_line.pen
+        self.recorded_ceiling = self.plot(  # no name: the line's label names it
+            connect="finite", pen=pg.mkPen((230, 230, 230), width=1.5), **STATIC_ITEM
+        )
         self.bench_line = pg.InfiniteLine(  # the stored bench's decode at depth 0 (`llm-tray bench`)
             0,
             angle=0,
@@ -130,7 +144,7 @@ class RateTimePlot(Plot):
     def clear_model(self) -> None:
         self.set_text("left", self.unit())
         self.set_text("title", f"decode {self.unit()}")
-        for curve in (self.decode_curve, self.exact_points, self.estimated_points):
+        for curve in (self.decode_curve, self.exact_points, self.estimated_points, self.recorded_ceiling):
             curve.setData([], [])
         self.ceiling_line.hide()
         self.realistic_band.hide()
@@ -161,6 +175,7 @@ class RateTimePlot(Plot):
             finite = arrays.ceiling_tok_s[np.isfinite(arrays.ceiling_tok_s)]
             ceiling = float(finite[-1]) if finite.size else None
         self._draw_ceiling(ceiling, calibrated_efficiency)
+        self._draw_recorded_ceiling(arrays, now_s)
         self._draw_bench(bench_tok_s)
         self._draw_references()
 
@@ -199,6 +214,16 @@ class RateTimePlot(Plot):
         self.ceiling_line.label.setFormat(
             "fastest {value:.1f} ms/token" if self.ms_per_token else "ceiling {value:.0f}"
         )
+
+    def _draw_recorded_ceiling(self, arrays: SeriesArrays, now_s: float) -> None:
+        """The ceilings the samples recorded, as a step line; the ceiling line keeps only its label
+        (today's value) while there is one, and draws across the plot when no sample recorded one."""
+        x, y = step_xy(arrays.t_wall_s, self.y(arrays.ceiling_tok_s), now_s)
+        recorded = bool(np.isfinite(y).any())
+        self.recorded_ceiling.setData(x if recorded else [], y if recorded else [], connect="finite")
+        pen = pg.mkPen(None) if recorded else self._ceiling_pen
+        if self.ceiling_line.pen != pen:
+            self.ceiling_line.setPen(pen)
 
     def _draw_bench(self, bench_tok_s: float | None) -> None:
         if not bench_tok_s:

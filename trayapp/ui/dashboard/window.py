@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from trayapp.core.glance import choose_model, host_port, kind_label, prefill_line
 from trayapp.core.history import History, ModelKey
+from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_pct, format_rate
@@ -134,6 +135,10 @@ class Dashboard(QWidget):
         self.hardware_label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self.hardware_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         footer.addWidget(self.hardware_label, 0, 0)
+        self.ram_change_label = QLabel()  # "ceiling changed 28.4 → 31.3 GB/s RAM at 14:02 UTC: …"
+        self.ram_change_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.ram_change_label.hide()
+        footer.addWidget(self.ram_change_label, 1, 0)
         root.addLayout(footer)
 
     # ------------------------------------------------------------------ public API
@@ -232,6 +237,10 @@ class Dashboard(QWidget):
         self.alert_list.redraw()
         if snapshot is not None:
             self.hardware_label.setText(hardware_line(snapshot.hardware))
+            change = snapshot.hardware.host.ram_bandwidth_change
+            changed = ram_bandwidth_change_line(change, snapshot.t_wall_s)
+            self.ram_change_label.setText(changed or "")
+            self.ram_change_label.setVisible(changed is not None)
         for plot in (self.time_plot, self.context_plot):
             plot.apply_ranges()
         self.redrawn.emit({"model": key[1] if key else None, "points": points, "total": total})
