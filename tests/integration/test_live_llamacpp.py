@@ -181,3 +181,25 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
     assert evidence["drop_pct"] == pytest.approx(server_drop, abs=10)
     assert evidence["context_tokens"] > 5500
     assert not any(a.kind == "offload" for s in snapshots for a in s.alerts)
+
+
+def test_a_finished_request_gets_the_servers_own_rate_at_once(llama_server: LlamaServer) -> None:
+    """The probe scrapes /metrics in the poll that sees a request end (not only every 10 s): the
+    model's last rate is then the server's own tokens ÷ seconds of that request, exact."""
+    monitor = monitor_for(llama_server.url)
+    try:
+        monitor.tick()  # the first scrape: counters before the request
+        future = generate_in_background(llama_server.url, "Name a river.", 32, ignore_eos=True)
+        snapshots = tick_until_done(monitor, future)
+    finally:
+        monitor.close()
+    timings = future.result()["timings"]
+    counted_tok_s = timings["predicted_n"] / (timings["predicted_ms"] / 1000)  # what the counters hold
+    models = [s.servers[0].models[0] for s in snapshots]
+    busy = [i for i, m in enumerate(models) if m.phase in ("prefill", "decoding")]
+    assert busy, "no poll saw the request"
+    after = [m for m in models[busy[-1] + 1 :] if m.phase == "idle"]
+    assert after, "the model never showed idle after the request"
+    first_idle = after[0]  # the poll that saw the request end
+    assert first_idle.decode_exact is True
+    assert first_idle.last_decode_tok_s == pytest.approx(counted_tok_s, rel=1e-3)

@@ -164,15 +164,7 @@ class LlamaCppProbe(LlamaServerProbe):
         )  # once per poll: keeps a baseline
         watch_by_metrics = not self._busy and cpu_work is None
         if metrics_on and (self._metrics_due(now_mono_s) or watch_by_metrics):
-            self._metrics_at_s = now_mono_s
-            try:
-                response = self._fetch("/metrics")
-                counters = parse_metrics(response.text, response.headers)
-            except FetchError as exc:
-                if exc.http_status == 501:
-                    self._metrics_disabled = True
-                else:
-                    problems.append(exc.reason)
+            counters = self._scrape(now_mono_s, problems)
 
         # 4. /slots: live progress every poll while there is work; never while asleep, and while idle
         #    only once something says work appeared (a /slots request resets the idle timer).
@@ -186,7 +178,11 @@ class LlamaCppProbe(LlamaServerProbe):
                 # Rates are tokens between two answers ÷ the time between them: the middle of this
                 # request, not the tick's start (on a busy host the answer can come 100s of ms later).
                 slots_at_mono_s = now_mono_s + ((asked_s + time.monotonic()) / 2 - started_s)
-                self._busy = any(slot.is_processing for slot in slots)
+                was_busy, self._busy = self._busy, any(slot.is_processing for slot in slots)
+                if was_busy and not self._busy and metrics_on and counters is None:
+                    # A request just ended: the counters' deltas now are its own exact numbers
+                    # (tokens ÷ the server's seconds); one scrape per request, not one per poll.
+                    counters = self._scrape(now_mono_s, problems)
             except FetchError as exc:
                 if exc.status == "unauthorized":
                     return replace(self._failure_reading(self._key_hint(exc)), version=props.build_info)
@@ -268,6 +264,19 @@ class LlamaCppProbe(LlamaServerProbe):
         return ServerReading(
             self.kind, self.url, "loading", WAKING_REASON, version=props.build_info, models=(model,)
         )
+
+    def _scrape(self, now_mono_s: float, problems: list[str]) -> CounterReading | None:
+        """`/metrics` now (each scrape resets the server's averaging gauges for other scrapers)."""
+        self._metrics_at_s = now_mono_s
+        try:
+            response = self._fetch("/metrics")
+            return parse_metrics(response.text, response.headers)
+        except FetchError as exc:
+            if exc.http_status == 501:
+                self._metrics_disabled = True
+            else:
+                problems.append(exc.reason)
+        return None
 
     def _metrics_due(self, now_s: float) -> bool:
         return self._metrics_at_s is None or now_s - self._metrics_at_s >= self.metrics_interval_s
