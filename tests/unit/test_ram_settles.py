@@ -334,37 +334,3 @@ def test_the_change_line() -> None:
         "ceiling changed 28.4 → 31.3 GB/s RAM at 2025-12-02 16:02 UTC: first quiet measurement"
     )
     assert ram_bandwidth_change_line(None, same_day) is None
-
-
-def test_status_text_and_json_say_the_ceiling_changed() -> None:
-    """The real `status`, with a stored figure that changed an hour ago (this machine's fingerprint)."""
-    import time
-
-    from tests.support.cli import run_cli
-    from trayapp import paths
-    from trayapp.adapters.host import _fingerprint
-
-    now_s = time.time()
-    at_s = float(int(now_s) - 3600)  # whole seconds: "at" has no fraction
-    change = RamBandwidthChange(28.4, 31.3, at_s, "first quiet measurement")
-    record = RamBandwidth(31.3, at_s, "quiet", 2.0, 20, at_s, change)
-    cache = paths.cache_dir() / "ram_bandwidth.json"
-    write_cached(cache, record, _fingerprint())
-    when = time.strftime("%H:%M", time.gmtime(at_s))
-    if time.gmtime(at_s).tm_yday != time.gmtime(now_s).tm_yday:  # an hour ago was yesterday (UTC)
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at_s))
-
-    text = run_cli("status", "--no-discover", "--endpoint", "http://127.0.0.1:9")
-    assert text.returncode == 0, text.stderr
-    assert f"ceiling changed 28.4 → 31.3 GB/s RAM at {when} UTC: first quiet measurement" in text.stdout
-
-    result = run_cli("status", "--json", "--no-discover", "--endpoint", "http://127.0.0.1:9")
-    assert result.returncode == 0, result.stderr
-    hardware = json.loads(result.stdout)["hardware"]
-    assert hardware["ram_bandwidth_gbps"] == 31.3
-    assert hardware["ram_bandwidth_change"] == {
-        "previous_gbps": 28.4,
-        "gbps": 31.3,
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_s)),
-        "reason": "first quiet measurement",
-    }
