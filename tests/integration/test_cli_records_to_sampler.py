@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,68 +20,23 @@ import httpx
 import pytest
 
 from tests.support.cli import WatchToFile, run_cli, wait_for
-from tests.support.llama import LlamaServer, monitor_for
+from tests.support.llama import LlamaServer
 from tests.support.store_records import rows
+from tests.support.tray_sampler import TraySampler
 from trayapp import paths
-from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.adapters.store import Store
-from trayapp.config import HardwareConfig, MonitorConfig, Settings
 from trayapp.core.bench import BASELINE_MAX_CV, coefficient_of_variation
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import Snapshot
 
 pytestmark = pytest.mark.llamacpp
 
-TICK_S = 0.5
 WAIT_S = 60.0  # a busy 2-core host: a CLI start, a request, a tick
 RAM_GBPS = "50"  # given: no RAM benchmark in these tests
 
 
-class TraySampler:
-    """The tray's sampler in this process: it holds the store and takes the CLI's records."""
-
-    def __init__(self, upstream: str) -> None:
-        settings = Settings(
-            monitor=MonitorConfig(discover=False, poll_active_s=TICK_S, poll_idle_s=TICK_S),
-            hardware=HardwareConfig(ram_bandwidth_gbps=float(RAM_GBPS)),
-        )
-        self.monitor = monitor_for(upstream, settings=settings, record=True, proxy_inbox=RecordInbox())
-        assert not self.monitor.warnings, self.monitor.warnings  # it holds the store
-        self.server = SnapshotServer(thresholds=settings.thresholds, intake=lambda: self.monitor)
-        self.snapshots: list[Snapshot] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-tray-sampler", daemon=True)
-
-    def start(self) -> TraySampler:
-        self.server.start(announce=True)
-        self._thread.start()
-        wait_for(lambda: self.server.latest() is not None, WAIT_S, "the sampler's first snapshot")
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            snapshot = self.monitor.tick()
-            with self._lock:
-                self.snapshots.append(snapshot)
-            self.server.publish(snapshot)
-            self._stop.wait(TICK_S)
-
-    def since(self, index: int) -> list[Snapshot]:
-        with self._lock:
-            return self.snapshots[index:]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=WAIT_S)
-        self.server.stop(2.0)
-        self.monitor.close()
-
-
 @pytest.fixture
 def tray(llama_server: LlamaServer) -> Any:
-    sampler = TraySampler(llama_server.url).start()
+    sampler = TraySampler(llama_server.url, record=True).start()
     try:
         yield sampler
     finally:

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,48 +23,13 @@ import pytest
 from tests.integration.test_snapshot_server import Agent
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
-from tests.support.llama import monitor_for
+from tests.support.tray_sampler import TraySampler
 from trayapp.adapters.snapshot_server import SnapshotServer
-from trayapp.config import HardwareConfig, MonitorConfig, Settings
 
 WAIT_S = 30.0  # a busy 2-core host: an agent's start, a claim, a CLI run
 TICK_S = 0.3
 TRAY_LINE = "llama3.1:8b idle"  # the tray's fake: `bar` printing this follows the tray
 RECLAIM_S = 0.5  # the tray's re-claim, short for the test (5 s by default)
-
-
-class TraySampler:
-    """The tray's sampler in this process: Monitor ticks on a thread, published to an announced
-    SnapshotServer (as trayapp/app.py wires them)."""
-
-    def __init__(self, upstream: str) -> None:
-        settings = Settings(
-            monitor=MonitorConfig(discover=False, poll_active_s=TICK_S, poll_idle_s=TICK_S),
-            hardware=HardwareConfig(ram_bandwidth_gbps=50.0),  # no RAM benchmark in the test
-        )
-        self.monitor = monitor_for(upstream, settings=settings)
-        self.server = SnapshotServer(thresholds=settings.thresholds, reclaim_s=RECLAIM_S)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-tray-sampler", daemon=True)
-
-    def start(self) -> TraySampler:
-        self.server.start(announce=True)
-        self._thread.start()
-        wait_until(
-            lambda: httpx.get(self.server.url + "/v1/glance", timeout=2).status_code == 200, WAIT_S, 0.05
-        )
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.server.publish(self.monitor.tick())
-            self._stop.wait(TICK_S)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=WAIT_S)
-        self.server.stop(2.0)
-        self.monitor.close()
 
 
 @pytest.fixture
@@ -137,7 +101,7 @@ def _assert_status_follows_tray(env: dict[str, str], tray_fake: FakeOllama) -> N
 def test_an_agent_started_and_stopped_beside_the_tray_leaves_bar_on_the_tray(
     home: Path, tmp_path: Path, tray_fake: FakeOllama, agent_fake: FakeOllama, stop_signal: signal.Signals
 ) -> None:
-    tray = TraySampler(tray_fake.url).start()
+    tray = TraySampler(tray_fake.url, tick_s=TICK_S, reclaim_s=RECLAIM_S).start()
     agent: Agent | None = None
     try:
         assert _sampler_pid(home) == os.getpid()
@@ -176,7 +140,7 @@ def test_a_tray_started_beside_an_agent_takes_over_when_the_agent_stops(
     try:
         info = agent.wait_ready()  # the agent first: it is this machine's sampler
         assert info["pid"] == agent.process.pid and info["role"] == "agent"
-        tray = TraySampler(tray_fake.url).start()
+        tray = TraySampler(tray_fake.url, tick_s=TICK_S, reclaim_s=RECLAIM_S).start()
         assert tray.server.machine_sampler is not None
         assert tray.server.machine_sampler.pid == agent.process.pid and not tray.server.is_machine_sampler
         assert _sampler_pid(home) == agent.process.pid

@@ -1,0 +1,64 @@
+"""The tray's sampler in a test process, wired as trayapp/app.py wires it: a real `Monitor` ticking
+on a thread and publishing to a `SnapshotServer` that announces itself (no Qt needed)."""
+
+from __future__ import annotations
+
+import threading
+
+from tests.support.cli import wait_for
+from tests.support.llama import monitor_for
+from trayapp.adapters.proxy.inbox import RecordInbox
+from trayapp.adapters.snapshot_server import RECLAIM_S, SnapshotServer
+from trayapp.config import HardwareConfig, MonitorConfig, Settings
+from trayapp.core.model import Snapshot
+
+WAIT_S = 60.0  # a busy 2-core host: a start, a claim, a first tick
+RAM_GBPS = 50.0  # given: no RAM benchmark competes in the tests
+
+
+class TraySampler:
+    """`record=True`: it holds the store's writer lock and takes the CLI's records (its intake);
+    `reclaim_s`: how often the endpoint re-claims the sampler file (5 s in the app)."""
+
+    def __init__(
+        self, upstream: str, *, tick_s: float = 0.5, record: bool = False, reclaim_s: float = RECLAIM_S
+    ) -> None:
+        settings = Settings(
+            monitor=MonitorConfig(discover=False, poll_active_s=tick_s, poll_idle_s=tick_s),
+            hardware=HardwareConfig(ram_bandwidth_gbps=RAM_GBPS),
+        )
+        inbox = {"proxy_inbox": RecordInbox()} if record else {}
+        self.monitor = monitor_for(upstream, settings=settings, record=record, **inbox)
+        if record:
+            assert not self.monitor.warnings, self.monitor.warnings  # it holds the store
+        intake = (lambda: self.monitor) if record else None
+        self.server = SnapshotServer(thresholds=settings.thresholds, intake=intake, reclaim_s=reclaim_s)
+        self.tick_s = tick_s
+        self.snapshots: list[Snapshot] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-tray-sampler", daemon=True)
+
+    def start(self) -> TraySampler:
+        self.server.start(announce=True)
+        self._thread.start()
+        wait_for(lambda: self.server.latest() is not None, WAIT_S, "the sampler's first snapshot")
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            snapshot = self.monitor.tick()
+            with self._lock:
+                self.snapshots.append(snapshot)
+            self.server.publish(snapshot)
+            self._stop.wait(self.tick_s)
+
+    def since(self, index: int) -> list[Snapshot]:
+        with self._lock:
+            return self.snapshots[index:]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_S)
+        self.server.stop(2.0)
+        self.monitor.close()
