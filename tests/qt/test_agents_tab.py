@@ -126,7 +126,7 @@ def test_the_menu_groups_models_by_machine(qtbot: QtBot) -> None:
         "○ llama-server 127.0.0.1:8080 — idle",  # this machine first
         "   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx",
         "gpu-box — NVIDIA GeForce RTX 4090 · 21.3 GB/24.0 GB",  # s.HW's GPU
-        "● Ollama gpu-box:11434 — decoding 30 tok/s",
+        "● Ollama gpu-box:11434 — decoding ~30 tok/s",
         "   qwen3:30b Q4_K_M  ·  6.1k/8k ctx",
         "⚠ rack-2: unreachable — connection refused",
     ]

@@ -54,7 +54,7 @@ def test_curves_have_the_decode_points_gaps_and_ceiling(qtbot: QtBot, dash: Dash
     assert list(ex) == [T0 + 3] and list(ey) == [41.5]  # the finished request, apart from the line
     px, py = dash.context_plot.context_points.getData()
     assert list(px) == [1000, 1500, 2000, 3500, 4000] and list(py) == [40.0, 42.0, 41.0, 39.0, 38.5]
-    assert dash.rate_label.text() == "38 tok/s"  # 38.5 rounds half to even
+    assert dash.rate_label.text() == "~38 tok/s"  # 38.5 rounds half to even; ~: polled
     assert dash.share_label.text() == "62 % of 62 tok/s ceiling"
     assert dash.ttft_label.text() == "TTFT 0.31 s"
 
@@ -69,7 +69,7 @@ def test_ms_per_token_toggle(qtbot: QtBot, dash: Dashboard) -> None:
     assert math.isnan(y[3])
     assert dash.time_plot.ceiling_line.value() == pytest.approx(1000 / 62)
     assert dash.time_plot.floor_line.value() == pytest.approx(1000 / 3)
-    assert dash.rate_label.text() == "26.0 ms/token"
+    assert dash.rate_label.text() == "~26.0 ms/token"  # ~: polled
 
 
 def test_hidden_dashboard_keeps_history_but_does_no_redraw(qtbot: QtBot, dash: Dashboard) -> None:
@@ -197,9 +197,9 @@ def test_window_rates_keep_the_digits(tok_s: float, text: str) -> None:
 @pytest.mark.parametrize(
     ("rate", "ceiling", "header", "share", "card"),
     [
-        (1008.0, 1400.0, "1008 tok/s", "72 % of 1400 tok/s ceiling", "ceiling 1400 tok/s"),
-        (42.0, 62.0, "42 tok/s", "68 % of 62 tok/s ceiling", "ceiling 62 tok/s"),
-        (7.5, 9.4, "7.5 tok/s", "80 % of 9.4 tok/s ceiling", "ceiling 9.4 tok/s"),
+        (1008.0, 1400.0, "~1008 tok/s", "72 % of 1400 tok/s ceiling", "ceiling 1400 tok/s"),
+        (42.0, 62.0, "~42 tok/s", "68 % of 62 tok/s ceiling", "ceiling 62 tok/s"),
+        (7.5, 9.4, "~7.5 tok/s", "80 % of 9.4 tok/s ceiling", "ceiling 9.4 tok/s"),
     ],
 )
 def test_header_and_card_show_full_rates(
@@ -207,7 +207,7 @@ def test_header_and_card_show_full_rates(
 ) -> None:
     _shown(qtbot, dash)
     dash.update_snapshot(snap(0.0, server(model(rate=rate, ceiling_tok_s=ceiling))))
-    assert dash.rate_label.text() == header  # not the icon's coarse "1k"
+    assert dash.rate_label.text() == header  # not the icon's coarse "1k"; ~: a polled rate
     assert dash.share_label.text() == share
     assert card in dash.cards[(LLAMA, "llama3.1:8b")].stats.text().split(" · ")
 

@@ -16,7 +16,7 @@ from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import Snapshot
 from trayapp.core.thresholds import Thresholds
-from trayapp.ui.tray import TrayController, settings_summary
+from trayapp.ui.tray import TrayController, server_line, settings_summary
 
 
 class FakeWorker:
@@ -54,7 +54,7 @@ def test_menu_is_rebuilt_from_the_snapshot(tray: TrayController) -> None:
     tray.update_snapshot(two_servers())
     tray.menu.aboutToShow.emit()  # what opening the menu does
     assert tray.server_lines() == [
-        "● llama-server 127.0.0.1:8080 — decoding 42 tok/s",
+        "● llama-server 127.0.0.1:8080 — decoding ~42 tok/s",  # ~: polled
         "   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx",
         "○ Ollama 127.0.0.1:11434 — idle",
         "   qwen3:30b  ·  —/32k ctx  ·  52 % CPU ⚠",
@@ -238,3 +238,8 @@ def test_offload_mark_in_the_menu_follows_the_threshold(tray: TrayController) ->
     tray.set_thresholds(Thresholds(offload_gpu_fraction=0.85))  # what the app calls on new settings
     tray.menu.aboutToShow.emit()
     assert "CPU" not in tray.server_lines()[1]
+
+
+def test_an_exact_rate_in_the_menu_has_no_mark() -> None:
+    exact = server(model(rate=40.0, exact=True))
+    assert server_line(exact) == "● llama-server 127.0.0.1:8080 — decoding 40 tok/s"

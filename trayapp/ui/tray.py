@@ -26,7 +26,7 @@ from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state,
 from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_busy
 from trayapp.core.redact import redact_url
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
+from trayapp.core.units import format_gb, format_pct, format_rate_marked, format_tokens
 from trayapp.ui.icons import make_icon
 from trayapp.ui.worker import run_in_background
 
@@ -36,7 +36,7 @@ MIN_REDRAW_INTERVAL_S = 0.5
 
 
 def server_line(server: ServerStatus) -> str:
-    """'● llama-server 127.0.0.1:8080 — decoding 42 tok/s'."""
+    """'● llama-server 127.0.0.1:8080 — decoding ~42 tok/s' ('~': estimated from polling)."""
     name = f"{kind_label(server.kind)} {host_port(server.url)}"
     if server.status == "unauthorized":
         return f"⚠ {name} — needs an API key (Settings…)"
@@ -46,8 +46,13 @@ def server_line(server: ServerStatus) -> str:
         return f"○ {name} — not answering"
     decoding = [m for m in server.models if m.phase == "decoding"]
     if decoding:
-        rates = [m.decode_tok_s for m in decoding if m.decode_tok_s is not None]
-        state = f"decoding {format_rate(max(rates))} tok/s" if rates else "decoding"
+        rated = [m for m in decoding if m.decode_tok_s is not None]
+        fastest = max(rated, key=lambda m: m.decode_tok_s or 0.0, default=None)
+        state = (
+            f"decoding {format_rate_marked(fastest.decode_tok_s, fastest.decode_exact)}"
+            if fastest is not None
+            else "decoding"
+        )
     elif any(m.phase == "prefill" for m in server.models):
         state = "reading a prompt"
     elif server.status == "loading" or any(m.phase == "loading" for m in server.models):

@@ -30,7 +30,7 @@ from trayapp.core.history import History, ModelKey
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_pct, format_rate
+from trayapp.core.units import estimate_mark, format_pct, format_rate, format_rate_marked
 from trayapp.ui.dashboard.alerts import AlertsPanel
 from trayapp.ui.dashboard.cards import ModelCard, hardware_line, is_local, ttft_text
 from trayapp.ui.dashboard.context_plot import RateContextPlot
@@ -285,9 +285,9 @@ class Dashboard(QWidget):
         elif rate is None:
             self.rate_label.setText(model.phase)
         elif self.ms_per_token and rate > 0:
-            self.rate_label.setText(f"{1000 / rate:.1f} ms/token")
+            self.rate_label.setText(f"{estimate_mark(model.decode_exact)}{1000 / rate:.1f} ms/token")
         else:
-            self.rate_label.setText(f"{format_rate(rate)} tok/s")
+            self.rate_label.setText(format_rate_marked(rate, model.decode_exact))
         if model.ceiling_tok_s:
             share = f"{format_pct(rate / model.ceiling_tok_s)} of " if rate is not None else ""
             self.share_label.setText(f"{share}{format_rate(model.ceiling_tok_s)} tok/s ceiling")
