@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.sampler_file import WireError, from_wire, to_wire
 from trayapp.adapters.snapshot_server import parse_records
 from trayapp.adapters.store.rows import bench_rows
+from trayapp.adapters.wire import WireError, from_wire, to_wire
 from trayapp.core.bench import (
     BenchResult,
     BenchRun,

@@ -11,23 +11,21 @@ The token is never in it: clients read it from LLM_TRAY_TOKEN, as the proxy's cl
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
-import math
 import os
 import queue
 import sys
 import tempfile
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any
 
 from trayapp import paths
+from trayapp.adapters.wire import to_wire
 from trayapp.core.jsonview import iso_utc
 
 if TYPE_CHECKING:  # imported when used: `llm-tray --help` and the tray's start need neither
@@ -262,117 +260,14 @@ BENCH_PATH = "/v1/bench"
 MAX_POST_BYTES = 256 * 1024  # the endpoint refuses a bigger body (413)
 MAX_RECORDS = 500  # records in one post, at most
 MAX_UPSTREAMS = 16  # servers one proxy names, at most
-MAX_TEXT_CHARS = 1000  # any string in a record (model names, URLs, labels, a bench's warnings)
 LEASE_S = 30.0  # a proxy's servers count as proxied this long after its last post
 HEARTBEAT_S = 10.0  # an idle proxy renews its lease this often
 FORWARD_QUEUE_LIMIT = 2_000  # records waiting to be sent; more are dropped (and counted)
 POST_TIMEOUT_S = 5.0
 
 
-class WireError(ValueError):
-    """A posted document that is not what the endpoint takes (the message says what is wrong)."""
-
-
 class SamplerRefused(Exception):
     """The sampler answered a post with an error (its message), or did not answer."""
-
-
-def _finite(value: Any) -> Any:
-    """JSON-ready: NaN and infinities as null, tuples as lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def to_wire(value: Any) -> dict[str, Any]:
-    """A dataclass (FinishedRequest, BenchResult) as the JSON object the endpoint takes."""
-    return dict(_finite(dataclasses.asdict(value)))
-
-
-T = TypeVar("T")
-
-
-def from_wire(cls: type[T], value: Any, where: str = "") -> T:
-    """Rebuild `cls` from its wire form, strictly: every required field present, no unknown one,
-    each of its declared type (numbers finite and ≥ 0, strings at most MAX_TEXT_CHARS); raises
-    WireError naming the first field that is wrong."""
-    return cast(T, _build(cls, value, where or cls.__name__))
-
-
-def _build(hint: Any, value: Any, where: str) -> Any:
-    origin = get_origin(hint)
-    if hint is Any:
-        return value  # free-form detail (a bench's hardware): bounded by the body's size
-    if origin in (Union, types.UnionType):
-        options = get_args(hint)
-        if value is None:
-            if type(None) in options:
-                return None
-            raise WireError(f"{where}: missing (null)")
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _build(option, value, where)
-            except WireError as exc:
-                errors.append(str(exc))
-        raise WireError(errors[0])
-    if origin is Literal:
-        if isinstance(value, str) and value in get_args(hint):
-            return value
-        raise WireError(f"{where}: one of {', '.join(map(str, get_args(hint)))}")
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise WireError(f"{where}: a list")
-        item = get_args(hint)[0]
-        return tuple(_build(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise WireError(f"{where}: an object")
-        item = get_args(hint)[1]
-        return {str(k): _build(item, v, f"{where}.{k}") for k, v in value.items()}
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise WireError(f"{where}: true or false")
-    if hint is int or hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0 or (hint is int and not isinstance(value, int)):
-            raise WireError(f"{where}: a {'whole ' if hint is int else ''}number ≥ 0")
-        return float(value) if hint is float else value
-    if hint is str:
-        if isinstance(value, str) and len(value) <= MAX_TEXT_CHARS:
-            return value
-        raise WireError(f"{where}: a string of at most {MAX_TEXT_CHARS} characters")
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build_dataclass(hint, value, where)
-    raise WireError(f"{where}: not accepted")  # a type this wire form does not carry
-
-
-def _build_dataclass(cls: type[Any], value: Any, where: str) -> Any:
-    if not isinstance(value, dict):
-        raise WireError(f"{where}: an object")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise WireError(f"{where}: unknown field {unknown[0]!r}")
-    hints = get_type_hints(cls)
-    kwargs = {}
-    for name, field in fields.items():
-        if name not in value:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise WireError(f"{where}.{name}: missing")
-            continue
-        kwargs[name] = _build(hints[name], value[name], f"{where}.{name}")
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise WireError(f"{where}: {exc}") from None
 
 
 def post(info: SamplerInfo, path: str, body: Mapping[str, Any], timeout_s: float = POST_TIMEOUT_S) -> Any:

@@ -43,11 +43,10 @@ from trayapp.adapters.sampler_file import (
     MAX_UPSTREAMS,
     RECORDS_PATH,
     SamplerInfo,
-    WireError,
     claim_sampler_file,
-    from_wire,
     remove_sampler_file,
 )
+from trayapp.adapters.wire import WireError, from_wire
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
