@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.snapshot_server import parse_records
 from trayapp.adapters.store.rows import bench_rows
-from trayapp.adapters.wire import WireError, from_wire, to_wire
+from trayapp.adapters.wire import WireError, from_wire, parse_records, to_wire
 from trayapp.core.bench import (
     BenchResult,
     BenchRun,

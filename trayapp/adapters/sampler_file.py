@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trayapp import paths
-from trayapp.adapters.wire import to_wire
+from trayapp.adapters.wire import MAX_RECORDS, to_wire
 from trayapp.core.jsonview import iso_utc
 
 if TYPE_CHECKING:  # imported when used: `llm-tray --help` and the tray's start need neither
@@ -258,8 +258,6 @@ def events(info: SamplerInfo, read_timeout_s: float = 60.0) -> Iterator[tuple[st
 RECORDS_PATH = "/v1/records"
 BENCH_PATH = "/v1/bench"
 MAX_POST_BYTES = 256 * 1024  # the endpoint refuses a bigger body (413)
-MAX_RECORDS = 500  # records in one post, at most
-MAX_UPSTREAMS = 16  # servers one proxy names, at most
 LEASE_S = 30.0  # a proxy's servers count as proxied this long after its last post
 HEARTBEAT_S = 10.0  # an idle proxy renews its lease this often
 FORWARD_QUEUE_LIMIT = 2_000  # records waiting to be sent; more are dropped (and counted)

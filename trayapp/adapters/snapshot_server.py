@@ -39,19 +39,17 @@ from urllib.parse import parse_qs, urlsplit
 from trayapp.adapters.sampler_file import (
     BENCH_PATH,
     MAX_POST_BYTES,
-    MAX_RECORDS,
-    MAX_UPSTREAMS,
     RECORDS_PATH,
     SamplerInfo,
     claim_sampler_file,
     remove_sampler_file,
 )
-from trayapp.adapters.wire import WireError, from_wire
+from trayapp.adapters.wire import WireError, from_wire, parse_records
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
 from trayapp.core.jsonview import alert_json, snapshot_json
 from trayapp.core.loopback import is_loopback
-from trayapp.core.model import Alert, FinishedRequest, Snapshot
+from trayapp.core.model import Alert, Snapshot
 from trayapp.core.text import format_snapshot, format_watch_line
 from trayapp.core.thresholds import Thresholds
 
@@ -63,7 +61,6 @@ MAX_STREAMS = 32  # event streams at once; more get 503
 SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
 RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
-MAX_LEASE_S = 300.0  # a proxy's servers count as proxied at most this long after its post
 
 
 @dataclass(frozen=True)
@@ -300,45 +297,6 @@ class SnapshotServer:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
-
-
-def parse_records(body: Any) -> tuple[list[str], float, list[tuple[str, FinishedRequest]]]:
-    """A POST /v1/records body → (upstreams, lease_s, [(upstream, record)]); raises WireError.
-
-    `{"upstreams": [url, ...], "lease_s": 30, "records": [{"upstream": url, "request": {...}}]}`:
-    each request is a FinishedRequest in its wire form, `source` "proxy", of one of `upstreams`.
-    """
-    if not isinstance(body, dict):
-        raise WireError("an object with upstreams, lease_s and records")
-    unknown = sorted(set(body) - {"upstreams", "lease_s", "records"})
-    if unknown:
-        raise WireError(f"unknown field {unknown[0]!r}")
-    upstreams = body.get("upstreams")
-    if not isinstance(upstreams, list) or not 1 <= len(upstreams) <= MAX_UPSTREAMS:
-        raise WireError(f"upstreams: a list of 1 to {MAX_UPSTREAMS} server URLs")
-    for i, url in enumerate(upstreams):
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 512:
-            raise WireError(f"upstreams[{i}]: an http(s) URL")
-    lease_s = body.get("lease_s")
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 0 <= lease_s <= MAX_LEASE_S:
-        raise WireError(f"lease_s: seconds, 0 to {MAX_LEASE_S:g}")
-    items = body.get("records")
-    if not isinstance(items, list) or len(items) > MAX_RECORDS:
-        raise WireError(f"records: a list of at most {MAX_RECORDS}")
-    records: list[tuple[str, FinishedRequest]] = []
-    for i, item in enumerate(items):
-        where = f"records[{i}]"
-        if not isinstance(item, dict) or set(item) != {"upstream", "request"}:
-            raise WireError(f"{where}: an object with upstream and request")
-        if item["upstream"] not in upstreams:
-            raise WireError(f"{where}.upstream: one of upstreams")
-        record = from_wire(FinishedRequest, item["request"], f"{where}.request")
-        if record.source != "proxy":
-            raise WireError(f"{where}.request.source: must be proxy (only a proxy's records are taken)")
-        if not record.model:
-            raise WireError(f"{where}.request.model: missing")
-        records.append((item["upstream"], record))
-    return list(upstreams), float(lease_s), records
 
 
 class _HttpServer(ThreadingHTTPServer):

@@ -9,7 +9,12 @@ import math
 import types
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
+from trayapp.core.model import FinishedRequest
+
 T = TypeVar("T")
+MAX_RECORDS = 500  # records in one post, at most
+MAX_UPSTREAMS = 16  # servers one proxy names, at most
+MAX_LEASE_S = 300.0  # a proxy's servers count as proxied at most this long after its post
 MAX_TEXT_CHARS = 1000  # any string in a record (model names, URLs, labels, a bench's warnings)
 
 
@@ -110,3 +115,42 @@ def _build_dataclass(cls: type[Any], value: Any, where: str) -> Any:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise WireError(f"{where}: {exc}") from None
+
+
+def parse_records(body: Any) -> tuple[list[str], float, list[tuple[str, FinishedRequest]]]:
+    """A POST /v1/records body → (upstreams, lease_s, [(upstream, record)]); raises WireError.
+
+    `{"upstreams": [url, ...], "lease_s": 30, "records": [{"upstream": url, "request": {...}}]}`:
+    each request is a FinishedRequest in its wire form, `source` "proxy", of one of `upstreams`.
+    """
+    if not isinstance(body, dict):
+        raise WireError("an object with upstreams, lease_s and records")
+    unknown = sorted(set(body) - {"upstreams", "lease_s", "records"})
+    if unknown:
+        raise WireError(f"unknown field {unknown[0]!r}")
+    upstreams = body.get("upstreams")
+    if not isinstance(upstreams, list) or not 1 <= len(upstreams) <= MAX_UPSTREAMS:
+        raise WireError(f"upstreams: a list of 1 to {MAX_UPSTREAMS} server URLs")
+    for i, url in enumerate(upstreams):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 512:
+            raise WireError(f"upstreams[{i}]: an http(s) URL")
+    lease_s = body.get("lease_s")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 0 <= lease_s <= MAX_LEASE_S:
+        raise WireError(f"lease_s: seconds, 0 to {MAX_LEASE_S:g}")
+    items = body.get("records")
+    if not isinstance(items, list) or len(items) > MAX_RECORDS:
+        raise WireError(f"records: a list of at most {MAX_RECORDS}")
+    records: list[tuple[str, FinishedRequest]] = []
+    for i, item in enumerate(items):
+        where = f"records[{i}]"
+        if not isinstance(item, dict) or set(item) != {"upstream", "request"}:
+            raise WireError(f"{where}: an object with upstream and request")
+        if item["upstream"] not in upstreams:
+            raise WireError(f"{where}.upstream: one of upstreams")
+        record = from_wire(FinishedRequest, item["request"], f"{where}.request")
+        if record.source != "proxy":
+            raise WireError(f"{where}.request.source: must be proxy (only a proxy's records are taken)")
+        if not record.model:
+            raise WireError(f"{where}.request.model: missing")
+        records.append((item["upstream"], record))
+    return list(upstreams), float(lease_s), records
