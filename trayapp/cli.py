@@ -268,7 +268,6 @@ def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
 def run_status(args: argparse.Namespace) -> int:
     from trayapp.commands.bar import live_sampler, status_from
     from trayapp.core.jsonview import snapshot_json
-    from trayapp.core.machine import ram_bandwidth_change_line
     from trayapp.core.text import format_snapshot
 
     live = live_sampler(args)
@@ -290,9 +289,6 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(snapshot_json(snapshot), indent=2))
     else:
         print(format_snapshot(snapshot, _hardware_note(args)))
-        changed = ram_bandwidth_change_line(snapshot.hardware.host.ram_bandwidth_change, snapshot.t_wall_s)
-        if changed:
-            print(changed)  # the ceiling moved with the RAM bandwidth: say so (#24)
     return 0
 
 

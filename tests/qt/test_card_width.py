@@ -57,3 +57,10 @@ def test_a_prefill_card_stays_within_the_card_panel(qtbot: QtBot, dash: Dashboar
     # Wrapped, not cut: the label is as tall as its text needs at its width (two lines or more).
     needed_px = card.stats.heightForWidth(card.stats.width())
     assert card.stats.height() >= needed_px >= 2 * card.stats.fontMetrics().lineSpacing()
+
+
+@pytest.mark.parametrize(("exact", "shown"), [(False, "prompt ~310 tok/s"), (True, "prompt 310 tok/s")])
+def test_the_cards_prompt_rate_says_whether_it_is_estimated(dash: Dashboard, exact: bool, shown: str) -> None:
+    """A polled prompt speed carries '~' like every other estimate (#24 item 6); the server's own does not."""
+    dash.update_snapshot(snap(0.0, server(model(NAME, "idle", None, prompt_tok_s=310.0, prompt_exact=exact))))
+    assert shown in dash.cards[(LLAMA, NAME)].stats.text().split(" · ")

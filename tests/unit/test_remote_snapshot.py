@@ -14,7 +14,14 @@ import pytest
 
 from tests.support import snapshots as s
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import Alert, PrefillProgress, RemoteMachine, ServerStatus, Snapshot
+from trayapp.core.model import (
+    Alert,
+    PrefillProgress,
+    RamBandwidthChange,
+    RemoteMachine,
+    ServerStatus,
+    Snapshot,
+)
 from trayapp.core.remote_snapshot import RemoteDocError, remote_url, snapshot_from_json, tag_remote
 
 DOC: dict[str, Any] = {
@@ -50,6 +57,7 @@ DOC: dict[str, Any] = {
                     "decode_exact": False,
                     "last_decode_tok_s": 50.9,
                     "prompt_tok_s": 310.0,
+                    "prompt_exact": False,
                     "ttft_s": 0.21,
                     "ttft_exact": False,
                     "draft_acceptance": None,
@@ -99,6 +107,12 @@ DOC: dict[str, Any] = {
         "ram_bandwidth_source": "measured",
         "ram_bandwidth_measured_at": "1970-01-02T00:00:00Z",  # 86 400 s
         "ram_bandwidth_confidence": "quiet",
+        "ram_bandwidth_change": {
+            "previous_gbps": 48.2,
+            "gbps": 54.0,
+            "at": "1970-01-02T00:00:00Z",
+            "reason": "first quiet measurement",
+        },
         "cpu_percent": 12.5,
     },
     "alerts": [
@@ -137,6 +151,7 @@ def test_every_field_of_the_document_lands_where_it_belongs() -> None:
     assert (model.ceiling_tok_s, model.full_gpu_ceiling_tok_s) == (118.3, 130.5)
     assert (model.decode_tok_s, model.decode_total_tok_s, model.active_streams) == (51.2, 102.4, 2)
     assert model.decode_exact is False and model.ttft_exact is False and model.bytes_per_token_exact is True
+    assert model.prompt_exact is False
     assert (model.prompt_tok_s, model.ttft_s, model.last_decode_tok_s) == (310.0, 0.21, 50.9)
     assert model.prefill == PrefillProgress(
         tokens_done=512, cached_tokens=256, tokens_total=None, tok_s=400.0
@@ -172,6 +187,7 @@ def test_every_field_of_the_document_lands_where_it_belongs() -> None:
     )
     assert (host.ram_bandwidth_gbps, host.ram_bandwidth_source) == (54.0, "measured")
     assert host.ram_bandwidth_measured_wall_s == 86400.0 and host.ram_bandwidth_confidence == "quiet"
+    assert host.ram_bandwidth_change == RamBandwidthChange(48.2, 54.0, 86400.0, "first quiet measurement")
 
     (alert,) = doc.alerts
     assert (alert.id, alert.kind, alert.severity) == ("offload-3f2a9c1d8e7b", "offload", "critical")
@@ -266,6 +282,9 @@ def test_the_text_view_names_each_machine() -> None:
     text = format_snapshot(snap).splitlines()
     assert text[0] == "[gpu-box] llamacpp b6700-abc123 http://gpu-box:8080 — ok"
     assert "[gpu-box] GPU 0: NVIDIA GeForce RTX 4090 · 1.1 GB/25.8 GB · 1008 GB/s" in text
+    # The agent's ceiling change reaches the text (1970-01-02 00:00 UTC; `snap` is at t = 1 s).
+    changed = "ceiling changed 48.2 → 54.0 GB/s RAM at 1970-01-02 00:00 UTC: first quiet measurement"
+    assert f"[gpu-box] {changed}" in text
     assert "[rack-2] unauthorized — wrong token (401) (http://rack-2:9465)" in text
     assert "⚠ [gpu-box] [critical] gemma is 25 % on the CPU" in text
     line = format_watch_line(snap)

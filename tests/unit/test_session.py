@@ -193,6 +193,7 @@ def test_prompt_rate_from_prefill_progress() -> None:
     assert record.prompt_tok_s == pytest.approx(1000.0)
     assert record.decode_tok_s == pytest.approx(50.0)
     assert only(done).prompt_tok_s == pytest.approx(1000.0)
+    assert only(done).prompt_exact is False  # polled: shown with '~'
 
 
 # --------------------------------------------------------------------------- restarts and glitches
@@ -341,7 +342,7 @@ def test_finished_request_with_server_timings_is_exact() -> None:
     assert status.last_decode_tok_s == 61.5
     assert status.decode_exact is True
     assert status.decode_tok_s is None  # nothing decodes now
-    assert status.ttft_s == 1.33 and status.prompt_tok_s == 900.0
+    assert status.ttft_s == 1.33 and status.prompt_tok_s == 900.0 and status.prompt_exact is True
     assert status.draft_acceptance == pytest.approx(0.70)
     (record,) = result.requests
     assert record.exact is True and record.decode_tok_s == 61.5 and record.ttft_s == 1.33
@@ -473,6 +474,7 @@ def test_ttft_is_estimated_from_the_prompts_own_speed_never_anothers() -> None:
     tick(engine, reading(slot(0, task=7, ctx=3000, prompt_done=2000)), 15.0)
     status = only(tick(engine, reading(slot(12, task=7, prompt_done=3000)), 18.0))
     assert status.prompt_tok_s == pytest.approx(500.0)  # the counters' figure, shown as the server's
+    assert status.prompt_exact is True
     assert status.ttft_s == pytest.approx(6.0)  # 3,000 tokens ÷ 500 tok/s, this prompt's own
     assert status.ttft_exact is False
     tick(engine, reading(slot(40, task=7, processing=False, prompt_done=3000)), 19.0)

@@ -15,7 +15,7 @@ from trayapp import __version__
 from trayapp.core.glance import kind_label
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact
-from trayapp.core.units import format_gb, format_pct, format_tokens, format_ttft
+from trayapp.core.units import estimate_mark, format_gb, format_pct, format_tokens, format_ttft
 
 
 def _add(parts: list[str], value: float | None, template: str) -> None:
@@ -93,7 +93,8 @@ def _model_line(model: ModelStatus) -> str:
         parts.append(f"bytes/token {format_gb(model.bytes_per_token)} ({exact})")
     if model.ttft_s is not None:
         parts.append(format_ttft(model.ttft_s, model.ttft_exact))  # '~' marks an estimate
-    _add(parts, model.prompt_tok_s, "prompt {:.0f} tok/s")
+    if model.prompt_tok_s is not None:
+        parts.append(f"prompt {estimate_mark(model.prompt_exact)}{model.prompt_tok_s:.0f} tok/s")
     if model.draft_acceptance is not None:
         parts.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
     if model.live_rate_reason:

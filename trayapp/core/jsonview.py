@@ -53,6 +53,7 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "decode_exact": model.decode_exact,
         "last_decode_tok_s": _num(model.last_decode_tok_s),
         "prompt_tok_s": _num(model.prompt_tok_s),
+        "prompt_exact": model.prompt_exact,
         "ttft_s": _num(model.ttft_s, 3),
         "ttft_exact": model.ttft_exact,
         "draft_acceptance": _num(model.draft_acceptance, 4),

@@ -335,6 +335,7 @@ class ModelStatus:
     last_decode_tok_s: float | None = None
     last_decode_context_tokens: int | None = None
     prompt_tok_s: float | None = None
+    prompt_exact: bool | None = None  # True: server-reported timings; False: estimated from polling
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None

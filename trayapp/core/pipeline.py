@@ -331,6 +331,7 @@ def model_status(
         last_decode_tok_s=rate.last_decode_tok_s,
         last_decode_context_tokens=rate.last_decode_context_tokens,
         prompt_tok_s=rate.prompt_tok_s,
+        prompt_exact=rate.prompt_exact,
         ttft_s=rate.ttft_s,
         ttft_exact=rate.ttft_exact,
         draft_acceptance=rate.draft_acceptance,

@@ -66,6 +66,7 @@ class RateEstimate:
     last_decode_context_tokens: int | None = None
     context_tokens: int | None = None  # deepest live context among active streams
     prompt_tok_s: float | None = None
+    prompt_exact: bool | None = None  # True: the server's own timing; False: polled estimate
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ this prompt's tok/s
     draft_acceptance: float | None = None
@@ -98,6 +99,7 @@ class _ModelTrack:
     last_decode_exact: bool | None = None
     last_decode_context: int | None = None
     last_prompt_tok_s: float | None = None
+    last_prompt_exact: bool | None = None
     last_ttft_s: float | None = None
     last_ttft_exact: bool | None = None
     draft_acceptance: float | None = None
@@ -184,6 +186,7 @@ class RateTracker:
                 track.last_decode_context = fin.context_tokens
             if fin.prompt_tok_s is not None:
                 track.last_prompt_tok_s = fin.prompt_tok_s
+                track.last_prompt_exact = True
             if fin.ttft_s is not None:
                 track.last_ttft_s = fin.ttft_s
                 track.last_ttft_exact = True
@@ -245,6 +248,7 @@ class RateTracker:
             last_decode_context_tokens=track.last_decode_context,
             context_tokens=context_tokens,
             prompt_tok_s=track.last_prompt_tok_s,
+            prompt_exact=track.last_prompt_exact,
             ttft_s=track.last_ttft_s,
             ttft_exact=track.last_ttft_exact,
             draft_acceptance=track.draft_acceptance,
@@ -356,6 +360,7 @@ def _learn_from_record(track: _ModelTrack, record: RequestRecord | None) -> None
         track.last_decode_context = record.context_tokens
     if record.prompt_tok_s is not None:
         track.last_prompt_tok_s = record.prompt_tok_s
+        track.last_prompt_exact = record.exact
     if record.ttft_s is not None:
         track.last_ttft_s = record.ttft_s
         track.last_ttft_exact = record.exact
@@ -391,6 +396,7 @@ def _update_counters(
         d_prompt_s = counter_delta(previous.prompt_seconds_total, counters.prompt_seconds_total)
         if not live and d_prompt and d_prompt_s and d_prompt_s > 0:
             track.last_prompt_tok_s = d_prompt / d_prompt_s
+            track.last_prompt_exact = True  # the server's own prompt seconds
         d_tok = counter_delta(previous.tokens_predicted_total, counters.tokens_predicted_total)
         d_tok_s = counter_delta(
             previous.tokens_predicted_seconds_total, counters.tokens_predicted_seconds_total

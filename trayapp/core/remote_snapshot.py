@@ -26,6 +26,7 @@ from trayapp.core.model import (
     ModelStatus,
     Phase,
     PrefillProgress,
+    RamBandwidthChange,
     ServerState,
     ServerStatus,
     Severity,
@@ -141,6 +142,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         decode_exact=_bool(data, "decode_exact"),
         last_decode_tok_s=_num(data, "last_decode_tok_s"),
         prompt_tok_s=_num(data, "prompt_tok_s"),
+        prompt_exact=_bool(data, "prompt_exact"),
         ttft_s=_num(data, "ttft_s"),
         ttft_exact=_bool(data, "ttft_exact"),
         draft_acceptance=_num(data, "draft_acceptance"),
@@ -197,6 +199,7 @@ def hardware_from_json(data: Mapping[str, Any]) -> HardwareSnapshot:
             )
         )
     measured_at = _str(data, "ram_bandwidth_measured_at")
+    change = data.get("ram_bandwidth_change")
     host = HostReading(
         ram_total_bytes=_int(data, "ram_total_bytes"),
         ram_available_bytes=_int(data, "ram_available_bytes"),
@@ -205,8 +208,21 @@ def hardware_from_json(data: Mapping[str, Any]) -> HardwareSnapshot:
         cpu_percent=_num(data, "cpu_percent"),
         ram_bandwidth_measured_wall_s=parse_iso_s(measured_at) if measured_at else None,
         ram_bandwidth_confidence=_str(data, "ram_bandwidth_confidence"),
+        ram_bandwidth_change=_ram_bandwidth_change(change) if isinstance(change, Mapping) else None,
     )
     return HardwareSnapshot(gpus=tuple(gpus), host=host, gpu_reason=_str(data, "gpu_reason"))
+
+
+def _ram_bandwidth_change(data: Mapping[str, Any]) -> RamBandwidthChange | None:
+    """The agent's `ram_bandwidth_change` (docs/json.md); None when a field is missing or malformed."""
+    previous, now, at = _num(data, "previous_gbps"), _num(data, "gbps"), _str(data, "at")
+    if previous is None or now is None or not at:
+        return None
+    try:
+        changed_at_wall_s = parse_iso_s(at)
+    except ValueError:
+        return None
+    return RamBandwidthChange(previous, now, changed_at_wall_s, _str(data, "reason") or "")
 
 
 def alert_from_json(data: Mapping[str, Any]) -> Alert:

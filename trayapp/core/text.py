@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.glance import DECODING_NO_RATE_YET
+from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.units import (
     estimate_mark,
@@ -65,7 +66,7 @@ def server_line(server: ServerStatus) -> str:
     return f"{where}{server.kind}{version} {server.url} — {status}{age}"
 
 
-def _hardware_lines(hw: HardwareSnapshot, where: str = "") -> list[str]:
+def _hardware_lines(hw: HardwareSnapshot, now_wall_s: float, where: str = "") -> list[str]:
     lines = []
     if hw.gpus:
         for gpu in hw.gpus:
@@ -80,14 +81,17 @@ def _hardware_lines(hw: HardwareSnapshot, where: str = "") -> list[str]:
         ram_bw = f" · {host.ram_bandwidth_gbps:.0f} GB/s ({ram_bandwidth_note(host)})"
     avail = format_gb(host.ram_available_bytes)
     lines.append(f"{where}RAM: {avail} free of {format_gb(host.ram_total_bytes)}{ram_bw}")
+    changed = ram_bandwidth_change_line(host.ram_bandwidth_change, now_wall_s)
+    if changed:
+        lines.append(f"{where}{changed}")  # the ceiling moved with the RAM bandwidth: say so
     return lines
 
 
-def machine_lines(machine: RemoteMachine) -> list[str]:
+def machine_lines(machine: RemoteMachine, now_wall_s: float) -> list[str]:
     """A remote machine's hardware ('[gpu-box] GPU 0: …'), or why it cannot be shown."""
     if machine.status != "ok" or machine.hardware is None:
         return [f"[{machine.name}] {machine.status} — {machine.reason or 'no snapshot'} ({machine.url})"]
-    return _hardware_lines(machine.hardware, f"[{machine.name}] ")
+    return _hardware_lines(machine.hardware, now_wall_s, f"[{machine.name}] ")
 
 
 def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str:
@@ -101,9 +105,9 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
             lines.append("  " + model_line(model))
     if hardware_note:
         lines.append(f"Hardware (given): {hardware_note}")
-    lines += _hardware_lines(snapshot.hardware)
+    lines += _hardware_lines(snapshot.hardware, snapshot.t_wall_s)
     for machine in snapshot.machines:
-        lines += machine_lines(machine)
+        lines += machine_lines(machine, snapshot.t_wall_s)
     for alert in snapshot.alerts:
         where = f"[{alert.machine}] " if alert.machine else ""
         lines.append(f"⚠ {where}[{alert.severity}] {alert.message}")

@@ -10,7 +10,15 @@ from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLa
 from trayapp.core.glance import host_port, kind_label, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import GB, format_gb, format_pct, format_rate, format_tokens, format_ttft
+from trayapp.core.units import (
+    GB,
+    format_gb,
+    format_pct,
+    format_rate,
+    format_rate_marked,
+    format_tokens,
+    format_ttft,
+)
 
 
 def is_local(url: str) -> bool:
@@ -83,11 +91,7 @@ class ModelCard(QFrame):
             self.context_bar.setFormat(f"context —/{format_tokens(model.context_length or None)}")
         stats = [prefill_line(model)] if model.phase == "prefill" else []
         stats.append(ttft_text(model))
-        stats.append(
-            f"prompt {format_rate(model.prompt_tok_s)} tok/s"
-            if model.prompt_tok_s is not None
-            else "prompt —"
-        )
+        stats.append(f"prompt {format_rate_marked(model.prompt_tok_s, model.prompt_exact)}")
         if model.draft_acceptance is not None:
             stats.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
         if model.ceiling_tok_s is not None:
