@@ -1,6 +1,6 @@
 """CPU, memory and start-up time of the real tray app, beside a bare PySide6 tray in the same run.
 
-    python bench/app_cost.py [--seconds 30] [--warmup 10] [--starts 3] [--json]
+    python bench/app_cost.py [--seconds 30] [--warmup 10] [--starts 3] [--as-installed] [--json]
 
 Runs a real llama-server (test model, -t 1), a real X display (Xvfb + trayer) and the real app
 (`python -m trayapp --endpoint llamacpp=URL --no-discover`) as a subprocess, then measures the
@@ -16,6 +16,9 @@ whose number is redrawn every second, nothing else), measured for one phase like
 ratios app ÷ bare are printed. Start-up: `--starts` cold starts of each, from Popen to the icon
 docked in trayer's panel (polled with xdotool every 20 ms); the app's starts share one
 LLM_TRAY_HOME, so the first of them also makes its config and store.
+
+`--as-installed`: the app as a user runs it, discovery on (the default ports scanned every 30 s) and
+a recording proxy configured in front of the server, instead of `--no-discover` and no proxy.
 
 CPU is user+system time over the phase's wall time, in % of one core; RSS is sampled every
 second (mean and peak). Icon and plot redraws per phase come from the app's
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trayrun import BusyClient
 
-from tests.support.llama import LlamaServer
+from tests.support.llama import LlamaServer, free_port
 from tests.support.trayapp_process import Event, Geometry, TrayAppProcess, geometry, inside, is_event
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
@@ -206,12 +209,23 @@ def measure_phase(app: TrayAppProcess, proc: psutil.Process, seconds: float) -> 
     }
 
 
-def measure(seconds: float, warmup_s: float, starts: int, work_dir: Path) -> dict[str, Any]:
+def as_installed_config(server_url: str) -> str:
+    """A recording proxy on a free loopback port in front of the server (README's [[proxies]])."""
+    return (
+        f'[[proxies]]\nlisten = "127.0.0.1:{free_port()}"\nupstream = "{server_url}"\n'
+        'kind = "llamacpp"\nenabled = true\n'
+    )
+
+
+def measure(
+    seconds: float, warmup_s: float, starts: int, work_dir: Path, as_installed: bool
+) -> dict[str, Any]:
     results: dict[str, dict[str, float]] = {}
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
         bare = measure_bare(display, seconds, warmup_s, starts)
         start_times = app_start_times(display, server.url, work_dir, starts)
-        app = TrayAppProcess(display, server.url, work_dir)
+        config = as_installed_config(server.url) if as_installed else None
+        app = TrayAppProcess(display, server.url, work_dir, config_toml=config, discover=as_installed)
         client: BusyClient | None = None
         try:
             proc = psutil.Process(app.proc.pid)
@@ -246,6 +260,7 @@ def measure(seconds: float, warmup_s: float, starts: int, work_dir: Path) -> dic
         "bare": bare,
         "load_average": list(os.getloadavg()),
         "cpus": os.cpu_count(),
+        "as_installed": as_installed,
     }
 
 
@@ -254,6 +269,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of each phase")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds after start before measuring")
     parser.add_argument("--starts", type=int, default=3, help="cold starts of each to time")
+    parser.add_argument("--as-installed", action="store_true", help="discovery on and a proxy configured")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     missing = xdisplay_tools_missing()
@@ -261,7 +277,7 @@ def main() -> None:
         raise SystemExit(f"missing X display tools: {', '.join(missing)} (tests/provision.sh installs them)")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="llm-tray-cost-") as work:
-        results = measure(args.seconds, args.warmup, args.starts, Path(work))
+        results = measure(args.seconds, args.warmup, args.starts, Path(work), args.as_installed)
     results["load_average_before"] = list(load_before)
     if args.json:
         print(json.dumps(results))

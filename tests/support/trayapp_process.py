@@ -41,6 +41,7 @@ class TrayAppProcess:
         work_dir: Path,
         extra_args: tuple[str, ...] = (),
         config_toml: str | None = None,
+        discover: bool = False,
     ) -> None:
         self.display = display
         self.events_path = work_dir / "events.jsonl"
@@ -49,7 +50,8 @@ class TrayAppProcess:
             "LLM_TRAY_HOME": str(work_dir / "llm-tray-home"),
             "LLM_TRAY_TEST_EVENTS": str(self.events_path),
         }
-        self.args = [sys.executable, "-m", "trayapp", "--endpoint", f"llamacpp={server_url}", "--no-discover"]
+        self.args = [sys.executable, "-m", "trayapp", "--endpoint", f"llamacpp={server_url}"]
+        self.args += [] if discover else ["--no-discover"]
         self.args += list(extra_args)
         self.events_path.unlink(missing_ok=True)  # events of an earlier run would match the waits
         if config_toml is not None:

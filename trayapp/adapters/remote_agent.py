@@ -22,6 +22,7 @@ import keyring
 import keyring.errors
 
 from trayapp.adapters import secrets
+from trayapp.adapters.http import tls_context
 from trayapp.config_agents import AgentConfig, agent_keyring_user
 from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus, Snapshot
 from trayapp.core.redact import redact
@@ -82,7 +83,7 @@ class RemoteAgent:
 
     def __init__(self, config: AgentConfig, timeout_s: float = TIMEOUT_S) -> None:
         self.config = config
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._client = httpx.Client(timeout=timeout_s, trust_env=False, verify=tls_context())
         self._last_status: str | None = None
         self._token_checked_s = -TOKEN_RECHECK_S
         self._load_token()
