@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trayapp.adapters.store import Store  # noqa: E402
+from trayapp.sinks.store import Store  # noqa: E402
 
 T0 = 1_750_000_000.0
 SESSIONS = 100
@@ -75,8 +75,8 @@ def build_store(path: Path, rows: int) -> float:
 _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from trayapp.adapters.export import export
-from trayapp.adapters.store import Store
+from trayapp.sinks.export import export
+from trayapp.sinks.store import Store
 scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 store = Store(sys.argv[2], writer=False)
 if sys.argv[3] == "parquet":

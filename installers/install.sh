@@ -10,7 +10,7 @@ PY="${PYTHON:-python3}"
 START_WAIT_S=3    # how long the app must stay up to count as started
 START_LOG_LINES=20  # how much of its log to show when it did not
 
-# The app's data dir, as trayapp/paths.py has it (LLM_TRAY_HOME relocates it).
+# The app's data dir, as trayapp/config/paths.py has it (LLM_TRAY_HOME relocates it).
 data_dir() {
   if [ -n "${LLM_TRAY_HOME:-}" ]; then
     echo "$LLM_TRAY_HOME/data"

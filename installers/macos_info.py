@@ -4,7 +4,7 @@
 CFBundlePackageType and the like itself). LSUIElement: an agent app, no Dock icon and no app menu —
 the tray icon (a template image drawn by trayapp/ui/icons.py, so macOS tints it for a light or dark
 menu bar) is the whole interface. The bundle id is the LaunchAgent label the app writes for start at
-login (trayapp/adapters/autostart.py), so the two are one name.
+login (trayapp/services/autostart.py), so the two are one name.
 """
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-from trayapp.cli import main
+from trayapp.cli.main import main
 
 raise SystemExit(main())

@@ -2,7 +2,7 @@
 ;   installers\windows\build.ps1   builds dist\llm-tray\ with PyInstaller, then runs
 ;   ISCC /DAppVersion=<trayapp.__version__> /DDistDir=<dist\llm-tray> installers\windows\llm-tray.iss
 ; Output: dist\llm-tray-<version>-windows-x64-setup.exe
-; Start at login is the app's own HKCU Run value "llm-tray" (trayapp/adapters/autostart.py, the tray's
+; Start at login is the app's own HKCU Run value "llm-tray" (trayapp/services/autostart.py, the tray's
 ; "Start at login" item, `llm-tray autostart on|off`): the task below writes that same value, never a
 ; {userstartup} shortcut (that would start a second copy), and the uninstaller removes it.
 ; tests/unit/test_installer_manifests.py checks this file against the app (name, version, icon, value).

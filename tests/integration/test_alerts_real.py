@@ -30,12 +30,12 @@ from tests.support.llama import (
     tick_until_done,
 )
 from tests.unit.test_gpu_nvml import FakeNvml, rtx_4090
-from trayapp.adapters.gpu import NvmlProbe
-from trayapp.adapters.hardware import HardwareProbe
 from trayapp.core.diagnose import ESTIMATE_MARGIN_PCT
 from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
-from trayapp.monitor import Monitor
+from trayapp.services.monitor import Monitor
+from trayapp.sources.gpu import NvmlProbe
+from trayapp.sources.hardware import HardwareProbe
 
 pytestmark = pytest.mark.llamacpp
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.llama import LlamaServer
-from trayapp import paths
+from trayapp.config import paths
 
 pytestmark = pytest.mark.llamacpp
 

@@ -27,8 +27,8 @@ from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate, generate_in_background
 from tests.unit.test_bar import check_polybar, check_swiftbar, check_tmux, check_waybar
-from trayapp import app as app_module
-from trayapp.config import EndpointConfig, HardwareConfig, MonitorConfig, Settings
+from trayapp.app import tray_app as app_module
+from trayapp.config.settings import EndpointConfig, HardwareConfig, MonitorConfig, Settings
 from trayapp.ui.qtcompat import apply_workarounds
 
 apply_workarounds()

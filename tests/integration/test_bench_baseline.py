@@ -31,10 +31,10 @@ from tests.support.llama import (
     monitor_for,
     tick_until_done,
 )
-from trayapp import paths
-from trayapp.adapters.store import Store
+from trayapp.config import paths
 from trayapp.core.bench import BASELINE_MAX_CV
 from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.store import Store
 
 pytestmark = pytest.mark.llamacpp
 

@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.llama import LlamaServer, free_port, generate_in_background
-from trayapp.adapters.bench_client import BenchClient, ContextExceededError
+from trayapp.services.bench_client import BenchClient, ContextExceededError
 
 pytestmark = pytest.mark.llamacpp
 

@@ -1,6 +1,6 @@
 """The tray's "Benchmark this model…" window (#13) against the session's real llama-server.
 
-The window runs the same bench as `llm-tray bench` (trayapp/bench_service.py) on a thread of its
+The window runs the same bench as `llm-tray bench` (trayapp/app/bench_service.py) on a thread of its
 own: progress to the end, the result text, the sweep plot (measured beside the KV model's
 prediction) and the result stored as the baseline through the store writer it is given (here a
 real recording Monitor's store, as in the tray). Cancel stops before the next run and stores
@@ -23,13 +23,13 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.llama import LlamaServer, monitor_for
-from trayapp import paths
-from trayapp.adapters.store import Store
-from trayapp.bench_service import endpoint_for, make_bench_runner, store_through
-from trayapp.config import Settings
+from trayapp.app.bench_service import endpoint_for, make_bench_runner, store_through
+from trayapp.config import paths
+from trayapp.config.settings import Settings
 from trayapp.core.bench import BenchResult
 from trayapp.core.model import HardwareProfile
-from trayapp.monitor import Monitor
+from trayapp.services.monitor import Monitor
+from trayapp.sinks.store import Store
 from trayapp.ui.bench_window import BenchWindow
 
 pytestmark = pytest.mark.llamacpp

@@ -1,7 +1,7 @@
 """The CLI beside a running tray (#24 item 2): what `llm-tray proxy` and `llm-tray bench` measure
 reaches the one store through the sampler that holds it, instead of being refused.
 
-The tray's sampler runs in this process as trayapp/app.py wires it: a real `Monitor` with
+The tray's sampler runs in this process as trayapp/app/tray_app.py wires it: a real `Monitor` with
 `record=True` (it holds the store's writer lock) and its RecordInbox, ticking on a thread and
 publishing to an announced `SnapshotServer` whose intake is that monitor. Beside it run the real
 commands as a user types them, against the real llama-server. Expected values come from the
@@ -23,10 +23,10 @@ from tests.support.cli import WatchToFile, run_cli, wait_for
 from tests.support.llama import LlamaServer
 from tests.support.store_records import rows
 from tests.support.tray_sampler import TraySampler
-from trayapp import paths
-from trayapp.adapters.store import Store
+from trayapp.config import paths
 from trayapp.core.bench import BASELINE_MAX_CV, coefficient_of_variation
 from trayapp.core.jsonview import snapshot_json
+from trayapp.sinks.store import Store
 
 pytestmark = pytest.mark.llamacpp
 

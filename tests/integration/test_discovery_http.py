@@ -12,7 +12,8 @@ import pytest
 
 from tests.support.fake_http import FakeServer, file_reply, hang, json_reply, text_reply
 from tests.support.llama import free_port
-from trayapp.adapters.discovery import (
+from trayapp.core.model import ServerReading
+from trayapp.sources.discovery import (
     DEFAULT_PORTS,
     Discovery,
     Endpoint,
@@ -20,9 +21,8 @@ from trayapp.adapters.discovery import (
     identify,
     identify_kind,
 )
-from trayapp.adapters.http import make_client
-from trayapp.adapters.servers.llamacpp import LlamaCppProbe
-from trayapp.core.model import ServerReading
+from trayapp.sources.http import make_client
+from trayapp.sources.servers.llamacpp import LlamaCppProbe
 
 UNAUTHORIZED = json_reply(
     {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}, 401

@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from trayapp.adapters.store import Store
 from trayapp.core.model import HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.sinks.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 1_000_000
@@ -29,8 +29,8 @@ _INSERT = (
 # The child measures its own peak RSS (getrusage) around the export: only the export's growth counts.
 _CHILD = """
 import json, resource, sys
-from trayapp.adapters.export import export
-from trayapp.adapters.store import Store
+from trayapp.sinks.export import export
+from trayapp.sinks.store import Store
 scale = 1 if sys.platform == "darwin" else 1024
 store = Store(sys.argv[1], writer=False)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale

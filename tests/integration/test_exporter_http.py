@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.llama import free_port
 from tests.support.metrics import T0, snapshot
 from tests.support.snapshots import OLLAMA
-from trayapp.adapters.metrics import MetricsState, start_exporter
 from trayapp.core.model import RequestRecord
+from trayapp.sinks.metrics import MetricsState, start_exporter
 
 
 def test_the_exporter_serves_metrics_over_real_http_on_loopback() -> None:

@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from tests.support.fake_servers import FakeLms, FakeLmStudio, fixture_json, fixture_text, wait_until
-from trayapp.adapters.http import make_client
-from trayapp.adapters.servers.lmstudio import LMS_REASON, NO_LMS_REASON, LmStudioProbe
 from trayapp.core.model import FinishedRequest, ServerReading
+from trayapp.sources.http import make_client
+from trayapp.sources.servers.lmstudio import LMS_REASON, NO_LMS_REASON, LmStudioProbe
 
 LOG_LINES = fixture_text("lmstudio/lms_log_stream.ndjson").splitlines()
 PROMPT_TEXT = json.loads(LOG_LINES[0])["data"]["input"]

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_servers import FakeLlamaSlots, FakeOllama, fixture_json
-from trayapp.adapters.http import make_client
-from trayapp.adapters.processes import ChildServer
-from trayapp.adapters.servers.ollama import NO_CHILD_REASON, OllamaProbe
 from trayapp.core.model import ModelReading, ServerReading
 from trayapp.core.placement import weights_bytes
+from trayapp.sources.http import make_client
+from trayapp.sources.processes import ChildServer
+from trayapp.sources.servers.ollama import NO_CHILD_REASON, OllamaProbe
 
 QWEN_BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-" + (
     "f9edf649d7abdd6cb3d8918af1e0f1ff471e07d3b24926ceaa0be6da8b59258f"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.fake_servers import FakeHttpServer, fixture_text
-from trayapp.adapters.servers.openai_compat import (
+from trayapp.sources.servers.openai_compat import (
     MLX_REASON,
     OPENAI_REASON,
     SGLANG_NO_METRICS_REASON,

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters.gpu import AmdSysfsProbe, AppleProbe
-from trayapp.adapters.hardware import HardwareProbe
-from trayapp.adapters.host import (
+from trayapp.core.model import GpuReading
+from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
+from trayapp.sources.hardware import HardwareProbe
+from trayapp.sources.host import (
     HostProbe,
     cached_ram_bandwidth,
     last_level_cache_bytes,
     measure_ram_bandwidth_gbps,
 )
-from trayapp.core.model import GpuReading
 
 GIB = 2**30
 

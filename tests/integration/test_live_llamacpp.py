@@ -23,7 +23,7 @@ from tests.support.llama import (
     monitor_for,
     tick_until_done,
 )
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp

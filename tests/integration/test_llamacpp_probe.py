@@ -10,9 +10,9 @@ import pytest
 
 from tests.support.fake_servers import wait_until
 from tests.support.llama import LlamaServer, generate, generate_in_background
-from trayapp.adapters.facts_loader import ModelFactsLoader
-from trayapp.adapters.servers.llamacpp import API_KEY_REJECTED, API_KEY_REQUIRED, LlamaCppProbe
 from trayapp.core.model import ModelFacts, ServerReading, SlotReading
+from trayapp.sources.facts_loader import ModelFactsLoader
+from trayapp.sources.servers.llamacpp import API_KEY_REJECTED, API_KEY_REQUIRED, LlamaCppProbe
 
 pytestmark = pytest.mark.llamacpp
 

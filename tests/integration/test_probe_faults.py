@@ -28,16 +28,16 @@ from tests.support.fake_http import (
 )
 from tests.support.fake_servers import wait_until
 from tests.support.llama import free_port
-from trayapp.adapters.facts_loader import STILL_READING, ModelFactsLoader
-from trayapp.adapters.http import MAX_BODY_BYTES
-from trayapp.adapters.servers import llamacpp
-from trayapp.adapters.servers.llamacpp import (
+from trayapp.core.model import ModelFacts, ServerReading
+from trayapp.sources.facts_loader import STILL_READING, ModelFactsLoader
+from trayapp.sources.http import MAX_BODY_BYTES
+from trayapp.sources.servers import llamacpp
+from trayapp.sources.servers.llamacpp import (
     API_KEY_REJECTED,
     API_KEY_REQUIRED,
     HEALTH_MAX_BYTES,
     LlamaCppProbe,
 )
-from trayapp.core.model import ModelFacts, ServerReading
 
 HEALTH_OK = json_reply({"status": "ok"})
 LOADING = json_reply({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}, 503)
@@ -319,7 +319,7 @@ def test_a_bug_in_a_probe_is_an_error_reading_with_its_traceback_logged_once(
         return data[0]["no such key"]  # a KeyError, as a parser bug would raise
 
     monkeypatch.setattr(llamacpp, "parse_slots", broken_parse_slots)
-    caplog.set_level(logging.INFO, logger="trayapp.adapters.servers.common")
+    caplog.set_level(logging.INFO, logger="trayapp.sources.servers.common")
     probe = LlamaCppProbe(fake.url)
     try:
         readings = [probe.poll(float(t)) for t in range(3)]

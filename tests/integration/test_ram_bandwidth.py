@@ -21,8 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trayapp.adapters.hardware import HardwareProbe
-from trayapp.adapters.host import (
+from trayapp.config.settings import Settings
+from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.services.monitor import Monitor
+from trayapp.sources.hardware import HardwareProbe
+from trayapp.sources.host import (
     BUSY_CPU_PCT,
     BenchResult,
     HostProbe,
@@ -31,10 +34,7 @@ from trayapp.adapters.host import (
     load_cached,
     run_rambench,
 )
-from trayapp.adapters.rambench import buffer_bytes_for, last_level_cache_bytes
-from trayapp.config import Settings
-from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
-from trayapp.monitor import Monitor
+from trayapp.sources.rambench import buffer_bytes_for, last_level_cache_bytes
 
 MIB = 2**20
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_unreadable_cache_size_gets_the_safe_default(tmp_path: Path) -> None:
 def test_benchmark_subprocess_memory_is_bounded() -> None:
     """Its RSS, sampled while it runs and as its own ru_maxrss, stays under the buffer + 128 MiB."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trayapp.adapters.rambench", "--budget-s", "0.3"],
+        [sys.executable, "-m", "trayapp.sources.rambench", "--budget-s", "0.3"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -121,7 +121,7 @@ def test_the_reported_peak_is_the_benchmarks_own_not_its_parents() -> None:
         "import subprocess, sys\n"
         "held = bytearray(600 * 1024 * 1024)\n"
         "for i in range(0, len(held), 4096): held[i] = 1\n"
-        "out = subprocess.run([sys.executable, '-m', 'trayapp.adapters.rambench', '--budget-s', '0.2'],\n"
+        "out = subprocess.run([sys.executable, '-m', 'trayapp.sources.rambench', '--budget-s', '0.2'],\n"
         "                     capture_output=True, text=True, timeout=60).stdout\n"
         "print(out.strip().splitlines()[-1])\n"
     )
@@ -135,8 +135,8 @@ def test_the_reported_peak_is_the_benchmarks_own_not_its_parents() -> None:
 def test_numpy_never_loads_in_the_app_process() -> None:
     code = (
         "import sys\n"
-        "from trayapp.adapters.host import measure_ram_bandwidth_gbps\n"
-        "import trayapp.monitor\n"
+        "from trayapp.sources.host import measure_ram_bandwidth_gbps\n"
+        "import trayapp.services.monitor\n"
         "gbps = measure_ram_bandwidth_gbps(budget_s=0.1)\n"
         "print(gbps, 'numpy' in sys.modules)\n"
     )
@@ -402,7 +402,7 @@ def test_busy_first_measurement_is_provisional_and_recovers_when_quiet() -> None
 
 def test_status_says_when_the_figure_was_measured_and_how_far_to_trust_it() -> None:
     from tests.support.cli import run_cli
-    from trayapp import paths
+    from trayapp.config import paths
 
     measured_s = time.time() - 60  # a minute ago, so `status` does not try again (10 minutes)
     record = {
@@ -434,9 +434,9 @@ def test_status_text_and_json_say_the_ceiling_changed() -> None:
     import time
 
     from tests.support.cli import run_cli
-    from trayapp import paths
-    from trayapp.adapters.host import RamBandwidth, _fingerprint, write_cached
+    from trayapp.config import paths
     from trayapp.core.model import RamBandwidthChange
+    from trayapp.sources.host import RamBandwidth, _fingerprint, write_cached
 
     now_s = time.time()
     at_s = float(int(now_s) - 3600)  # whole seconds: "at" has no fraction

@@ -25,12 +25,12 @@ import pytest
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.memory_keyring import MemoryKeyring
-from trayapp.adapters import remote_agent
-from trayapp.adapters.remote_agent import store_agent_token
-from trayapp.config import EndpointConfig, MonitorConfig, Settings
-from trayapp.config_agents import AgentConfig
+from trayapp.config.agents import AgentConfig
+from trayapp.config.settings import EndpointConfig, MonitorConfig, Settings
 from trayapp.core.model import RemoteMachine, ServerStatus, Snapshot
-from trayapp.monitor import Monitor
+from trayapp.services.monitor import Monitor
+from trayapp.sources import remote_agent
+from trayapp.sources.remote_agent import store_agent_token
 
 WAIT_S = 30.0
 

@@ -30,12 +30,12 @@ from tests.support.llama import (
     monitor_for,
     tick_until,
 )
-from trayapp.adapters.discovery import identify, make_probe
-from trayapp.adapters.http import make_client
-from trayapp.adapters.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
+from trayapp.sources.discovery import identify, make_probe
+from trayapp.sources.http import make_client
+from trayapp.sources.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe
 
 pytestmark = pytest.mark.llamacpp
 

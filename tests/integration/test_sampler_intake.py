@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from tests.unit.test_sampler_wire import bench_result, proxy_record
-from trayapp.adapters.sampler_file import (
+from trayapp.core.bench import BenchResult
+from trayapp.core.model import FinishedRequest
+from trayapp.sinks.sampler_file import (
     MAX_POST_BYTES,
     RecordForwarder,
     SamplerInfo,
@@ -28,9 +30,7 @@ from trayapp.adapters.sampler_file import (
     post_bench,
     to_wire,
 )
-from trayapp.adapters.snapshot_server import SnapshotServer
-from trayapp.core.bench import BenchResult
-from trayapp.core.model import FinishedRequest
+from trayapp.sinks.snapshot_server import SnapshotServer
 
 TOKEN = "s3cret-token"
 UPSTREAM = "http://127.0.0.1:8080"
@@ -39,7 +39,7 @@ WAIT_S = 10.0
 
 @dataclass
 class Intake:
-    """What the endpoint hands posted records to (trayapp/monitor.py's methods, recorded)."""
+    """What the endpoint hands posted records to (trayapp/services/monitor.py's methods, recorded)."""
 
     posts: list[tuple[list[str], float, list[tuple[str, FinishedRequest]]]] = field(default_factory=list)
     benches: list[BenchResult] = field(default_factory=list)
@@ -240,7 +240,7 @@ def test_the_forwarder_sends_records_and_ends_its_lease(
 def test_the_forwarder_without_a_sampler_logs_once_and_never_blocks(caplog: pytest.LogCaptureFixture) -> None:
     gone = SamplerInfo(url="http://127.0.0.1:9", pid=4242, started="", role="tray")  # nothing listens
     forwarder = RecordForwarder(gone, [UPSTREAM], limit=2).start()
-    with caplog.at_level(logging.WARNING, logger="trayapp.adapters.sampler_file"):
+    with caplog.at_level(logging.WARNING, logger="trayapp.sinks.sampler_file"):
         for i in range(50):
             forwarder.put(UPSTREAM, proxy_record(ttft_s=float(i)))  # never blocks: a full queue drops
         forwarder.close(timeout_s=WAIT_S)

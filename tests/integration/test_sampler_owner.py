@@ -24,7 +24,7 @@ from tests.integration.test_snapshot_server import Agent
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.tray_sampler import TraySampler
-from trayapp.adapters.snapshot_server import SnapshotServer
+from trayapp.sinks.snapshot_server import SnapshotServer
 
 WAIT_S = 30.0  # a busy 2-core host: an agent's start, a claim, a CLI run
 TICK_S = 0.3

@@ -26,8 +26,8 @@ import pytest
 
 from tests.support.cli import Watch
 from tests.support.llama import LlamaServer, generate, generate_in_background
-from trayapp import paths
-from trayapp.adapters.store import Store
+from trayapp.config import paths
+from trayapp.sinks.store import Store
 
 pytestmark = pytest.mark.llamacpp
 

@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.cli import WatchToFile, wait_for
 from tests.support.llama import LlamaServer, generate, generate_in_background, monitor_for
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.model import HardwareProfile, Snapshot
 
 pytestmark = pytest.mark.llamacpp

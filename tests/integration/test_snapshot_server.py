@@ -28,8 +28,8 @@ from tests.support import snapshots as s
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate_in_background
-from trayapp.adapters.snapshot_server import SnapshotServer
 from trayapp.core.jsonview import snapshot_json
+from trayapp.sinks.snapshot_server import SnapshotServer
 
 WAIT_S = 20.0
 SNAPSHOT_KEYS = {"schema", "t", "servers", "hardware", "alerts"}  # docs/json.md, schema 1

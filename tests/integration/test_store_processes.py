@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.store_records import T0, model, rows, snapshot
-from trayapp.adapters.store import Store, StoreLockedError
+from trayapp.sinks.store import Store, StoreLockedError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_a_writer_in_another_process_is_named_by_pid(db: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from trayapp.adapters.store import Store
+        from trayapp.sinks.store import Store
         store = Store({str(db)!r})
         print("ready", flush=True)
         sys.stdin.readline()
@@ -58,7 +58,7 @@ def test_kill_9_mid_session_loses_at_most_the_tick_in_flight(db: Path) -> None:
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from tests.support.store_records import model, session, snapshot, T0
-        from trayapp.adapters.store import Store
+        from trayapp.sinks.store import Store
         store = Store({str(db)!r})
         for i in range(100000):
             error = store.record(snapshot(T0 + i, (model(),)), [session(requests=i)])

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from trayapp import paths
+from trayapp.config import paths
 
 EVENTS_ENV = "LLM_TRAY_TEST_EVENTS"
 

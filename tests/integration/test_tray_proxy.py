@@ -20,11 +20,11 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from tests.support.fake_streaming import Capture, FakeStreamingUpstream
-from trayapp import app as app_module
-from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.app import settings_services
-from trayapp.config import HardwareConfig, MonitorConfig, ProxyConfig, Settings, load_settings
+from trayapp.app import tray_app as app_module
+from trayapp.app.tray_app import settings_services
+from trayapp.config.settings import HardwareConfig, MonitorConfig, ProxyConfig, Settings, load_settings
 from trayapp.core.model import RequestRecord, Snapshot
+from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.ui.qtcompat import apply_workarounds
 from trayapp.ui.settings_dialog import SettingsDialog
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.llama import LlamaServer, generate_in_background, monitor_for
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.core.thresholds import Thresholds
 

@@ -11,9 +11,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
-from trayapp.app import settings_services
-from trayapp.config import Settings, load_settings, save_settings
-from trayapp.config_agents import AgentConfig
+from trayapp.app.tray_app import settings_services
+from trayapp.config.agents import AgentConfig
+from trayapp.config.settings import Settings, load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog
 
 TOKEN = "tok-3f9a1c7e5b2d4a6c8e0f"

@@ -18,14 +18,14 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 from qt_snapshots import alert, model, server, snap
 
-from trayapp import app as app_module
-from trayapp.config import NotificationConfig, Settings
+from trayapp.app import tray_app as app_module
+from trayapp.config.settings import NotificationConfig, Settings
 from trayapp.core.model import Snapshot
 from trayapp.ui.single_instance import SingleInstance
 
 
 class FakeMonitor:
-    """Same methods as trayapp.monitor.Monitor; a model decoding at a rising rate."""
+    """Same methods as trayapp.services.monitor.Monitor; a model decoding at a rising rate."""
 
     def __init__(self) -> None:
         self.ticks = 0
@@ -196,8 +196,9 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
     events = tmp_path / "run.jsonl"
     home = tmp_path / "home"
     code = (
-        "import sys; from test_app import FakeMonitor; from trayapp.app import run_tray;"
-        "from trayapp.config import Settings; sys.exit(run_tray(Settings(), monitor_factory=FakeMonitor))"
+        "import sys; from test_app import FakeMonitor; from trayapp.app.tray_app import run_tray;"
+        "from trayapp.config.settings import Settings;"
+        "sys.exit(run_tray(Settings(), monitor_factory=FakeMonitor))"
     )
     here = Path(__file__).resolve().parent
     env = dict(

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtWidgets import QApplication
 from qt_snapshots import snap
 
-from trayapp import app as app_module
-from trayapp.config import MonitorConfig, Settings
+from trayapp.app import tray_app as app_module
+from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.model import Snapshot
 
 OFF = "nothing probed: no endpoints configured and discovery is off"

@@ -20,8 +20,6 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.metrics import scrape
-from trayapp.adapters.metrics import MetricsState
-from trayapp.adapters.store import Store
 from trayapp.core.jsonview import snapshot_json
 from trayapp.core.machine import resolve_machine
 from trayapp.core.model import (
@@ -37,6 +35,8 @@ from trayapp.core.model import (
 )
 from trayapp.core.pipeline import Pipeline, TickOutput
 from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.metrics import MetricsState
+from trayapp.sinks.store import Store
 from trayapp.ui.dashboard import Dashboard
 
 URL = "http://127.0.0.1:11434"

@@ -1,6 +1,6 @@
 """The idle tray does not load the plotting stack: pyqtgraph, numpy and the dashboard's modules load
 when the dashboard is first opened, and the snapshots it was fed while unbuilt are all in it then.
-Nor does `import trayapp.app` load an HTTP stack (start-up to a visible icon).
+Nor does `import trayapp.app.tray_app` load an HTTP stack (start-up to a visible icon).
 
 The import check runs in a fresh interpreter (this test process has imported pyqtgraph already).
 """
@@ -27,8 +27,8 @@ from trayapp.ui.dashboard import window as window_module
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pyqtgraph", "numpy", "trayapp.ui.dashboard.window", "trayapp.core.history")
 # The HTTP stacks load on the sampler's thread (httpx) or when a proxy is turned on (asyncio, the
-# proxy server), never before the icon: `import trayapp.app` must not pull them in.
-NETWORK = ("httpx", "asyncio", "trayapp.adapters.proxy.server", "trayapp.adapters.proxy.runner")
+# proxy server), never before the icon: `import trayapp.app.tray_app` must not pull them in.
+NETWORK = ("httpx", "asyncio", "trayapp.services.proxy.server", "trayapp.services.proxy.runner")
 CHILD_TIMEOUT_S = 120.0
 
 CHILD = """
@@ -36,8 +36,8 @@ import json, sys
 from PySide6.QtWidgets import QApplication
 qapp = QApplication([])
 from qt_snapshots import model, server, snap
-from trayapp import app as app_module
-from trayapp.config import Settings
+from trayapp.app import tray_app as app_module
+from trayapp.config.settings import Settings
 
 HEAVY, NETWORK = %r, %r
 loaded = lambda: {name: name in sys.modules for name in HEAVY}

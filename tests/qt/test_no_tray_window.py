@@ -18,8 +18,8 @@ from qt_snapshots import snap
 
 from tests.support.trayapp_process import TrayAppProcess, is_event, wait_value
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
-from trayapp import app as app_module
-from trayapp.config import Settings
+from trayapp.app import tray_app as app_module
+from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
 from trayapp.ui.no_tray_window import NoTrayWindow, current_desktop, tray_tips
 

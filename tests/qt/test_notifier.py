@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 from qt_snapshots import alert, model, server, snap
 
-from trayapp.config import NotificationConfig
+from trayapp.config.settings import NotificationConfig
 from trayapp.ui.notifier import NotificationGate, Notifier, notification_text
 
 

@@ -12,8 +12,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
-from trayapp.app import settings_services, store_api_key
-from trayapp.config import EndpointConfig, NotificationConfig, Settings, load_settings, save_settings
+from trayapp.app.tray_app import settings_services, store_api_key
+from trayapp.config.settings import EndpointConfig, NotificationConfig, Settings, load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
 
 REAL = settings_services()  # the app's: real HTTP identify, the real keyring module

@@ -10,8 +10,8 @@ from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 from qt_snapshots import LLAMA, OLLAMA, alert, model, server, snap
 
-from trayapp.config import EndpointConfig, Settings
-from trayapp.config_agents import AgentConfig
+from trayapp.config.agents import AgentConfig
+from trayapp.config.settings import EndpointConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import Snapshot

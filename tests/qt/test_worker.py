@@ -10,13 +10,13 @@ from PySide6.QtCore import QTimer
 from pytestqt.qtbot import QtBot
 from qt_snapshots import model, server, snap
 
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
 from trayapp.ui.worker import WorkerThread, run_in_background
 
 
 class SlowMonitor:
-    """Same methods as trayapp.monitor.Monitor; each tick blocks like a hung server would."""
+    """Same methods as trayapp.services.monitor.Monitor; each tick blocks like a hung server would."""
 
     def __init__(self, block_s: float = 0.0, interval_s: float = 0.05) -> None:
         self.block_s = block_s

@@ -1,27 +1,24 @@
 """The layering rules as data, and the AST checker that applies them.
 
-The ban lists (equal to trayapp/<layer>/ruff.toml, as tests/unit/test_architecture.py checks), the
-import and call checkers, and the small bad and good modules that both the checker
-(tests/unit/test_architecture.py) and the real ruff (tests/integration/test_layering_tools.py) must
-judge alike.
+The external libraries each layer's ruff.toml bans (tests/unit/test_architecture.py checks they are
+equal), the bad and good modules the real ruff must judge so (tests/integration/test_layering_tools.py),
+the AST import reader the purity tests use, and the call check no tool does (core reads no files, no
+terminal, no clock). Which trayapp layers import which is import-linter's (pyproject.toml).
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "trayapp"
 
 QT = frozenset({"PySide6", "shiboken6", "pyqtgraph", "PyQt5", "PyQt6", "PySide2"})
-ROOTS = frozenset({"trayapp.app", "trayapp.cli", "trayapp.__main__"})
+# The external libraries each folder's ruff.toml bans (which trayapp layers a layer may import is
+# import-linter's contract in pyproject.toml; tests/integration/test_layers.py feeds it bad modules).
 CORE_BANS = (
     QT
-    | ROOTS
-    | {"trayapp.adapters", "trayapp.ui", "trayapp.commands", "trayapp.monitor", "trayapp.config"}
-    | {"trayapp.paths"}
     # files, processes, environment
     | {"os", "sys", "io", "pathlib", "shutil", "tempfile", "glob", "fileinput", "mmap", "fcntl"}
     | {"msvcrt", "winreg", "ctypes", "platform", "getpass", "pickle", "shelve", "dbm", "sqlite3"}
@@ -33,42 +30,37 @@ CORE_BANS = (
     | {"threading", "_thread", "concurrent", "asyncio", "queue"}
     # hidden inputs: time is passed in as now_s
     | {"time", "random", "secrets", "uuid"}
-    # third-party I/O that adapters wrap
+    # third-party I/O that sources and sinks wrap
     | {"httpx", "requests", "urllib3", "aiohttp", "psutil", "pynvml", "gguf", "prometheus_client"}
     | {"keyring", "platformdirs", "tomli", "tomli_w", "pyarrow"}
 )
-UPPER = ROOTS | {"trayapp.ui", "trayapp.commands", "trayapp.monitor"}
-ADAPTER_BANS = QT | UPPER
-COMMAND_BANS = QT | ROOTS | {"trayapp.ui"}
 UI_BANS = (
-    {"PyQt5", "PyQt6", "PySide2", "trayapp.adapters", "trayapp.commands"}
-    | ROOTS
-    # the adapters' own libraries: the GUI thread never does network, NVML, psutil, SQLite, files
+    {"PyQt5", "PyQt6", "PySide2"}
+    # the sampler thread's libraries: the GUI thread never does network, NVML, psutil, SQLite, files
     | {"httpx", "requests", "urllib.request", "socket", "psutil", "pynvml", "sqlite3", "gguf"}
     | {"prometheus_client", "keyring"}
 )
+# Every folder with a ruff.toml; app/ (the tray's composition root) bans nothing beyond the root.
 LAYER_BANS: dict[str, frozenset[str]] = {
     "core": frozenset(CORE_BANS),
-    "adapters": frozenset(ADAPTER_BANS),
-    "commands": frozenset(COMMAND_BANS),
+    "config": QT,
+    "sources": QT,
+    "sinks": QT,
+    "services": QT,
+    "cli": QT,
     "ui": frozenset(UI_BANS),
 }
-# Ruff can also ban attributes: these clock reads are banned in core's ruff.toml only (the AST
-# call check, forbidden_calls, covers them in the tests).
+# Ruff can also ban attributes: core's ruff.toml bans these clock reads and numpy's file I/O (the AST
+# call check, forbidden_calls, covers the clock in the tests too).
 CORE_MEMBER_BANS = frozenset(
     {"datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today"}
+    | {"numpy.load", "numpy.save", "numpy.loadtxt", "numpy.fromfile", "numpy.genfromtxt"}
 )
 # Calls that read files, the terminal or the clock; core must not make them.
-CORE_BANNED_BUILTINS = frozenset({"open", "print", "input", "breakpoint", "exec", "eval"})
+CORE_BANNED_BUILTINS = frozenset({"open", "print", "input", "breakpoint", "exec", "eval", "__import__"})
 CORE_BANNED_METHODS = frozenset(
     {"now", "utcnow", "today", "read_text", "write_text", "read_bytes", "write_bytes"}
 )
-
-
-class Violation(NamedTuple):
-    line: int
-    imported: str  # the absolute dotted name imported
-    ban: str  # the banned package or module it falls under
 
 
 def imported_names(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
@@ -104,19 +96,6 @@ def _is_dynamic_import(func: ast.expr) -> bool:
     )
 
 
-def forbidden_imports(
-    layer: str, source: str, module: str | None = None, is_package: bool = False
-) -> list[Violation]:
-    """The imports in `source` that `layer` forbids (one per banned name per line)."""
-    bans = LAYER_BANS[layer]
-    hits: dict[tuple[int, str], Violation] = {}
-    for line, name in imported_names(source, module or f"trayapp.{layer}._probe", is_package):
-        ban = next((b for b in sorted(bans) if name == b or name.startswith(b + ".")), None)
-        if ban is not None:
-            hits.setdefault((line, ban), Violation(line, name, ban))
-    return sorted(hits.values())
-
-
 def forbidden_calls(source: str) -> list[str]:
     """Calls in core source that read files, the terminal or the clock: "line N: name()"."""
     found = []
@@ -131,22 +110,12 @@ def forbidden_calls(source: str) -> list[str]:
     return found
 
 
-def layer_files() -> list[tuple[str, Path]]:
-    return [(layer, path) for layer in LAYER_BANS for path in sorted((PACKAGE / layer).rglob("*.py"))]
-
-
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def violations_in(layer: str, path: Path) -> set[str]:
-    source = path.read_text(encoding="utf-8")
-    found = forbidden_imports(layer, source, module_name(path), path.name == "__init__.py")
-    return {v.imported for v in found}
-
-
-# (layer, a small bad module, the ban it must trip)
+# (layer, a small bad module, the ban it must trip): external libraries, judged by ruff.
 BAD_MODULES = [
     ("core", "import os\n", "os"),
     ("core", "import os.path\n", "os"),
@@ -158,29 +127,24 @@ BAD_MODULES = [
     ("core", "import time\n", "time"),
     ("core", "from pathlib import Path\n", "pathlib"),
     ("core", "import threading\n", "threading"),
-    ("core", "import trayapp.adapters.store\n", "trayapp.adapters"),
-    ("core", "from trayapp.adapters.http import fetch\n", "trayapp.adapters"),
-    ("core", "from trayapp import adapters\n", "trayapp.adapters"),
-    ("core", "from trayapp.ui.tray import Tray\n", "trayapp.ui"),
-    ("core", "from ..ui import icons\n", "trayapp.ui"),
-    ("core", "from ..adapters.gpu import NvmlProbe\n", "trayapp.adapters"),
     ("core", "from PySide6.QtCore import QObject\n", "PySide6"),
     ("core", "def later():\n    import PySide6.QtWidgets\n", "PySide6"),
-    ("adapters", "from PySide6.QtCore import QTimer\n", "PySide6"),
-    ("adapters", "import pyqtgraph as pg\n", "pyqtgraph"),
-    ("adapters", "def f():\n    from trayapp.ui import tray\n", "trayapp.ui"),
-    ("commands", "import PySide6\n", "PySide6"),
-    ("ui", "from trayapp.adapters.secrets import store_api_key\n", "trayapp.adapters"),
-    ("ui", "def later():\n    import trayapp.adapters.secrets\n", "trayapp.adapters"),
+    ("core", "import numpy as np\n\ndef f(path):\n    return np.load(path)\n", "numpy.load"),
+    ("sources", "from PySide6.QtCore import QTimer\n", "PySide6"),
+    ("sinks", "import pyqtgraph as pg\n", "pyqtgraph"),
+    ("services", "def f():\n    from PySide6 import QtCore\n", "PySide6"),
+    ("config", "import shiboken6\n", "shiboken6"),
+    ("cli", "import PySide6\n", "PySide6"),
     ("ui", "import httpx\n", "httpx"),
+    ("ui", "def later():\n    import keyring\n", "keyring"),
 ]
 GOOD_MODULES = [
     ("core", "import math, re, json, hashlib\nfrom urllib.parse import urlsplit\nimport numpy as np\n"),
     ("core", "from trayapp import __version__\nfrom trayapp.core import physics\nfrom . import model\n"),
     ("core", "from datetime import datetime, timezone\nfrom collections.abc import Sequence\n"),
-    ("adapters", "import os, socket, sqlite3, subprocess, threading, time\nimport httpx, psutil\n"),
-    ("adapters", "from trayapp import paths\nfrom trayapp.core.model import Snapshot\n"),
-    ("ui", "from PySide6.QtCore import QObject\nimport pyqtgraph\nfrom trayapp.config import Settings\n"),
+    ("sources", "import os, socket, sqlite3, subprocess, threading, time\nimport httpx, psutil\n"),
+    ("sinks", "from trayapp.config import paths\nfrom trayapp.core.model import Snapshot\n"),
+    ("ui", "from PySide6.QtCore import QObject\nimport pyqtgraph\nfrom trayapp.config import settings\n"),
     ("ui", "from trayapp.core.model import Snapshot\nfrom trayapp.ui.icons import draw\n"),
 ]
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from trayapp.config import Settings, endpoint_from_arg
+from trayapp.config.settings import Settings, endpoint_from_arg
 from trayapp.core.model import Alert, Snapshot
-from trayapp.monitor import Monitor
+from trayapp.services.monitor import Monitor
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0

@@ -9,8 +9,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.snapshots import LLAMA, OLLAMA, hardware_snapshot, rtx4090
-from trayapp.adapters.metrics import MetricsState
 from trayapp.core.model import Alert, ModelStatus, RequestRecord, ServerStatus, Snapshot
+from trayapp.sinks.metrics import MetricsState
 
 T0 = 1_750_000_000.0
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from trayapp.adapters.proxy.prompt_length import PromptBoard
-from trayapp.adapters.proxy.runner import ProxyThread
-from trayapp.adapters.proxy.server import Route
 from trayapp.core.model import FinishedRequest
+from trayapp.services.proxy.prompt_length import PromptBoard
+from trayapp.services.proxy.runner import ProxyThread
+from trayapp.services.proxy.server import Route
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
-from trayapp.adapters.store import Store
 from trayapp.core.model import (
     Alert,
     HardwareSnapshot,
@@ -19,6 +18,7 @@ from trayapp.core.model import (
     SessionRecord,
     Snapshot,
 )
+from trayapp.sinks.store import Store
 
 T0 = 1_750_000_000.0
 

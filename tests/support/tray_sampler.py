@@ -1,4 +1,4 @@
-"""The tray's sampler in a test process, wired as trayapp/app.py wires it: a real `Monitor` ticking
+"""The tray's sampler in a test process, wired as trayapp/app/tray_app.py wires it: a real `Monitor` ticking
 on a thread and publishing to a `SnapshotServer` that announces itself (no Qt needed)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import threading
 
 from tests.support.cli import wait_for
 from tests.support.llama import monitor_for
-from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.snapshot_server import RECLAIM_S, SnapshotServer
-from trayapp.config import HardwareConfig, MonitorConfig, Settings
+from trayapp.config.settings import HardwareConfig, MonitorConfig, Settings
 from trayapp.core.model import Snapshot
+from trayapp.services.proxy.inbox import RecordInbox
+from trayapp.sinks.snapshot_server import RECLAIM_S, SnapshotServer
 
 WAIT_S = 60.0  # a busy 2-core host: a start, a claim, a first tick
 RAM_GBPS = 50.0  # given: no RAM benchmark competes in the tests

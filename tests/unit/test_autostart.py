@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters import autostart
+from trayapp.services import autostart
 
 
 @pytest.fixture

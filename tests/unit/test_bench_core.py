@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from tests.support.paths import TESTS_DIR
-from trayapp.commands.bench_job import BenchError, Progress, _Plan, pick_target
 from trayapp.core.bench import (
     BenchRun,
     BenchSettings,
@@ -41,6 +40,7 @@ from trayapp.core.model import (
     Snapshot,
 )
 from trayapp.core.thresholds import Thresholds
+from trayapp.services.bench_job import BenchError, Progress, _Plan, pick_target
 
 JSON_DOC = TESTS_DIR.parent / "docs" / "json.md"
 

@@ -1,4 +1,4 @@
-"""The `ceiling` report (trayapp.commands.ceiling)."""
+"""The `ceiling` report (trayapp.cli.ceiling)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trayapp.commands.ceiling import build_ceiling_report, format_ceiling_report
+from trayapp.cli.ceiling import build_ceiling_report, format_ceiling_report
 from trayapp.core.machine import Machine
 from trayapp.core.model import ModelFacts
 from trayapp.core.modelfacts import facts_from_params, kv_layout_from_metadata

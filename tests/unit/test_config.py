@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trayapp import paths
-from trayapp.config import EndpointConfig, Settings, load_settings, save_settings
+from trayapp.config import paths
+from trayapp.config.settings import EndpointConfig, Settings, load_settings, save_settings
 from trayapp.core.thresholds import Thresholds
 
 

@@ -1,4 +1,4 @@
-"""`[[agents]]` in the config file (config_agents.py, #15): good entries load, a bad one is reported
+"""`[[agents]]` in the config file (config/agents.py, #15): good entries load, a bad one is reported
 by key path and skipped, tokens never go in the file, and the section survives a save."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from trayapp.config import Settings, load_settings, parse_settings, save_settings
-from trayapp.config_agents import AgentConfig, agent_keyring_user
+from trayapp.config.agents import AgentConfig, agent_keyring_user
+from trayapp.config.settings import Settings, load_settings, parse_settings, save_settings
 
 
 def agents_of(toml: str) -> tuple[tuple[AgentConfig, ...], list[str]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.config import (
+from trayapp.config.settings import (
     EndpointConfig,
     ProxyConfig,
     Settings,

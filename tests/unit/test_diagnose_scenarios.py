@@ -458,7 +458,7 @@ def test_drop_without_context_growth_is_not_kv_slowdown() -> None:
 
 def test_throttling_gpu_raises_low_efficiency_naming_the_throttle() -> None:
     run = Run()
-    throttle = ("hw_thermal", "sw_power_cap")  # as NvmlProbe names them (adapters/gpu.py THROTTLE_BITS)
+    throttle = ("hw_thermal", "sw_power_cap")  # as NvmlProbe names them (sources/gpu.py THROTTLE_BITS)
     hw = llama_hardware(throttle=throttle)
     # Ceiling at ~500 tokens: 1008e9 / (4_920_753_328 + 500 × 131_072) = 1008e9 / 4_986_289_328
     # = 202.2 tok/s; 30 % of it: 60.7 tok/s.

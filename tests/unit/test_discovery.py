@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.discovery import DEFAULT_PORTS, Discovery, Endpoint, make_probe
-from trayapp.adapters.facts_loader import ModelFactsLoader
-from trayapp.adapters.servers.llamacpp import LlamaCppProbe
-from trayapp.adapters.servers.lmstudio import LmStudioProbe
-from trayapp.adapters.servers.ollama import OllamaProbe
-from trayapp.adapters.servers.openai_compat import MlxProbe, OpenAiProbe, SglangProbe, VllmProbe
+from trayapp.sources.discovery import DEFAULT_PORTS, Discovery, Endpoint, make_probe
+from trayapp.sources.facts_loader import ModelFactsLoader
+from trayapp.sources.servers.llamacpp import LlamaCppProbe
+from trayapp.sources.servers.lmstudio import LmStudioProbe
+from trayapp.sources.servers.ollama import OllamaProbe
+from trayapp.sources.servers.openai_compat import MlxProbe, OpenAiProbe, SglangProbe, VllmProbe
 
 
 def test_default_ports() -> None:
@@ -30,7 +30,7 @@ def test_default_ports() -> None:
 
 def test_missing_probe_module_shows_as_error() -> None:
     def broken_factory(kind: str, url: str, api_key: str | None = None, facts_loader: Any = None) -> Any:
-        raise ImportError("No module named 'trayapp.adapters.servers.lmstudio'")
+        raise ImportError("No module named 'trayapp.sources.servers.lmstudio'")
 
     url = "http://127.0.0.1:1234"
     discovery = Discovery([Endpoint(url, kind="lmstudio")], scan_defaults=False, probe_factory=broken_factory)

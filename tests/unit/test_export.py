@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
-from trayapp import paths
-from trayapp.adapters.export import PARQUET_HINT, ExportError, export, export_columns, iso_utc
-from trayapp.adapters.store import Store
-from trayapp.commands import logs
+from trayapp.cli import logs
+from trayapp.config import paths
 from trayapp.core.model import (
     ModelStatus,
     RequestRecord,
@@ -26,6 +24,8 @@ from trayapp.core.model import (
     SessionRecord,
     Snapshot,
 )
+from trayapp.sinks.export import PARQUET_HINT, ExportError, export, export_columns, iso_utc
+from trayapp.sinks.store import Store
 
 T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:8080"
@@ -290,7 +290,7 @@ def test_parquet_round_trip(db: Path, tmp_path: Path) -> None:
     assert [r["ttft_exact"] for r in rows[:10]] == [TTFT_EXACT[i % 3] for i in range(10)]
 
 
-# --------------------------------------------------------------------------- the CLI (trayapp.commands.logs)
+# --------------------------------------------------------------------------- the CLI (trayapp.cli.logs)
 
 
 def _cli(add: Callable[[argparse.ArgumentParser], None], argv: list[str]) -> argparse.Namespace:

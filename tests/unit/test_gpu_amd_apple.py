@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters.gpu import AmdSysfsProbe, AppleProbe
+from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
 
 GIB = 2**30
 

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from trayapp.adapters.gpu import NvmlProbe, nvml_bandwidth_gbps, throttle_names
+from trayapp.sources.gpu import NvmlProbe, nvml_bandwidth_gbps, throttle_names
 
 GIB = 2**30
 

@@ -8,7 +8,7 @@ import ssl
 
 import pytest
 
-from trayapp.adapters import http
+from trayapp.sources import http
 
 
 def test_clients_share_one_tls_context_loaded_once(monkeypatch: pytest.MonkeyPatch) -> None:

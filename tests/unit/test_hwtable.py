@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters.hwtable import (
+from trayapp.sources.hwtable import (
     gpu_lookup,
     load_table,
     lookup_gpu,

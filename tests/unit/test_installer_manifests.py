@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 import trayapp
-from trayapp import cli, paths
-from trayapp.adapters import autostart
-from trayapp.commands.autostart import run_autostart
+from trayapp.cli import main as cli
+from trayapp.cli.autostart import run_autostart
+from trayapp.config import paths
+from trayapp.services import autostart
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLERS = REPO / "installers"

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.servers.llamacpp_parse import (
+from trayapp.core.model import SlotReading
+from trayapp.sources.servers.llamacpp_parse import (
     ModelMeta,
     PropsInfo,
     parse_metrics,
@@ -17,7 +18,6 @@ from trayapp.adapters.servers.llamacpp_parse import (
     parse_timings,
     parse_v1_models,
 )
-from trayapp.core.model import SlotReading
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from trayapp.adapters.servers.llamacpp_parse import ModelMeta
-from trayapp.adapters.servers.llamacpp_router import (
+from trayapp.sources.servers.llamacpp_parse import ModelMeta
+from trayapp.sources.servers.llamacpp_router import (
     LOAD_SOURCE,
     LlamaRouterProbe,
     RouterModel,

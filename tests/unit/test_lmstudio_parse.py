@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
-from trayapp.adapters.servers.lmstudio import (
+from trayapp.sources.servers.lmstudio import (
     parse_chat_stats,
     parse_lms_log_line,
     parse_lms_ps,

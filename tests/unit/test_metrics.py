@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY, generate_latest
 
 from tests.support.metrics import T0, scrape, snapshot, value
 from tests.support.snapshots import LLAMA, OLLAMA
-from trayapp.adapters.metrics import MetricsState
 from trayapp.core.model import Alert, RequestRecord
+from trayapp.sinks.metrics import MetricsState
 
 
 def finished(t: float, tokens: int, model: str = "qwen3:8b", server: str = OLLAMA) -> RequestRecord:

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.metrics import T0, scrape, snapshot, value
 from tests.support.snapshots import LLAMA, OLLAMA
-from trayapp.adapters.metrics import MetricsState
 from trayapp.core.model import RequestRecord
+from trayapp.sinks.metrics import MetricsState
 
 TTFT = "llm_tray_request_ttft_seconds"
 TPOT = "llm_tray_request_time_per_output_token_seconds"

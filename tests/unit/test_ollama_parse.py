@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
-from trayapp.adapters.processes import ChildServer, parse_server_args
-from trayapp.adapters.servers.ollama import (
+from trayapp.sources.processes import ChildServer, parse_server_args
+from trayapp.sources.servers.ollama import (
     blob_digest,
     match_children,
     parse_parameter_size,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
-from trayapp.adapters.servers.openai_compat import (
+from trayapp.sources.servers.openai_compat import (
     metrics_model_names,
     parse_openai_models,
     parse_sglang_metrics,

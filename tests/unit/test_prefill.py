@@ -10,11 +10,11 @@ import pytest
 
 from tests.support import snapshots
 from tests.support.metrics import scrape, value
-from trayapp.adapters.metrics import MetricsState
 from trayapp.core.glance import icon_state, prefill_line
 from trayapp.core.jsonview import model_json
 from trayapp.core.model import ModelReading, ModelStatus, PrefillProgress, ServerReading, SlotReading
 from trayapp.core.rates import RateEstimate, RateTracker
+from trayapp.sinks.metrics import MetricsState
 
 URL = snapshots.LLAMA
 MODEL = "gemma-3-270m-q4_k_m.gguf"

@@ -1,12 +1,12 @@
 """The proxy's prompt lengths put beside llama-server's polled prefill (core/rate_helpers.py), and
-what the proxy counts (adapters/proxy/prompt_length.py's pure rules). Values by hand."""
+what the proxy counts (services/proxy/prompt_length.py's pure rules). Values by hand."""
 
 from __future__ import annotations
 
-from trayapp.adapters.proxy.inbox import RecordInbox
-from trayapp.adapters.proxy.prompt_length import _text_only, counts_prompts
 from trayapp.core.model import ModelReading, ServerReading, SlotReading
 from trayapp.core.rate_helpers import with_prompt_totals
+from trayapp.services.proxy.inbox import RecordInbox
+from trayapp.services.proxy.prompt_length import _text_only, counts_prompts
 
 
 def _prefilling(slot_id: int, processed: int, cached: int = 0) -> SlotReading:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trayapp.adapters.proxy.http1 import (
+from trayapp.services.proxy.http1 import (
     ChunkedBody,
     FramingError,
     LengthBody,

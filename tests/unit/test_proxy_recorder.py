@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.support.paths import TESTS_DIR
-from trayapp.adapters.proxy.recorder import RequestTap, recorded_endpoint
 from trayapp.core.model import FinishedRequest
+from trayapp.services.proxy.recorder import RequestTap, recorded_endpoint
 
 FIXTURES = TESTS_DIR / "fixtures" / "proxy"
 LLAMA = FIXTURES / "llama-server"

@@ -15,15 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters.hardware import HardwareProbe
-from trayapp.adapters.host import (
-    BenchResult,
-    HostProbe,
-    RamBandwidth,
-    RamBandwidthKeeper,
-    load_cached,
-    write_cached,
-)
 from trayapp.core.jsonview import hardware_json
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import (
@@ -34,6 +25,15 @@ from trayapp.core.model import (
     RamBandwidthChange,
     ServerStatus,
     Snapshot,
+)
+from trayapp.sources.hardware import HardwareProbe
+from trayapp.sources.host import (
+    BenchResult,
+    HostProbe,
+    RamBandwidth,
+    RamBandwidthKeeper,
+    load_cached,
+    write_cached,
 )
 
 FP = {"machine": "x86_64", "cpu_count": 16, "ram_total_bytes": 64_000_000_000}

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
-from trayapp import paths
-from trayapp.adapters.report import ReportError, render_report, write_report
-from trayapp.adapters.store import Store
-from trayapp.commands import logs
+from trayapp.cli import logs
+from trayapp.config import paths
 from trayapp.core.model import (
     Alert,
     ModelStatus,
@@ -23,6 +21,8 @@ from trayapp.core.model import (
     SessionRecord,
     Snapshot,
 )
+from trayapp.sinks.report import ReportError, render_report, write_report
+from trayapp.sinks.store import Store
 
 T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:11434"

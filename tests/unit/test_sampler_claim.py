@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.adapters import sampler_file
-from trayapp.adapters.sampler_file import SamplerInfo, claim_sampler_file, remove_sampler_file
+from trayapp.sinks import sampler_file
+from trayapp.sinks.sampler_file import SamplerInfo, claim_sampler_file, remove_sampler_file
 
 TRAY_URL = "http://127.0.0.1:40123"
 AGENT_URL = "http://127.0.0.1:40124"

@@ -3,9 +3,9 @@ token file `llm-tray agent --new-token` wrote under this test's LLM_TRAY_HOME.""
 
 from __future__ import annotations
 
-from trayapp import paths
-from trayapp.adapters.sampler_file import auth_headers
-from trayapp.commands.agent import agent_token, write_new_token
+from trayapp.cli.agent import agent_token, write_new_token
+from trayapp.config import paths
+from trayapp.sinks.sampler_file import auth_headers
 
 
 def test_no_token_no_header() -> None:

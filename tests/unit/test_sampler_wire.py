@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from trayapp.adapters.store.rows import bench_rows
-from trayapp.adapters.wire import WireError, from_wire, parse_records, to_wire
 from trayapp.core.bench import (
     BenchResult,
     BenchRun,
@@ -23,6 +21,8 @@ from trayapp.core.bench import (
     baseline_refusal,
 )
 from trayapp.core.model import FinishedRequest, KvLayout, ModelFacts
+from trayapp.sinks.store.rows import bench_rows
+from trayapp.sinks.wire import WireError, from_wire, parse_records, to_wire
 
 UPSTREAM = "http://127.0.0.1:8080"
 HEALTHY = {"band_low_tok_s": None, "band_high_tok_s": None, "floor_tok_s": None, "reason": ""}

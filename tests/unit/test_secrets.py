@@ -7,7 +7,7 @@ import pytest
 from keyring.backends import fail
 
 from tests.support.memory_keyring import MemoryKeyring
-from trayapp.adapters import secrets
+from trayapp.sources import secrets
 
 
 @pytest.fixture

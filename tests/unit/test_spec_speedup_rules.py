@@ -10,13 +10,13 @@ import pytest
 
 from tests.support import snapshots
 from tests.support.store_records import T0, model, session, snapshot
-from trayapp.adapters.store import Store
 from trayapp.core.diagnose import ModelView, diagnose_model
 from trayapp.core.machine import resolve_machine
 from trayapp.core.model import Baseline, ModelStatus
 from trayapp.core.pipeline import spec_speedup
 from trayapp.core.rates import RateEstimate
 from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.store import Store
 
 LABEL = "RTX 4090 (1008 GB/s) + 54 GB/s RAM"  # the sessions' hardware label (tests/support/store_records)
 PLAIN = Baseline(decode_tok_s=40.0, context_tokens=500, server_version="b1", session_id="s0")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.store_records import HARDWARE, T0, model, rows, session, snapshot
-from trayapp.adapters.store import Store, StoreError, StoreLockedError, redact_url, schema_version
-from trayapp.adapters.store import rows as store_rows
-from trayapp.adapters.store import schema as store_mod
 from trayapp.core.model import Alert, HardwareSnapshot, RequestRecord
+from trayapp.sinks.store import Store, StoreError, StoreLockedError, redact_url, schema_version
+from trayapp.sinks.store import rows as store_rows
+from trayapp.sinks.store import schema as store_mod
 
 
 def request(t: float, session_id: str = "s1", **kw: object) -> RequestRecord:

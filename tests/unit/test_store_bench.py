@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.store_records import T0, model, rows, session, snapshot
-from trayapp import paths
-from trayapp.adapters.store import Store, schema_version
-from trayapp.adapters.store import schema as store_mod
-from trayapp.commands.bench import store_baseline
+from trayapp.cli.bench import store_baseline
+from trayapp.config import paths
 from trayapp.core.bench import BenchResult, BenchSettings, BenchTarget, Healthy, Spread, SweepPoint
+from trayapp.sinks.store import Store, schema_version
+from trayapp.sinks.store import schema as store_mod
 
 HW = "RTX 4090 (1008 GB/s) + 54 GB/s RAM"  # the hardware label of store_records.session()
 KEY = {"model": "qwen3:8b", "quantization": "Q4_K_M", "hardware": HW}
@@ -246,8 +246,8 @@ def test_sessions_bench_lists_the_last_benches_and_export_writes_them(
     import io
     import json
 
-    from trayapp.adapters.export import ExportError, export
-    from trayapp.commands.logs import run_sessions
+    from trayapp.cli.logs import run_sessions
+    from trayapp.sinks.export import ExportError, export
 
     with Store(db) as store:
         store.record_bench(result(T0, (point(0, 60, 90.0, 120.0), point(8192, 8250, 60.0, 80.0))))

@@ -117,7 +117,7 @@ import subprocess as sp
 from http import server
 from subprocess import check_output
 from tests.support.fake_http import FakeServer, json_reply
-from trayapp.adapters.metrics import start_exporter
+from trayapp.sinks.metrics import start_exporter
 
 
 def test_serves(llama_server):
@@ -136,7 +136,7 @@ def test_the_scanner_flags_a_bad_module() -> None:
         "line 9: uses fixture llama_server",
         "line 10: calls tests.support.fake_http.FakeServer",
         "line 11: calls subprocess.run",
-        "line 12: calls trayapp.adapters.metrics.start_exporter",
+        "line 12: calls trayapp.sinks.metrics.start_exporter",
     ]
 
 

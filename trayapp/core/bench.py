@@ -1,6 +1,6 @@
 """`llm-tray bench` (#13): the numbers of a benchmark through the real server. Pure, no I/O.
 
-The command (trayapp/commands/bench.py) sends the requests and turns each finished one into a
+The command (trayapp/cli/bench.py) sends the requests and turns each finished one into a
 `BenchRun` (`bench_run`); `summarize` makes the `BenchResult` from the runs, the model's facts and
 the machine, and `bench_json` is its `--json` shape (docs/json.md, "bench").
 

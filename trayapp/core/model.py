@@ -2,7 +2,7 @@
 
 Two families:
 
-* *Readings* are what adapters return from one poll of the outside world
+* *Readings* are what sources (trayapp/sources) return from one poll of the outside world
   (a server, a GPU, the host). They hold raw counters and facts, no rates.
 * *Status* types are what the pipeline computes from a series of readings
   (rates, phases, ceilings) and hands to the UI, the CLI, the store and the

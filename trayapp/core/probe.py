@@ -1,4 +1,4 @@
-"""The protocols adapters implement for the pipeline. No I/O here."""
+"""The protocols the sources and sinks implement for the pipeline. No I/O here."""
 
 from __future__ import annotations
 

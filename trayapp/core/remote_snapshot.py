@@ -1,7 +1,7 @@
 """A remote agent's snapshot document (core/jsonview.py `snapshot_json`) back into core types.
 
 Pure: the tray's Monitor fetches `GET /v1/snapshot` from each `[[agents]]` entry
-(adapters/remote_agent.py) and hands the parsed JSON here. `snapshot_from_json` is the inverse of
+(sources/remote_agent.py) and hands the parsed JSON here. `snapshot_from_json` is the inverse of
 `snapshot_json` for what the document carries (model facts, per-process GPU use and request records
 are not in it); `tag_remote` marks servers and alerts with the machine's name so they never collide
 with this machine's: a server on the agent's loopback (`http://127.0.0.1:8080` on the box) is shown

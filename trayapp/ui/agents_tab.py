@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import Shiboken
 
-from trayapp.config_agents import AgentConfig, agent_keyring_user
+from trayapp.config.agents import AgentConfig, agent_keyring_user
 from trayapp.ui.worker import run_in_background
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The tray's "Benchmark this model…" window (#13): the same bench as `llm-tray bench`, with progress,
 Cancel, the result and a plot of the context sweep against the KV model's prediction.
 
-The bench itself is the `run` callable app.py passes (trayapp/bench_service.py): it runs on a
+The bench itself is the `run` callable app/tray_app.py passes (trayapp/app/bench_service.py): it runs on a
 thread of its own, so neither the GUI nor the tray's sampler ever waits on it. Cancel stops before
 the next run; what finished is shown, and not stored (an interrupted bench is no baseline).
 Imported on first use (pyqtgraph).
@@ -34,7 +34,7 @@ from trayapp.core.bench import BenchOptions, BenchOutcome, BenchResult
 
 
 class BenchProgress(Protocol):
-    """How far a bench is (commands/bench_job.py's ProgressSink, as the window gives it)."""
+    """How far a bench is (services/bench_job.py's ProgressSink, as the window gives it)."""
 
     def show(self, label: str) -> None: ...
 
@@ -60,7 +60,7 @@ class _Job(QObject):
         self._done = 0
         self._total = options.total_runs()
 
-    # the progress sink of commands/bench_job.py
+    # the progress sink of services/bench_job.py
     def show(self, label: str) -> None:
         self.progressed.emit(self._done, self._total, label)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from trayapp.config import NotificationConfig
+from trayapp.config.settings import NotificationConfig
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.model import Alert, Snapshot
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from trayapp.config import ProxyConfig
+from trayapp.config.settings import ProxyConfig
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
 

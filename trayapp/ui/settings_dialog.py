@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import Shiboken
 
-from trayapp.config import (
+from trayapp.config.settings import (
     RANGES,
     EndpointConfig,
     MonitorConfig,
@@ -80,7 +80,7 @@ THRESHOLD_LABELS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class SettingsServices:
-    """What the dialog needs from outside the UI, given by the app (which owns the adapters).
+    """What the dialog needs from outside the UI, given by the app (which owns the sources and services).
 
     Both calls block (network, OS keyring): the dialog runs them off the GUI thread.
     """

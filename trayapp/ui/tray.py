@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 
-from trayapp.config import ProxyConfig, Settings
+from trayapp.config.settings import ProxyConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
 from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_busy

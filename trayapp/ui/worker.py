@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from shiboken6 import Shiboken
 
-from trayapp.config import Settings
+from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
 
 log = logging.getLogger("trayapp.worker")

@@ -1,0 +1,102 @@
+"""`llm-tray bench`: measure a model through its real server (#13). The run itself is
+services/bench_job.py (shared with the tray's bench window); this is its command line: the
+arguments, the text or JSON printed, and the result kept as the baseline. The progress line goes
+to stderr on a terminal only; Ctrl-C stops at once and prints what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from trayapp.core.bench import BenchOptions
+from trayapp.core.bench_json import bench_json
+from trayapp.services.bench_job import BenchError, Progress, find_target, run_job
+from trayapp.services.bench_report import format_result, store_baseline
+
+if TYPE_CHECKING:
+    from trayapp.services.monitor import Monitor
+
+DEFAULT_DEPTHS = "0,2048,8192"
+
+
+def _depths(text: str) -> tuple[int, ...]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected depths like 0,2048,8192, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"depths must be token counts ≥ 0, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default=None, metavar="NAME", help="the model to bench (default: the one loaded)"
+    )
+    parser.add_argument(
+        "--tokens", type=_count(2), default=200, metavar="N", help="tokens per decode run (200)"
+    )
+    parser.add_argument(
+        "--depths",
+        type=_depths,
+        default=_depths(DEFAULT_DEPTHS),
+        metavar="D,D,…",
+        help=f"context depths of the sweep, in tokens ({DEFAULT_DEPTHS}; 0 alone: no sweep)",
+    )
+    parser.add_argument("--runs", type=_count(1), default=5, metavar="K", help="measured runs per step (5)")
+    parser.add_argument("--warmup", type=_count(0), default=2, metavar="W", help="discarded warm-up runs (2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (see docs/json.md)")
+    parser.add_argument(
+        "--force", action="store_true", help="bench even while another client uses the server"
+    )
+
+
+def run_bench(args: argparse.Namespace, monitor: Monitor) -> int:
+    """The command: 0 done, 1 could not bench, 130 interrupted (finished runs still printed)."""
+    try:
+        return _run(args, monitor)
+    except BenchError as exc:
+        print(f"llm-tray: bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        monitor.close()
+
+
+def _run(args: argparse.Namespace, monitor: Monitor) -> int:
+    from trayapp.config.settings import endpoint_from_arg
+
+    urls = [endpoint_from_arg(value).url for value in getattr(args, "endpoint", [])]
+    snapshot, server, model = find_target(monitor, urls, args.model, bool(args.force), warn=sys.stderr)
+    options = BenchOptions(args.tokens, args.runs, args.warmup, tuple(args.depths), bool(args.force))
+    outcome = run_job(monitor, snapshot, server, model, options, Progress(options.total_runs()))
+    result = outcome.result
+    stored, note = store_baseline(result)
+    if args.json:
+        print(json.dumps({**bench_json(result), "baseline_stored": stored, "baseline_note": note}, indent=2))
+    else:
+        print(format_result(result))
+        if stored:
+            print("baseline   stored: later sessions of this model on this hardware are compared with it")
+    if note:
+        print(f"llm-tray: bench: {note}", file=sys.stderr)
+    if outcome.failure and not outcome.measured:
+        print(f"llm-tray: bench: {outcome.failure}", file=sys.stderr)
+        return 1
+    return 130 if result.interrupted else 0

@@ -1,0 +1,521 @@
+"""`llm-tray` command line: one argparse tree.
+
+No subcommand starts the tray. Bad flags print a one-line error and exit 2,
+never a traceback. Qt is imported only when the tray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import NoReturn
+
+from trayapp import __version__
+
+GB = 1_000_000_000
+KV_TYPES = ("f16", "q8_0", "q4_0", "bf16", "f32", "q5_1", "q5_0", "q4_1", "iq4_nl")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(kind: type = float):
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: any free port), got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
+    """Hardware flags; on a subcommand they default to SUPPRESS so flags given before it survive."""
+    default = argparse.SUPPRESS if sub else None
+    group = parser.add_argument_group("hardware (describe the machine that runs the model)")
+    gpu = group.add_mutually_exclusive_group()
+    gpu.add_argument(
+        "--gpu",
+        default=default,
+        metavar="NAME",
+        help='GPU or chip by name, e.g. "RTX 4090", "M4 Max 40-core"',
+    )
+    gpu.add_argument(
+        "--bandwidth-gbps", type=_positive(), default=default, metavar="N", help="memory bandwidth in GB/s"
+    )
+    group.add_argument(
+        "--vram-gb",
+        type=_positive(),
+        default=default,
+        metavar="N",
+        help="GPU (or unified) memory in GB (10^9 B)",
+    )
+    group.add_argument(
+        "--ram-bandwidth-gbps",
+        type=_positive(),
+        default=default,
+        metavar="N",
+        help="system RAM bandwidth in GB/s",
+    )
+    group.add_argument(
+        "--kv-type", choices=KV_TYPES, default=default, help="KV-cache element type (default f16)"
+    )
+
+
+def _endpoint(text: str) -> str:
+    """`[KIND=]URL`, checked at parse time: a bad URL or kind is a usage error (exit 2)."""
+    from trayapp.config.settings import endpoint_arg  # loaded only when --endpoint is given (a fast --help)
+
+    return endpoint_arg(text)
+
+
+def add_endpoint_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
+    """Server selection; on a subcommand the defaults are SUPPRESS so flags given before it survive."""
+    parser.add_argument(
+        "--endpoint",
+        action="append",
+        type=_endpoint,
+        default=argparse.SUPPRESS if sub else [],
+        metavar="[KIND=]URL",
+        help="a server to watch (repeatable), e.g. llamacpp=http://127.0.0.1:8080",
+    )
+    parser.add_argument(
+        "--no-discover",
+        action="store_true",
+        default=argparse.SUPPRESS if sub else False,
+        help="skip the default-port scan",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trayapp.cli import logs
+
+    parser = _Parser(
+        prog="llm-tray",
+        description="Watch local LLM servers: live decode tok/s against the memory-bandwidth ceiling.",
+    )
+    parser.add_argument("--version", action="version", version=f"llm-tray {__version__}")
+    add_endpoint_options(parser, sub=False)
+    add_hardware_options(parser, sub=False)
+    parser.add_argument("--at-login", action="store_true", help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    status = sub.add_parser("status", help="one snapshot of every server, model and GPU")
+    add_endpoint_options(status)
+    add_hardware_options(status)
+    status.add_argument("--json", action="store_true", help="print JSON (schema 1, see docs/json.md)")
+
+    watch = sub.add_parser("watch", help="one line per tick, recording to the session store")
+    add_endpoint_options(watch)
+    add_hardware_options(watch)
+    watch.add_argument("--json", action="store_true", help="JSON lines")
+    watch.add_argument("--interval", type=_positive(), default=1.0, metavar="S", help="seconds between lines")
+    watch.add_argument("--duration", type=_positive(), default=None, metavar="S", help="stop after S seconds")
+    watch.add_argument("--no-record", action="store_true", help="do not write to the session store")
+
+    from trayapp.cli.bar import add_bar_arguments
+
+    add_bar_arguments(sub.add_parser("bar", help="one short line for a status bar, from the running sampler"))
+
+    ceiling = sub.add_parser("ceiling", help="the decode-speed ceiling of a model on some hardware")
+    source = ceiling.add_mutually_exclusive_group()
+    source.add_argument("--model", metavar="FILE.gguf", help="a GGUF file (exact bytes per token)")
+    source.add_argument("--params", type=_positive(), metavar="B", help="parameters, in billions")
+    source.add_argument("--weights-gb", type=_positive(), metavar="GB", help="size of the weights in GB")
+    ceiling.add_argument(
+        "--active-params", type=_positive(), metavar="B", help="active parameters (MoE), billions"
+    )
+    ceiling.add_argument(
+        "--quant", default=None, metavar="Q", help="quantization with --params (default Q4_K_M)"
+    )
+    ceiling.add_argument(
+        "--context", type=_positive(int), default=4096, metavar="N", help="context tokens (4096)"
+    )
+    ceiling.add_argument(
+        "--gpu-fraction", type=_fraction, default=None, metavar="F", help="share of weights on GPU"
+    )
+    ceiling.add_argument("--json", action="store_true", help="print JSON")
+    add_hardware_options(ceiling)
+
+    sessions = sub.add_parser("sessions", help="list recorded sessions")
+    logs.add_sessions_arguments(sessions)
+    export = sub.add_parser("export", help="export recorded requests, sessions or samples")
+    logs.add_export_arguments(export)
+    report = sub.add_parser("report", help="a shareable one-page HTML report of a session")
+    logs.add_report_arguments(report)
+
+    agent = sub.add_parser("agent", help="headless monitoring with a Prometheus /metrics endpoint")
+    add_endpoint_options(agent)
+    add_hardware_options(agent)
+    agent.add_argument(
+        "--metrics-port", type=_port, default=9464, metavar="N", help="port (9464; 0: any free)"
+    )
+    agent.add_argument(
+        "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
+    )
+    agent.add_argument("--duration", type=_positive(), default=None, metavar="S", help=argparse.SUPPRESS)
+    from trayapp.cli.agent import add_snapshot_arguments
+
+    add_snapshot_arguments(agent)
+
+    from trayapp.cli.proxy import add_proxy_arguments
+
+    proxy = sub.add_parser("proxy", help="a recording pass-through proxy: exact numbers for every request")
+    add_proxy_arguments(proxy)
+    add_hardware_options(proxy)
+
+    from trayapp.cli.bench import add_bench_arguments
+
+    bench = sub.add_parser("bench", help="measure decode, TTFT and a context sweep through the server")
+    add_endpoint_options(bench)
+    add_hardware_options(bench)
+    add_bench_arguments(bench)
+    from trayapp.cli.autostart import add_autostart_arguments
+
+    add_autostart_arguments(sub.add_parser("autostart", help="start the tray at login: on, off or status"))
+    return parser
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _profile(args: argparse.Namespace):
+    from trayapp.core.model import HardwareProfile
+
+    return HardwareProfile(
+        gpu_name=args.gpu,
+        bandwidth_gbps=args.bandwidth_gbps,
+        vram_bytes=int(args.vram_gb * GB) if args.vram_gb else None,
+        ram_bandwidth_gbps=args.ram_bandwidth_gbps,
+        kv_type=args.kv_type or "f16",
+    )
+
+
+def _load_settings():
+    from trayapp.config.settings import load_settings
+
+    result = load_settings()
+    for error in result.errors:
+        print(f"llm-tray: config: {error}", file=sys.stderr)
+    if result.backup_path is not None:
+        print(
+            f"llm-tray: config: using defaults where broken; your file is kept as {result.backup_path}",
+            file=sys.stderr,
+        )
+    return result.settings
+
+
+def _extra_endpoints(args: argparse.Namespace) -> list:
+    from trayapp.config.settings import endpoint_from_arg
+
+    return [endpoint_from_arg(value) for value in args.endpoint]
+
+
+def _check_gpu_name(args: argparse.Namespace) -> None:
+    from trayapp.sources.hwtable import lookup_gpu
+
+    if getattr(args, "gpu", None) and lookup_gpu(args.gpu) is None:
+        raise ValueError(f"unknown GPU {args.gpu!r}: give --bandwidth-gbps N [--vram-gb N] instead")
+
+
+def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
+    from trayapp.services.monitor import Monitor
+
+    settings = _load_settings()
+    return Monitor(
+        settings,
+        extra_endpoints=_extra_endpoints(args),
+        discover=False if args.no_discover else None,
+        profile=_profile(args),
+        record=record,
+        one_shot=one_shot,
+    )
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from trayapp.cli.bar import live_sampler, status_from
+    from trayapp.core.jsonview import snapshot_json
+    from trayapp.core.text import format_snapshot
+
+    live = live_sampler(args)
+    answered = status_from(live, args.json) if live is not None else None
+    if answered is not None:
+        return answered
+    monitor = _make_monitor(args, record=False, one_shot=True)
+    try:
+        snapshot = monitor.tick()
+        if any(m.phase in ("prefill", "decoding") for _, m in snapshot.models()):
+            # A live rate needs two polls: take a second one a moment later.
+            time.sleep(monitor.settings.monitor.poll_active_s)
+            snapshot = monitor.tick()
+    finally:
+        monitor.close()
+    for warning in monitor.warnings:
+        print(f"llm-tray: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(snapshot_json(snapshot), indent=2))
+    else:
+        print(format_snapshot(snapshot, _hardware_note(args)))
+    return 0
+
+
+def _hardware_note(args: argparse.Namespace) -> str | None:
+    parts = []
+    if args.gpu:
+        parts.append(args.gpu)
+    if args.bandwidth_gbps:
+        parts.append(f"{args.bandwidth_gbps:g} GB/s")
+    if args.vram_gb:
+        parts.append(f"{args.vram_gb:g} GB")
+    if args.ram_bandwidth_gbps:
+        parts.append(f"RAM {args.ram_bandwidth_gbps:g} GB/s")
+    if args.kv_type:
+        parts.append(f"KV {args.kv_type}")
+    return " · ".join(parts) or None
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    from trayapp.cli.bar import live_sampler, watch_from
+    from trayapp.core.jsonview import snapshot_json
+    from trayapp.core.text import format_watch_line
+
+    live = live_sampler(args)
+    if live is not None:
+        return watch_from(live, args)
+    hint = "add --no-record to silence this"
+    record = not args.no_record and _record_unless_taken("llm-tray", "this watch", hint)
+    monitor = _make_monitor(args, record=record, one_shot=False)
+    for warning in monitor.warnings:
+        print(f"llm-tray: {warning}", file=sys.stderr)
+    start = time.monotonic()
+    next_at = start
+    try:
+        while True:
+            snapshot = monitor.tick(budget_s=max(0.2, args.interval * 0.8))
+            if args.json:
+                print(json.dumps(snapshot_json(snapshot)), flush=True)
+            else:
+                print(format_watch_line(snapshot), flush=True)
+            if monitor.store_error:
+                print(f"llm-tray: store: {monitor.store_error}", file=sys.stderr)
+            next_at += args.interval
+            now = time.monotonic()
+            if args.duration is not None and now - start >= args.duration:
+                break
+            if next_at > now:
+                time.sleep(next_at - now)
+            else:
+                next_at = now  # fell behind (slow tick): don't try to catch up in a burst
+    except KeyboardInterrupt:
+        pass
+    finally:
+        monitor.close()
+    return 0
+
+
+def _run_bar(args: argparse.Namespace) -> int:
+    from trayapp.cli.bar import run_bar
+
+    return run_bar(args)
+
+
+def _run_autostart(args: argparse.Namespace) -> int:
+    from trayapp.cli.autostart import run_autostart
+
+    return run_autostart(args)
+
+
+def run_ceiling(args: argparse.Namespace) -> int:
+    from trayapp.cli.ceiling import build_ceiling_report, format_ceiling_report
+    from trayapp.core.machine import resolve_machine
+    from trayapp.core.model import HardwareSnapshot, HostReading, ValueSource
+    from trayapp.core.modelfacts import facts_from_params
+    from trayapp.sources.hardware import HardwareProbe
+    from trayapp.sources.host import default_ram_bandwidth
+    from trayapp.sources.hwtable import gpu_lookup
+
+    if args.model:
+        from trayapp.sources.modelfile import ModelFileError, read_model_facts
+
+        try:
+            facts = read_model_facts(args.model)
+        except ModelFileError as exc:
+            raise ValueError(str(exc)) from exc
+    elif args.params or args.weights_gb:
+        facts = facts_from_params(
+            params_b=args.params,
+            active_params_b=args.active_params,
+            quant=args.quant or (None if args.weights_gb else "Q4_K_M"),
+            weights_gb=args.weights_gb,
+        )
+    else:
+        raise ValueError("give --model FILE.gguf, --params B, or --weights-gb GB")
+
+    profile = _profile(args)
+    ram: tuple[float | None, ValueSource] = (profile.ram_bandwidth_gbps, "given")
+    if profile.ram_bandwidth_gbps is None:
+        # RAM bandwidth (for layers that spill to the CPU) is this machine's, measured once a week.
+        ram = default_ram_bandwidth()  # type: ignore[assignment]
+    if profile.gpu_name is None and profile.bandwidth_gbps is None:
+        probe = HardwareProbe(ram_bandwidth_gbps=ram[0], ram_bandwidth_source=ram[1])
+        try:
+            hardware = probe.read()
+        finally:
+            probe.close()
+    else:
+        hardware = HardwareSnapshot(gpus=(), host=HostReading(None, None, ram[0], ram[1]))
+    machine = resolve_machine(hardware, profile, gpu_lookup)
+    if machine.fast_bandwidth_gbps is None:
+        raise ValueError("no bandwidth known for this hardware: give --bandwidth-gbps N")
+    report = build_ceiling_report(
+        facts, machine, context_tokens=args.context, kv_type=profile.kv_type, gpu_fraction=args.gpu_fraction
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_ceiling_report(report))
+    return 0
+
+
+def _record_unless_taken(prefix: str, this: str, hint: str) -> bool:
+    """Whether this command should open the store: not when another process records (a second
+    writer is refused); then one line on stderr says who, and `hint` what to do."""
+    from trayapp.cli.proxy import store_locked
+    from trayapp.sinks.sampler_file import find_sampler
+
+    locked = store_locked()
+    if locked is None:
+        return True
+    info = find_sampler()
+    if info is not None:
+        who = f"the {info.role or 'sampler'} (pid {info.pid})"
+        print(f"{prefix}: {who} records to the store: {this} does not ({hint})", file=sys.stderr)
+    else:
+        print(f"{prefix}: not recording: {locked} ({hint})", file=sys.stderr)
+    return False
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    from trayapp.cli.agent import run_agent as agent_main
+
+    record = _record_unless_taken("llm-tray agent", "this agent", "quit it first for this agent to record")
+    return agent_main(args, _make_monitor(args, record=record, one_shot=False))
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    from trayapp.cli.proxy import run_proxy as proxy_main
+
+    return proxy_main(args, _profile(args))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from trayapp.cli.bench import run_bench as bench_main
+
+    return bench_main(args, _make_monitor(args, record=False, one_shot=True))
+
+
+def run_tray(args: argparse.Namespace) -> int:
+    if (
+        sys.platform.startswith("linux")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
+        and not os.environ.get("QT_QPA_PLATFORM")
+    ):
+        print(
+            "llm-tray: no graphical display (DISPLAY / WAYLAND_DISPLAY unset). On a headless box use "
+            "`llm-tray watch` or `llm-tray agent`.",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        from trayapp.app.tray_app import run_tray as tray_main
+    except ImportError as exc:
+        print(f"llm-tray: the tray needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
+        return 1
+    from trayapp.config.settings import load_settings
+
+    loaded = load_settings()
+    warnings = [f"config: {error}" for error in loaded.errors]
+    if loaded.backup_path is not None:
+        warnings.append(f"config: using defaults where broken; your file is kept as {loaded.backup_path}")
+    for warning in warnings:
+        print(f"llm-tray: {warning}", file=sys.stderr)
+    return tray_main(
+        loaded.settings,
+        extra_endpoints=_extra_endpoints(args),
+        discover=False if args.no_discover else None,
+        profile=_profile(args),
+        at_login=args.at_login,
+        startup_warnings=warnings,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="llm-tray: %(message)s")
+    from trayapp.cli import logs
+
+    commands = {
+        None: run_tray,
+        "status": run_status,
+        "watch": run_watch,
+        "bar": _run_bar,
+        "ceiling": run_ceiling,
+        "sessions": logs.run_sessions,
+        "export": logs.run_export,
+        "report": logs.run_report,
+        "agent": run_agent,
+        "proxy": run_proxy,
+        "bench": run_bench,
+        "autostart": _run_autostart,
+    }
+    try:
+        if getattr(args, "gpu", None):
+            _check_gpu_name(args)
+        return commands[args.command](args)
+    except ValueError as exc:
+        print(f"llm-tray: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `llm-tray status | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

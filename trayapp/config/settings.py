@@ -1,0 +1,520 @@
+"""Settings: frozen dataclasses, loaded from and saved to a TOML file.
+
+A syntax error names the line, a bad value its key path; the app then starts on defaults for what is
+broken and keeps the file as a backup, so nothing is lost. Saving is atomic (temp file, rename). API
+keys and proxy tokens never live here: an endpoint names a keyring entry or an environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import ipaddress
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from trayapp.config import paths
+from trayapp.config.agents import AgentConfig, parse_agents
+from trayapp.core.loopback import host_key, is_loopback, server_key
+from trayapp.core.model import SERVER_KINDS, HardwareProfile
+from trayapp.core.thresholds import Thresholds
+
+DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"  # the proxy clients' bearer token (as `llm-tray proxy`)
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
+GB = 1_000_000_000
+
+
+class ConfigError(ValueError):
+    """A config file problem, with where it is (line or key path)."""
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    url: str
+    kind: str | None = None  # None: identify by probing
+    name: str | None = None
+    api_key_env: str | None = None  # read the key from this environment variable
+    use_keyring: bool = False  # the key is in the OS keyring (service "llm-tray", user = url)
+    gpu: str | None = None  # hardware of the machine that runs this server (remote boxes)
+    bandwidth_gbps: float | None = None
+    vram_gb: float | None = None
+    ram_bandwidth_gbps: float | None = None
+
+    def hardware_profile(self, base: HardwareProfile) -> HardwareProfile:
+        if (
+            self.gpu is None
+            and self.bandwidth_gbps is None
+            and self.vram_gb is None
+            and self.ram_bandwidth_gbps is None
+        ):
+            return base
+        return replace(
+            base,
+            gpu_name=self.gpu or base.gpu_name,
+            bandwidth_gbps=self.bandwidth_gbps if self.bandwidth_gbps is not None else base.bandwidth_gbps,
+            vram_bytes=int(self.vram_gb * GB) if self.vram_gb is not None else base.vram_bytes,
+            ram_bandwidth_gbps=(
+                self.ram_bandwidth_gbps if self.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
+            ),
+        )
+
+
+# The kinds a user may name (`unknown` is what a reading says when identification failed).
+USER_SERVER_KINDS: tuple[str, ...] = tuple(kind for kind in SERVER_KINDS if kind != "unknown")
+
+
+def check_server_kind(kind: str) -> str:
+    """`kind` if a user may name it; else ValueError naming the valid kinds and a close match."""
+    if kind in USER_SERVER_KINDS:
+        return kind
+    close = difflib.get_close_matches(kind.lower(), USER_SERVER_KINDS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown server kind {kind!r}{hint}: use one of {', '.join(USER_SERVER_KINDS)}")
+
+
+def endpoint_from_arg(value: str) -> EndpointConfig:
+    """`[KIND=]URL` from the command line; ValueError for a bad URL or an unknown kind."""
+    kind, sep, url = value.partition("=")
+    if not sep or "://" in kind:
+        kind, url = "", value
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint {value!r}: expected [KIND=]http://HOST:PORT")
+    return EndpointConfig(url=url, kind=check_server_kind(kind) if kind else None)
+
+
+def endpoint_arg(value: str) -> str:
+    """An argparse `type` for `[KIND=]URL`: checked at parse time (a usage error, exit 2), kept as text."""
+    try:
+        endpoint_from_arg(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """A recording proxy the tray app runs: clients use `listen`, requests go on to `upstream`."""
+
+    listen: str  # HOST:PORT, e.g. 127.0.0.1:11435 ([::1]:PORT for IPv6)
+    upstream: str  # the server's base URL, e.g. http://127.0.0.1:11434
+    kind: str | None = None  # the upstream's server kind; None: OpenAI-compatible
+    enabled: bool = True
+    allow_remote: bool = False  # needed for a listen address beyond loopback (clients then need a token)
+    token_env: str = DEFAULT_TOKEN_ENV  # the environment variable holding the clients' token
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def remote(self) -> bool:
+        return not is_loopback(self.listen_host)
+
+    @property
+    def client_url(self) -> str:
+        """The address clients should use, e.g. `http://127.0.0.1:11435`."""
+        host = self.listen_host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.listen_port}"
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    discover: bool = True
+    poll_active_s: float = 1.0  # while something generates
+    poll_idle_s: float = 5.0  # while everything is idle
+    rediscover_s: float = 30.0
+    session_idle_gap_s: float = 60.0
+    metrics_interval_s: float = 10.0  # llama-server /metrics scrapes (they reset its gauges)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    gpu: str | None = None
+    bandwidth_gbps: float | None = None
+    vram_gb: float | None = None
+    ram_bandwidth_gbps: float | None = None
+    kv_type: str = "f16"
+
+    def profile(self) -> HardwareProfile:
+        return HardwareProfile(
+            gpu_name=self.gpu,
+            bandwidth_gbps=self.bandwidth_gbps,
+            vram_bytes=int(self.vram_gb * GB) if self.vram_gb is not None else None,
+            ram_bandwidth_gbps=self.ram_bandwidth_gbps,
+            kv_type=self.kv_type,
+        )
+
+
+@dataclass(frozen=True)
+class NotificationConfig:
+    enabled: bool = True
+    do_not_disturb: bool = False
+    muted_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    enabled: bool = False
+    address: str = "127.0.0.1"
+    port: int = 9464
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    retention_days: float = 30.0
+    max_size_mb: float = 512.0
+    sample_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    start_at_login: bool = False
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    notifications: NotificationConfig = field(default_factory=NotificationConfig)
+    exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
+    endpoints: tuple[EndpointConfig, ...] = ()
+    proxies: tuple[ProxyConfig, ...] = ()
+    agents: tuple[AgentConfig, ...] = ()  # remote machines' agents (config/agents.py)
+
+
+_SECTIONS: dict[str, type] = {
+    "monitor": MonitorConfig,
+    "hardware": HardwareConfig,
+    "thresholds": Thresholds,
+    "notifications": NotificationConfig,
+    "exporter": ExporterConfig,
+    "store": StoreConfig,
+    "ui": UiConfig,
+}
+
+# Range checks (inclusive) for numeric values, by key path.
+RANGES: dict[str, tuple[float, float]] = {
+    "monitor.poll_active_s": (0.2, 60),
+    "monitor.poll_idle_s": (0.2, 600),
+    "monitor.rediscover_s": (1, 3600),
+    "monitor.session_idle_gap_s": (1, 86400),
+    "monitor.metrics_interval_s": (1, 3600),
+    "thresholds.confirm_s": (0, 3600),
+    "thresholds.clear_s": (0, 3600),
+    "thresholds.kv_slowdown_pct": (1, 95),
+    "thresholds.context_full_pct": (1, 100),
+    "thresholds.below_floor_tok_s": (0, 1000),
+    "thresholds.low_efficiency_ratio": (0.01, 1),
+    "thresholds.draft_acceptance_min": (0, 1),
+    "thresholds.spec_min_speedup": (0.1, 10),
+    "thresholds.vram_free_min_pct": (0, 100),
+    "thresholds.regression_pct": (1, 95),
+    "thresholds.offload_min_cpu_pct": (0, 100),
+    "thresholds.offload_gpu_fraction": (0.5, 1),
+    "thresholds.cold_load_min_s": (0, 3600),
+    "exporter.port": (1, 65535),
+    "store.retention_days": (0.01, 36500),
+    "store.max_size_mb": (1, 1_000_000),
+    "store.sample_interval_s": (0.1, 3600),
+}
+
+
+def _check_value(path: str, value: Any, annotation: str) -> Any:
+    """Coerce/validate one value against a field's annotation string."""
+    optional = "None" in annotation
+    if value is None and optional:
+        return None
+    if annotation.startswith("bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if annotation.startswith(("float", "int")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if path in RANGES:
+            low, high = RANGES[path]
+            if not low <= value <= high:
+                raise ConfigError(f"{path}: {value!r} is out of range ({low:g} to {high:g})")
+        if annotation.startswith("int"):
+            if isinstance(value, float) and not value.is_integer():
+                raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+            return int(value)
+        if value <= 0 and path.endswith(("_gbps", "_gb")):
+            raise ConfigError(f"{path}: must be positive, got {value!r}")
+        return float(value)
+    if annotation.startswith("str"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        if path.endswith("kv_type") and value not in KV_TYPES:
+            raise ConfigError(f"{path}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPES)})")
+        return value
+    if annotation.startswith("tuple[str"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(f"{path}: unsupported value {value!r}")  # pragma: no cover
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a table, got {data!r}")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}"
+        if key not in known:
+            raise ConfigError(f"{path}: unknown setting")
+        kwargs[key] = _check_value(path, value, str(known[key].type))
+    return cls(**kwargs)
+
+
+def _build_endpoint(data: Any, index: int) -> EndpointConfig:
+    prefix = f"endpoints[{index}]"
+    endpoint = _build(EndpointConfig, data, prefix) if isinstance(data, dict) and "url" in data else None
+    if endpoint is None:
+        raise ConfigError(f"{prefix}.url: every endpoint needs a url")
+    if not endpoint.url.startswith(("http://", "https://")):
+        raise ConfigError(f"{prefix}.url: expected http:// or https://, got {endpoint.url!r}")
+    if endpoint.kind is not None and endpoint.kind not in SERVER_KINDS:
+        raise ConfigError(f"{prefix}.kind: unknown server kind {endpoint.kind!r}")
+    return endpoint
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_listen(prefix: str, listen: str) -> None:
+    host, sep, port_text = listen.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit():
+        raise ConfigError(f"{prefix}.listen: expected HOST:PORT, e.g. 127.0.0.1:11435, got {listen!r}")
+    if not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{prefix}.listen: port {port_text} is out of range (1 to 65535)")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(
+                f"{prefix}.listen: {host!r} is not an IP address (use 127.0.0.1, ::1 or localhost)"
+            ) from None
+
+
+def _build_proxy(data: Any, index: int) -> ProxyConfig:
+    prefix = f"proxies[{index}]"
+    if isinstance(data, dict) and "token" in data:
+        raise ConfigError(
+            f"{prefix}.token: tokens never go in the config file: put it in an environment variable "
+            f"and name that variable with token_env (default {DEFAULT_TOKEN_ENV})"
+        )
+    if not isinstance(data, dict) or "listen" not in data or "upstream" not in data:
+        raise ConfigError(f"{prefix}: every proxy needs listen and upstream")
+    proxy: ProxyConfig = _build(ProxyConfig, data, prefix)
+    _check_listen(prefix, proxy.listen)
+    parts = urlsplit(proxy.upstream)
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        raise ConfigError(f"{prefix}.upstream: bad port in {proxy.upstream!r}") from None
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ConfigError(
+            f"{prefix}.upstream: expected http://HOST:PORT (local servers speak plain HTTP), "
+            f"got {proxy.upstream!r}"
+        )
+    if proxy.kind is not None and proxy.kind not in SERVER_KINDS:
+        raise ConfigError(f"{prefix}.kind: unknown server kind {proxy.kind!r}")
+    if not _ENV_NAME.match(proxy.token_env):
+        raise ConfigError(f"{prefix}.token_env: {proxy.token_env!r} is not an environment variable name")
+    if proxy.remote and not proxy.allow_remote:
+        raise ConfigError(
+            f"{prefix}.listen: {proxy.listen_host} is not a loopback address: add allow_remote = true "
+            f"(clients then need the token from ${proxy.token_env})"
+        )
+    return replace(proxy, upstream=proxy.upstream.rstrip("/"))
+
+
+def _parse_proxies(value: Any, errors: list[str]) -> tuple[ProxyConfig, ...]:
+    """Good entries; each bad one is reported and skipped (the rest still load)."""
+    if not isinstance(value, list):
+        errors.append("proxies: expected a list of [[proxies]] tables")
+        return ()
+    proxies: list[ProxyConfig] = []
+    for index, item in enumerate(value):
+        try:
+            proxy = _build_proxy(item, index)
+            listen_key = host_key(proxy.listen_host), proxy.listen_port
+            if listen_key == server_key(proxy.upstream):
+                raise ConfigError(f"proxies[{index}].upstream: the proxy would forward to itself")
+            if any((host_key(p.listen_host), p.listen_port) == listen_key for p in proxies):
+                raise ConfigError(f"proxies[{index}].listen: {proxy.listen} is used by another proxy")
+            proxies.append(proxy)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return tuple(proxies)
+
+
+def proxy_token(proxy: ProxyConfig, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(the clients' token or None, why the proxy cannot start or None), as `llm-tray proxy` decides:
+    a set token is always required from clients; off loopback one must be set."""
+    token = environ.get(proxy.token_env) or None
+    if proxy.remote and token is None:
+        return None, (
+            f"proxy {proxy.listen} is off: it listens beyond this machine and needs a token: "
+            f"set the environment variable {proxy.token_env}"
+        )
+    return token, None
+
+
+def watched_settings(settings: Settings) -> Settings:
+    """The settings the monitor uses: each enabled proxy's upstream is watched (its records need it)."""
+    taken = {server_key(e.url) for e in settings.endpoints}
+    extra: list[EndpointConfig] = []
+    for proxy in settings.proxies:
+        if proxy.enabled and server_key(proxy.upstream) not in taken:
+            taken.add(server_key(proxy.upstream))
+            extra.append(EndpointConfig(url=proxy.upstream, kind=proxy.kind))
+    return replace(settings, endpoints=settings.endpoints + tuple(extra)) if extra else settings
+
+
+def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
+    """Build Settings from parsed TOML. Bad sections fall back to defaults; errors are returned."""
+    errors: list[str] = []
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            try:
+                kwargs[key] = _build(_SECTIONS[key], value, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        elif key == "endpoints":
+            if not isinstance(value, list):
+                errors.append("endpoints: expected a list of [[endpoints]] tables")
+                continue
+            endpoints = []
+            for index, item in enumerate(value):
+                try:
+                    endpoints.append(_build_endpoint(item, index))
+                except ConfigError as exc:
+                    errors.append(str(exc))
+            kwargs["endpoints"] = tuple(endpoints)
+        elif key == "proxies":
+            kwargs["proxies"] = _parse_proxies(value, errors)
+        elif key == "agents":
+            kwargs["agents"] = parse_agents(value, errors)
+        else:
+            errors.append(f"{key}: unknown section")
+    return Settings(**kwargs), errors
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    settings: Settings
+    errors: tuple[str, ...] = ()
+    backup_path: Path | None = None
+
+
+def load_settings(path: Path | None = None) -> LoadResult:
+    """Read the config file. Never raises for a bad file: returns defaults plus the errors."""
+    path = path or paths.config_file()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return LoadResult(Settings())
+    except OSError as exc:
+        return LoadResult(Settings(), (f"{path}: cannot read ({exc.strerror or exc})",))
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return LoadResult(Settings(), (f"{path}: not UTF-8 text ({exc.reason})",), _backup(path))
+    except tomllib.TOMLDecodeError as exc:
+        return LoadResult(Settings(), (f"{path}: syntax error: {exc}",), _backup(path))
+    settings, errors = parse_settings(data)
+    backup = _backup(path) if errors else None
+    return LoadResult(settings, tuple(f"{path}: {e}" for e in errors), backup)
+
+
+# A secret typed into the file by mistake (`api_key = "sk-..."`): its backup keeps the line, not the value.
+_SECRET_LINE = re.compile(
+    r"(?im)^(\s*[\"']?(?:api[_-]?key|apikey|key|token|access[_-]?token|secret|password|passwd|authorization)"
+    r"[\"']?\s*=\s*)\S.*$"
+)
+SECRET_REMOVED = '"<removed: API keys belong in the OS keyring or api_key_env>"'
+
+
+def _without_secrets(raw: bytes) -> bytes:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw  # not text: kept as it is, so nothing the user wrote is lost
+    return _SECRET_LINE.sub(lambda m: m.group(1) + SECRET_REMOVED, text).encode("utf-8")
+
+
+def _backup(path: Path) -> Path | None:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backup = path.with_name(f"{path.name}.broken-{stamp}")
+    try:
+        backup.write_bytes(_without_secrets(path.read_bytes()))
+    except OSError:
+        return None
+    return backup
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _to_plain(getattr(value, f.name))
+            for f in fields(value)
+            if getattr(value, f.name) is not None
+        }
+    if isinstance(value, tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def settings_to_toml(settings: Settings) -> str:
+    plain = _to_plain(settings)
+    for key in ("endpoints", "proxies", "agents"):
+        if not plain.get(key):
+            plain.pop(key, None)
+    header = "# llm-tray settings. API keys are kept in the OS keyring, never here.\n"
+    return header + tomli_w.dumps(plain)
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Write atomically: a temp file in the same folder, fsync, then rename over the old one."""
+    path = path or paths.config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = settings_to_toml(settings)
+    fd, tmp_name = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,500 @@
+"""The headless monitor: discovery + probes + hardware → pipeline → store.
+
+Used by the tray (on its sampler thread), `watch`, `status` and `agent`.
+Never imports Qt. `tick()` blocks on I/O, so GUI code calls it only from a
+worker thread. One hung endpoint never delays the others: each server is
+polled on its own thread with its own timeouts, and a poll that overruns the
+tick budget is reported as such while it finishes in the background.
+Remote machines (`[[agents]]`, sources/remote_agent.py) are asked for their snapshot in
+parallel with the probes; their servers and alerts join this machine's after the pipeline
+(they are neither recorded nor diagnosed here: their agent does both).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from trayapp.config import paths
+from trayapp.config.settings import EndpointConfig, Settings
+from trayapp.core.machine import Machine, resolve_machine
+from trayapp.core.model import (
+    Baseline,
+    FinishedRequest,
+    HardwareProfile,
+    HardwareSnapshot,
+    ServerReading,
+    Snapshot,
+    is_busy,
+)
+from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
+from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
+from trayapp.core.redact import redact_url
+from trayapp.services.proxy.inbox import RecordInbox, same_server
+from trayapp.sources import secrets
+from trayapp.sources.discovery import Discovery, Endpoint
+from trayapp.sources.facts_loader import ModelFactsLoader
+from trayapp.sources.hardware import HardwareProbe
+from trayapp.sources.hwtable import gpu_lookup
+from trayapp.sources.remote_agent import RemoteAgents
+
+if TYPE_CHECKING:
+    from trayapp.core.bench import BenchResult
+    from trayapp.sinks.store import Store
+
+log = logging.getLogger("trayapp.services.monitor")
+
+POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
+HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung
+PROXY_RECORD_WAIT_S = 60.0  # how long a proxy record waits for its server's next reading
+_INBOX_LOCK = threading.Lock()  # makes the inbox of a monitor that had none (accept_proxy_records)
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    extra_endpoints: tuple[EndpointConfig, ...] = ()
+    discover: bool | None = None  # None: as configured
+    profile: HardwareProfile | None = None  # hardware overrides from the command line
+    record: bool = True
+    one_shot: bool = False
+
+
+class Monitor:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        extra_endpoints: Sequence[EndpointConfig] = (),
+        discover: bool | None = None,
+        profile: HardwareProfile | None = None,
+        record: bool = True,
+        one_shot: bool = False,
+        hardware_probe: HardwareProbe | None = None,
+        measure_ram: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        proxy_inbox: RecordInbox | None = None,
+    ) -> None:
+        self.options = MonitorOptions(tuple(extra_endpoints), discover, profile, record, one_shot)
+        self.settings = settings
+        self._clock = clock
+        self._wall = wall_clock
+        self.warnings: list[str] = []
+        self.last_snapshot: Snapshot | None = None
+        self._hardware = hardware_probe or HardwareProbe()
+        if measure_ram and self._profile().ram_bandwidth_gbps is None:
+            self._measure_ram_bandwidth()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="llm-tray-poll")
+        self._inflight: dict[str, tuple[Future[ServerReading], float]] = {}
+        self._last_reading: dict[str, tuple[ServerReading, float]] = {}
+        self._store: Store | None = None
+        if record:
+            self._open_store()
+        self.pipeline = Pipeline(
+            settings.thresholds,
+            idle_gap_s=settings.monitor.session_idle_gap_s,
+            one_shot=one_shot,
+        )
+        self._discovery = self._make_discovery()
+        self._last_status: dict[str, str] = {}
+        self._paused = False
+        self._proxy_inbox = proxy_inbox
+        self._proxy_waiting: list[tuple[str, FinishedRequest, float]] = []  # for a server not read yet
+        self._remote = RemoteAgents(settings.agents)
+
+    # ------------------------------------------------------------------ setup
+
+    def _profile(self) -> HardwareProfile:
+        base = self.settings.hardware.profile()
+        override = self.options.profile
+        if override is None:
+            return base
+        return HardwareProfile(
+            gpu_name=override.gpu_name or base.gpu_name,
+            bandwidth_gbps=override.bandwidth_gbps
+            if override.bandwidth_gbps is not None
+            else base.bandwidth_gbps,
+            vram_bytes=override.vram_bytes if override.vram_bytes is not None else base.vram_bytes,
+            ram_bandwidth_gbps=(
+                override.ram_bandwidth_gbps
+                if override.ram_bandwidth_gbps is not None
+                else base.ram_bandwidth_gbps
+            ),
+            kv_type=override.kv_type if override.kv_type != "f16" else base.kv_type,
+        )
+
+    def _measure_ram_bandwidth(self) -> None:
+        from trayapp.sources.host import RamBandwidthKeeper, default_cache_path
+
+        self._ram_keeper = RamBandwidthKeeper(default_cache_path(), clock=self._clock, wall_clock=self._wall)
+        try:
+            record = self._ram_keeper.load_or_measure()
+        except Exception as exc:  # a failed benchmark only costs the CPU-side ceiling
+            self.warnings.append(f"RAM bandwidth measurement failed: {exc}")
+            return
+        self._hardware.set_measured_ram_bandwidth(record)
+
+    def _recheck_ram_bandwidth(self, snapshot: Snapshot) -> None:
+        """Keep the one stored RAM bandwidth: adopt a higher figure another process stored, and measure
+        again in the background on a provisional figure or on evidence (hardware changed, contradicted)."""
+        keeper = getattr(self, "_ram_keeper", None)
+        if keeper is not None and keeper.current is not None and not self.options.one_shot:
+            keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)
+
+    def _open_store(self) -> None:
+        from trayapp.sinks.store import Store, StoreLockedError
+
+        store_cfg = self.settings.store
+        try:
+            self._store = Store(
+                paths.store_file(),
+                writer=True,
+                sample_interval_s=store_cfg.sample_interval_s,
+                retention_days=store_cfg.retention_days,
+                max_size_bytes=int(store_cfg.max_size_mb * 2**20),
+            )
+        except StoreLockedError as exc:
+            self.warnings.append(f"not recording: {exc}")
+            self._store = None
+        except Exception as exc:
+            self.warnings.append(f"not recording: cannot open the store ({exc})")
+            self._store = None
+
+    def _endpoint_configs(self) -> list[EndpointConfig]:
+        seen: set[str] = set()
+        merged: list[EndpointConfig] = []
+        for endpoint in (*self.settings.endpoints, *self.options.extra_endpoints):
+            if endpoint.url not in seen:
+                seen.add(endpoint.url)
+                merged.append(endpoint)
+        return merged
+
+    def _make_discovery(self) -> Discovery:
+        configs = {e.url: e for e in self._endpoint_configs()}
+        endpoints = [
+            Endpoint(
+                url=e.url,
+                kind=e.kind,
+                api_key_env=e.api_key_env,
+                name=e.name,
+            )
+            for e in configs.values()
+        ]
+        discover = self.settings.monitor.discover if self.options.discover is None else self.options.discover
+
+        def api_key_lookup(endpoint: Endpoint) -> str | None:
+            config = configs.get(endpoint.url)
+            if config is None:
+                return None
+            key, why = secrets.resolve_api_key(
+                endpoint.url, api_key_env=config.api_key_env, use_keyring=config.use_keyring
+            )
+            if why and endpoint.url not in self._key_warned:
+                self._key_warned.add(endpoint.url)
+                self.warnings.append(f"{endpoint.url}: no API key ({why})")
+            return key
+
+        self._key_warned: set[str] = set()
+        return Discovery(
+            endpoints,
+            scan_defaults=discover,
+            reprobe_interval_s=self.settings.monitor.rediscover_s,
+            facts_loader=ModelFactsLoader(),
+            api_key_lookup=api_key_lookup,
+        )
+
+    # ------------------------------------------------------------------ public
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Take new settings without a restart (endpoints, thresholds, intervals)."""
+        endpoints_changed = (settings.endpoints, settings.monitor.discover, settings.hardware) != (
+            self.settings.endpoints,
+            self.settings.monitor.discover,
+            self.settings.hardware,
+        )
+        if settings.agents != self.settings.agents:
+            self._remote.close()
+            self._remote = RemoteAgents(settings.agents)
+        self.settings = settings
+        self.pipeline.set_thresholds(settings.thresholds)
+        self.pipeline.sessions.idle_gap_s = settings.monitor.session_idle_gap_s
+        if endpoints_changed:
+            self._discovery.close()
+            self._discovery = self._make_discovery()
+
+    def set_paused(self, paused: bool) -> None:
+        self._paused = paused
+
+    def tick(self, budget_s: float = POLL_BUDGET_S) -> Snapshot:
+        """Poll everything once and return the new snapshot (blocking I/O, at most ~budget_s)."""
+        now_mono = self._clock()
+        self._remote.submit()
+        probes = self._discovery.refresh(now_mono)
+        readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
+        hardware = self._read_hardware()
+        machines, default_machine = self._machines(hardware)
+        baselines, plain = self._baselines(machines, default_machine)
+        calibrations, bench_rates = self._benched(machines, default_machine)
+        output = self.pipeline.process(
+            readings,
+            hardware,
+            machines,
+            default_machine,
+            self._clock(),
+            self._wall(),
+            baselines,
+            plain,
+            calibrations,
+            bench_rates=bench_rates,
+        )
+        self._log_transitions(output.snapshot)
+        if self._store is not None and not self._paused:
+            self._record(output)
+        snapshot = self._remote.merge(output.snapshot, now_mono + budget_s - self._clock())
+        self.last_snapshot = snapshot
+        self._recheck_ram_bandwidth(output.snapshot)
+        return snapshot
+
+    def next_interval_s(self) -> float:
+        """About 1 s while something generates, slower when idle."""
+        snap = self.last_snapshot
+        cfg = self.settings.monitor
+        if snap is not None and any(m.phase == "loading" or is_busy(m.phase) for _, m in snap.models()):
+            return cfg.poll_active_s
+        return cfg.poll_idle_s
+
+    def close(self) -> None:
+        self._remote.close()
+        self._discovery.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._hardware.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    @property
+    def store_error(self) -> str | None:
+        return getattr(self._store, "last_error", None) if self._store is not None else None
+
+    def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
+        """Keep a bench's result as the baseline through this monitor's store, whose writer it is
+        (the tray's bench: a second writer would be refused): (stored, a note). Safe from any
+        thread (the store locks). None when this monitor records nothing (no store of its own)."""
+        if self._store is None or not self._store.writer:
+            return None
+        from trayapp.core.bench import baseline_refusal
+        from trayapp.sinks.store import StoreError
+
+        refusal = baseline_refusal(result)
+        if refusal is not None:
+            return False, refusal
+        try:
+            written = self._store.record_bench(result)
+        except StoreError as exc:
+            return False, f"not stored as the baseline: {exc}"
+        return bool(written), None
+
+    def accept_proxy_records(
+        self, upstreams: Sequence[str], lease_s: float, records: Sequence[tuple[str, FinishedRequest]]
+    ) -> tuple[list[str], bool]:
+        """Records of a recording proxy in another process (`llm-tray proxy` while this monitor
+        holds the store; POST /v1/records): into the inbox the tray's own proxies feed, so they take
+        the same path to the live view and the store. `upstreams` count as proxied for `lease_s`.
+        Safe from any thread. Returns (the upstreams this monitor does not watch, whose records wait
+        for a reading and are then dropped; whether it records to the store)."""
+        with _INBOX_LOCK:
+            if self._proxy_inbox is None:  # an agent's monitor has no proxies of its own
+                self._proxy_inbox = RecordInbox()
+            inbox = self._proxy_inbox
+        inbox.lend(upstreams, lease_s)
+        for url, record in records:
+            inbox.put(url, record)
+        recording = self._store is not None and not self._paused
+        snapshot = self.last_snapshot
+        if snapshot is None:  # not polled yet: nothing to say
+            return [], recording
+        watched = [server.url for server in snapshot.servers if server.machine is None]
+        return [u for u in upstreams if not any(same_server(u, w) for w in watched)], recording
+
+    # ------------------------------------------------------------------ internals
+
+    def _poll_all(self, probes: Sequence, now_mono: float, budget_s: float) -> list[ServerReading]:
+        """Poll every server at once; wait at most `budget_s` for answers.
+
+        A server still answering an earlier poll is not polled again. Until it has been
+        silent for HUNG_AFTER_S its last reading is repeated with its age (so `watch`
+        keeps its cadence and a slow prefill does not flap the status); after that it is
+        reported as hung.
+        """
+        for probe in probes:
+            running = self._inflight.get(probe.url)
+            if running is None or running[0].done():
+                self._inflight[probe.url] = (
+                    self._pool.submit(_safe_poll, probe, now_mono, self._clock),
+                    now_mono,
+                )
+        pending = [self._inflight[p.url][0] for p in probes if not self._inflight[p.url][0].done()]
+        if pending:
+            wait(pending, timeout=budget_s)
+        readings: list[ServerReading] = []
+        now = self._clock()
+        for probe in probes:
+            future, started = self._inflight[probe.url]
+            if future.done():
+                reading = future.result()
+                self._last_reading[probe.url] = (reading, now)
+                readings.append(reading)
+                continue
+            last = self._last_reading.get(probe.url)
+            waited = now - started
+            if last is not None and waited < HUNG_AFTER_S:
+                readings.append(replace(last[0], age_s=now - last[1]))
+            else:
+                readings.append(
+                    ServerReading(
+                        kind=probe.kind,
+                        url=probe.url,
+                        status="error",
+                        reason=f"no answer for {waited:.0f} s (server hung?)",
+                    )
+                )
+        return readings
+
+    def _with_proxy_records(self, readings: list[ServerReading], now_mono: float) -> list[ServerReading]:
+        """Each server's finished requests with the recording proxy's records of it merged in."""
+        if self._proxy_inbox is None:
+            return readings
+        waiting = self._proxy_waiting + [(url, r, now_mono) for url, r in self._proxy_inbox.take()]
+        self._proxy_waiting = []
+        merged = []
+        for reading in readings:
+            mine = [r for url, r, _ in waiting if same_server(url, reading.url)]
+            waiting = [w for w in waiting if not same_server(w[0], reading.url)]
+            if self._proxy_inbox.proxied(reading.url):
+                totals = self._proxy_inbox.prompt_totals(reading.url)  # prompts being read, counted
+                reading = with_prompt_totals(replace(reading, proxied=True), totals)
+            if mine and reading.age_s is None:  # a repeated reading already carried its records
+                names = [m.name for m in reading.models if m.loaded]
+                reading = replace(reading, finished=merge_proxy_records(reading.finished, mine, names))
+            elif mine:
+                waiting += [(reading.url, r, now_mono) for r in mine]
+            merged.append(reading)
+        for url, record, since in waiting:
+            if now_mono - since < PROXY_RECORD_WAIT_S:
+                self._proxy_waiting.append((url, record, since))
+            else:
+                log.warning("proxy record for %s dropped: that server is not being watched", redact_url(url))
+        return merged
+
+    def _read_hardware(self) -> HardwareSnapshot:
+        return self._hardware.read()
+
+    def _machines(self, hardware: HardwareSnapshot) -> tuple[dict[str, Machine], Machine]:
+        profile = self._profile()
+        default = resolve_machine(hardware, profile, gpu_lookup)
+        machines: dict[str, Machine] = {}
+        for endpoint in self._endpoint_configs():
+            endpoint_profile = endpoint.hardware_profile(profile)
+            if endpoint_profile != profile:  # a server on another machine, described in the config
+                machines[endpoint.url] = resolve_machine(hardware, endpoint_profile, gpu_lookup)
+        return machines, default
+
+    def _record(self, output: TickOutput) -> None:
+        assert self._store is not None
+        try:
+            self._store.record(output.snapshot, output.sessions)
+        except Exception as exc:  # the store reports disk-full itself; anything else must not stop us
+            log.error("store: %s", exc)
+
+    def _baselines(
+        self, machines: dict[str, Machine], default: Machine
+    ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
+        """The store's baselines of every model that was decoding at the last tick (the store caches
+        them): the comparable one (same speculative decoding) and, for a model decoding with
+        speculative decoding, the plain-decode one its speed-up is measured against; and every
+        local model's calibration (its benched efficiency on this hardware), when it was benched."""
+        comparable: dict[tuple[str, str], Baseline] = {}
+        plain: dict[tuple[str, str], Baseline] = {}
+        if self._store is None or self.last_snapshot is None:
+            return comparable, plain
+        for server, model in self.last_snapshot.models():
+            if model.phase != "decoding" or model.session_id is None or server.machine is not None:
+                continue
+            key = (server.url, model.name)
+            label = hardware_label(machines.get(server.url, default))
+            kinds = (model.spec_type, None) if model.spec_type else (None,)
+            for spec_type in kinds:
+                try:
+                    baseline = self._store.baseline(
+                        model=model.name,
+                        quantization=model.quantization,
+                        hardware=label,
+                        context_tokens=model.context_tokens,
+                        before_wall_s=self._wall(),
+                        exclude_session=model.session_id,
+                        spec_type=spec_type,
+                    )
+                except Exception as exc:  # a store problem must not stop monitoring; the store logs it too
+                    log.warning("baseline lookup failed: %s", exc)
+                    continue
+                if baseline is None:
+                    continue
+                if spec_type == model.spec_type:
+                    comparable[key] = baseline
+                if spec_type is None:
+                    plain[key] = baseline
+        return comparable, plain
+
+    def _benched(
+        self, machines: dict[str, Machine], default: Machine
+    ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+        """Every local model's calibration (its benched efficiency on this hardware) and bench
+        decode rate at depth 0, where it was benched: the dashboard's band and bench line, and
+        `low_efficiency`'s floor. The store caches them."""
+        calibrations: dict[tuple[str, str], float] = {}
+        rates: dict[tuple[str, str], float] = {}
+        if self._store is None or self.last_snapshot is None:
+            return calibrations, rates
+        for server, model in self.last_snapshot.models():
+            if server.machine is not None:
+                continue
+            key = (server.url, model.name)
+            label = hardware_label(machines.get(server.url, default))
+            now = self._wall()
+            try:
+                calibration = self._store.calibration(model=model.name, hardware=label, before_wall_s=now)
+                rate = self._store.bench_rate(
+                    model=model.name, quantization=model.quantization, hardware=label, before_wall_s=now
+                )
+            except Exception as exc:  # a store problem must not stop monitoring
+                log.warning("bench lookup failed: %s", exc)
+                continue
+            if calibration is not None:
+                calibrations[key] = calibration
+            if rate is not None:
+                rates[key] = rate
+        return calibrations, rates
+
+    def _log_transitions(self, snapshot: Snapshot) -> None:
+        for server in snapshot.servers:
+            before = self._last_status.get(server.url)
+            if before != server.status:
+                detail = f" ({server.reason})" if server.reason and server.status != "ok" else ""
+                log.info("%s %s: %s → %s%s", server.kind, server.url, before or "new", server.status, detail)
+                self._last_status[server.url] = server.status
+
+
+def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerReading:
+    try:
+        reading = probe.poll(now_mono)
+        return replace(reading, t_mono_s=clock())
+    except Exception as exc:  # probes must not raise; if one does, it is a bug we report, not a crash
+        log.exception("probe %s crashed", probe.url)
+        return ServerReading(
+            kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}"
+        )

@@ -1,0 +1,494 @@
+"""The sampler's local endpoint: the latest snapshot over HTTP, for `status`, `watch` and `bar`.
+
+One sampler per machine (the tray app or `llm-tray agent`) serves:
+
+* `GET /v1/snapshot`: the `status --json` document (core/jsonview.py, docs/json.md);
+  `?format=text` the `status` text, `?format=line` the `watch` line;
+* `GET /v1/glance`: the status-bar document (core/bar.py `glance_json`);
+* `GET /v1/events`: server-sent events, `snapshot`, `line` and `glance` each tick and `alert`
+  on each alert transition (`{"transition": "started" | "ended", "alert": {...}}`).
+
+`publish(snapshot)` only swaps a reference and wakes a builder thread, so neither the sampler
+nor the GUI thread ever waits on a client; the builder makes the documents once per tick and
+the handler threads only send bytes. Loopback by default; any other address needs a token,
+checked on every request (`Authorization: Bearer ...`, 401 without). A client that sends its
+request too slowly is dropped (socket timeout); many event streams at once get 503.
+
+`start(announce=True)` claims the sampler file (sinks/sampler_file.py) for this endpoint,
+unless another live sampler has it: then this endpoint serves all the same, unannounced, and
+`machine_sampler` names the other one. The claim is tried again every `reclaim_s` (on the builder
+thread, after a snapshot), so when the other sampler stops this one takes over, and a file removed
+by someone else comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from trayapp.core.bar import glance_json
+from trayapp.core.glance import GlanceTracker
+from trayapp.core.jsonview import alert_json, snapshot_json
+from trayapp.core.loopback import is_loopback
+from trayapp.core.model import Alert, Snapshot
+from trayapp.core.text import format_snapshot, format_watch_line
+from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.sampler_file import (
+    BENCH_PATH,
+    MAX_POST_BYTES,
+    RECORDS_PATH,
+    SamplerInfo,
+    claim_sampler_file,
+    remove_sampler_file,
+)
+from trayapp.sinks.wire import WireError, from_wire, parse_records
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 10.0  # a client this slow to send its request (or to read) is dropped
+KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
+MAX_STREAMS = 32  # event streams at once; more get 503
+SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
+BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
+RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
+
+
+@dataclass(frozen=True)
+class _Published:
+    snapshot: Snapshot
+    doc: bytes
+    glance: bytes
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _sse(event: str, data: bytes) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"  # JSON has no raw newline
+
+
+class SnapshotServer:
+    """The endpoint; `start()` binds it, `publish()` feeds it, `stop()` ends it."""
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        thresholds: Thresholds | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        role: str = "tray",
+        reclaim_s: float = RECLAIM_S,
+        intake: Callable[[], object | None] | None = None,
+    ) -> None:
+        """`intake()`: the monitor that takes posted records (`accept_proxy_records`,
+        `record_bench`: trayapp/services/monitor.py), or None while there is none yet; without it the POST
+        paths answer 503."""
+        if not is_loopback(address) and not token:
+            raise ValueError(f"{address} is not a loopback address: the snapshot endpoint needs a token")
+        self.address = address
+        self.token = token
+        self.request_timeout_s = request_timeout_s
+        self.role = role  # what the sampler file calls this process: "tray" or "agent"
+        self.reclaim_s = reclaim_s
+        self.intake = intake or (lambda: None)
+        self._port = port
+        self._tracker = GlanceTracker(thresholds or Thresholds())
+        self._cond = threading.Condition()
+        self._pending: Snapshot | None = None
+        self._latest: _Published | None = None
+        self._events: deque[tuple[int, bytes]] = deque(maxlen=BACKLOG)
+        self._seq = 0
+        self._streams = 0
+        self._closed = False
+        self._alerts: dict[str, Alert] = {}
+        self._announced = False
+        self._claim_lock = threading.Lock()  # a claim never runs during or after stop's removal
+        self._owner: SamplerInfo | None = None
+        self._claimed_mono_s = 0.0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ life
+
+    def start(self, announce: bool = False) -> SnapshotServer:
+        """Bind and serve from daemon threads; raises OSError when the port is taken.
+
+        `announce`: claim the sampler file (sinks/sampler_file.py), removed again by `stop`;
+        when another live sampler has it, nothing is written and `machine_sampler` names that one.
+        """
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+            timeout = server.request_timeout_s
+
+        httpd = _HttpServer((self.address, self._port), Handler)
+        threads = [
+            threading.Thread(
+                target=httpd.serve_forever,
+                args=(SHUTDOWN_POLL_S,),
+                name="llm-tray-snapshot-http",
+                daemon=True,
+            ),
+            threading.Thread(target=self._build_loop, name="llm-tray-snapshot-build", daemon=True),
+        ]
+        with self._cond:
+            if self._closed:  # stopped while binding (start_in_background)
+                httpd.server_close()
+                return self
+            self._httpd, self._threads = httpd, threads
+        for thread in threads:
+            thread.start()
+        if announce:
+            self._announced = True
+            self._claim()
+        log.info("snapshot endpoint on %s", self.url)
+        return self
+
+    def start_in_background(self, announce: bool = False) -> None:
+        """`start` on a short-lived thread (the GUI thread never binds); a failure is logged."""
+
+        def run() -> None:
+            try:
+                self.start(announce)
+            except OSError as exc:
+                log.warning("snapshot endpoint not started: %s", exc)
+
+        threading.Thread(target=run, name="llm-tray-snapshot-start", daemon=True).start()
+
+    @property
+    def machine_sampler(self) -> SamplerInfo | None:
+        """This machine's sampler as of the last claim (None before one, or unannounced)."""
+        return self._owner
+
+    @property
+    def is_machine_sampler(self) -> bool:
+        """Whether the sampler file names this endpoint (as of the last claim)."""
+        return self._owner is not None and self._owner.is_this_process(self.url)
+
+    def _claim(self) -> None:
+        """Claim the sampler file (a no-op when it already names this endpoint); logs a change."""
+        with self._claim_lock:
+            if not self._announced or self._closed:  # stop sets _closed before it removes the file
+                return
+            self._claimed_mono_s = time.monotonic()
+            before, owner = self._owner, claim_sampler_file(self.url, self.role)
+            self._owner = owner
+        if owner == before:
+            return
+        if owner.is_this_process(self.url):
+            log.info("this %s is this machine's sampler (%s)", self.role, self.url)
+        else:
+            log.info("%s is this machine's sampler: this endpoint is not announced", owner.describe())
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1]) if self._httpd is not None else self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop serving (event streams end) and remove the sampler file if `start` wrote it."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            httpd, threads = self._httpd, self._threads
+        with self._claim_lock:
+            if self._announced:
+                remove_sampler_file(self.url)  # only while it names this endpoint
+                self._announced = False
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        for thread in threads:
+            thread.join(timeout_s)
+
+    # ------------------------------------------------------------------ feeding
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """The newest snapshot: swapped in, documents built later on the builder thread."""
+        with self._cond:
+            self._pending = snapshot
+            self._cond.notify_all()
+
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        self._tracker.thresholds = thresholds  # read by the builder thread at its next snapshot
+
+    def _build_loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                snapshot, self._pending = self._pending, None
+            try:
+                self._build(snapshot)
+            except Exception:  # a bug here must not end the endpoint
+                log.exception("snapshot endpoint: building the documents failed")
+            if self._announced and time.monotonic() - self._claimed_mono_s >= self.reclaim_s:
+                try:
+                    self._claim()
+                except OSError as exc:
+                    log.warning("sampler file not claimed: %s", exc)
+
+    def _build(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None:
+            return
+        doc = _json_bytes(snapshot_json(snapshot))
+        glance = _json_bytes(glance_json(self._tracker.update(snapshot), snapshot))
+        events = [_sse("snapshot", doc), _sse("line", _json_bytes(format_watch_line(snapshot))),
+                  _sse("glance", glance)]  # fmt: skip
+        active = {a.id: a for a in snapshot.alerts if a.ended_wall_s is None}
+        for alert_id, alert in active.items():
+            if alert_id not in self._alerts:
+                events.append(
+                    _sse("alert", _json_bytes({"transition": "started", "alert": alert_json(alert)}))
+                )
+        ended = {a.id: a for a in snapshot.alerts if a.ended_wall_s is not None}
+        for alert_id, previous in self._alerts.items():
+            if alert_id not in active:
+                alert = ended.get(alert_id, previous)
+                events.append(_sse("alert", _json_bytes({"transition": "ended", "alert": alert_json(alert)})))
+        self._alerts = active
+        with self._cond:
+            self._latest = _Published(snapshot, doc, glance)
+            for event in events:
+                self._seq += 1
+                self._events.append((self._seq, event))
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ for the handlers
+
+    def latest(self) -> _Published | None:
+        with self._cond:
+            return self._latest
+
+    def _stream_slot(self, delta: int) -> bool:
+        with self._cond:
+            if delta > 0 and self._streams >= MAX_STREAMS:
+                return False
+            self._streams += delta
+            return True
+
+    def _next_events(self, after: int, timeout_s: float) -> tuple[int, list[bytes]] | None:
+        """Events numbered after `after` (waits up to `timeout_s`); None once the server stops."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._seq > after, timeout_s)
+            if self._closed:
+                return None
+            return self._seq, [event for seq, event in self._events if seq > after]
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        import socket
+
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: SnapshotServer
+    timeout = REQUEST_TIMEOUT_S
+    server_version = "llm-tray"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log."""
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="llm-tray"')
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, _json_bytes({"error": message}))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's errors (bad request line, too long, ...) as short JSON, with a status line."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # garbage parsed as HTTP/0.9 still gets a status line
+        with contextlib.suppress(OSError):  # the client may be gone already
+            self._error(code, message or "bad request")
+
+    def _authorized(self) -> bool:
+        token = self.owner.token
+        if token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+            return
+        parts = urlsplit(self.path)
+        if parts.path == "/v1/events":
+            self._events()
+            return
+        if parts.path not in ("/v1/snapshot", "/v1/glance"):
+            self._error(404, "not found: /v1/snapshot, /v1/glance, /v1/events")
+            return
+        latest = self.owner.latest()
+        if latest is None:
+            self._error(503, "no snapshot yet")
+            return
+        if parts.path == "/v1/glance":
+            self._send(200, latest.glance)
+            return
+        fmt = parse_qs(parts.query).get("format", ["json"])[0]
+        if fmt == "text":
+            self._send(200, format_snapshot(latest.snapshot).encode(), "text/plain; charset=utf-8")
+        elif fmt == "line":
+            self._send(200, format_watch_line(latest.snapshot).encode(), "text/plain; charset=utf-8")
+        else:
+            self._send(200, latest.doc)
+
+    def _refuse(self) -> None:
+        self.close_connection = True  # its body, if any, is not read
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+        else:
+            self._error(405, f"only GET, and POST to {RECORDS_PATH} or {BENCH_PATH}")
+
+    do_PUT = do_DELETE = do_PATCH = _refuse
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path not in (RECORDS_PATH, BENCH_PATH):
+            self._refuse()
+            return
+        self.close_connection = True  # one post per connection: a refused body is never read
+        if not self._authorized():
+            self._error(401, "unauthorized: send Authorization: Bearer <token>")
+            return
+        if not is_loopback(str(self.client_address[0]).removeprefix("::ffff:")):  # v4-mapped too
+            self._error(403, "records are taken from this machine only (loopback)")
+            return
+        body = self._body()
+        if body is None:
+            return
+        intake = self.owner.intake()
+        if intake is None:
+            self._error(503, f"the {self.owner.role} is starting: no monitor to take it yet, try again")
+            return
+        try:
+            if path == RECORDS_PATH:
+                self._take_records(intake, body)
+            else:
+                self._take_bench(intake, body)
+        except WireError as exc:
+            self._error(400, f"invalid body: {exc}")
+        except Exception:  # a bug here must not end the endpoint, nor leave the client waiting
+            log.exception("snapshot endpoint: POST %s failed", path)
+            self._error(500, "internal error (logged)")
+
+    def _body(self) -> Any | None:
+        """The request's JSON body (None, after answering 4xx, when it is not one)."""
+        if self.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
+            self._error(415, "send Content-Type: application/json")
+            return None
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._error(411, "send Content-Length")
+            return None
+        if not length_text.strip().isdigit():
+            self._error(400, "invalid Content-Length")
+            return None
+        length = int(length_text)
+        if length > MAX_POST_BYTES:
+            self._error(413, f"body over {MAX_POST_BYTES} bytes: send fewer records per post")
+            return None
+        data = self.rfile.read(length)  # a client this slow is dropped (socket timeout)
+        if len(data) != length:
+            self._error(400, "body shorter than its Content-Length")
+            return None
+        try:
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._error(400, f"invalid JSON: {exc}")
+            return None
+
+    def _take_records(self, intake: object, body: Any) -> None:
+        accept = getattr(intake, "accept_proxy_records", None)
+        if accept is None:
+            self._error(503, f"this {self.owner.role} takes no proxy records")
+            return
+        upstreams, lease_s, records = parse_records(body)
+        unwatched, recording = accept(upstreams, lease_s, records)
+        answer = {"accepted": len(records), "unwatched": unwatched, "recording": recording}
+        self._send(202, _json_bytes(answer))
+
+    def _take_bench(self, intake: object, body: Any) -> None:
+        from trayapp.core.bench import BenchResult
+
+        record_bench = getattr(intake, "record_bench", None)
+        if not isinstance(body, dict) or set(body) != {"bench"}:
+            raise WireError('an object {"bench": {...}}')
+        result = from_wire(BenchResult, body["bench"], "bench")
+        done = record_bench(result) if record_bench is not None else None
+        if done is None:
+            self._error(409, f"this {self.owner.role} does not record (another process holds the store)")
+            return
+        stored, note = done
+        self._send(200, _json_bytes({"stored": stored, "note": note}))
+
+    def _events(self) -> None:
+        owner = self.owner
+        if not owner._stream_slot(+1):
+            self._error(503, "too many event streams")
+            return
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            with owner._cond:  # the state now and the number of the last event, together
+                latest, seq = owner._latest, owner._seq
+            first = [b"retry: 2000\n\n"]
+            if latest is not None:  # the state now, then every change
+                first += [_sse("snapshot", latest.doc), _sse("glance", latest.glance)]
+            self.wfile.write(b"".join(first))
+            self.wfile.flush()
+            while True:
+                got = owner._next_events(seq, KEEPALIVE_S)
+                if got is None:
+                    return
+                seq, events = got
+                self.wfile.write(b"".join(events) if events else b": keepalive\n\n")
+                self.wfile.flush()
+        except OSError:  # the client went away (or stopped reading for REQUEST_TIMEOUT_S)
+            return
+        finally:
+            owner._stream_slot(-1)

@@ -1,0 +1,431 @@
+"""The writing store: opening (with recovery), one transaction per tick, retention.
+
+Metrics only: no table has a column for prompt or completion text, and server URLs are
+stored with any password or query-string value masked (`rows.redact_url`). One process
+records (the tray, `watch` or `agent`): a writer holds an exclusive lock on `<db>.lock`;
+readers (`writer=False`: export, sessions, report) never take it and read while the
+monitor writes (WAL). Each `record()` is one committed transaction, so a `kill -9` loses
+at most the tick in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from trayapp.core.bench import BenchResult
+from trayapp.core.model import Baseline, SessionRecord, Snapshot
+from trayapp.sinks.store.baselines import BaselineQueries
+from trayapp.sinks.store.lock import acquire_lock, lock_path_for, release_lock
+from trayapp.sinks.store.reader import StoreQueries
+from trayapp.sinks.store.rows import (
+    Row,
+    alert_row,
+    bench_rows,
+    hardware_row,
+    hardware_signature,
+    request_row,
+    sample_row,
+    session_row,
+)
+from trayapp.sinks.store.schema import (
+    TABLES,
+    TIME_COLUMNS,
+    StoreError,
+    delete_oldest_sql,
+    migrate,
+    write_sql,
+)
+
+log = logging.getLogger(__name__)
+
+HARDWARE_INTERVAL_S = 60.0  # a hardware row at most this often unless something changes
+PRUNE_INTERVAL_S = 300.0  # record() prunes at most this often
+_JITTER_S = 0.5  # a tick up to 10 % (at most this) early still counts as a full interval
+_QUICK_CHECK_BUDGET_S = 1.0
+
+Rows = Mapping[str, Sequence[Row]]  # table → rows to write
+
+
+def _is_disk_full(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "is full" in text or "no space" in text
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return any(word in text for word in ("not a database", "malformed", "corrupt", "integrity check"))
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class Store(StoreQueries, BaselineQueries):
+    """The SQLite session log at `path`.
+
+    `writer=True` (the monitor) takes the one-writer lock, creates or migrates the
+    schema, and records; a corrupt file is moved aside to `<name>.corrupt-<time>` (see
+    `backup_path`) and a fresh store started. `writer=False` only reads and never
+    blocks the writer; a missing file reads as an empty store.
+
+    Samples: at most one per `sample_interval_s` per (server, model); a model idle since
+    its last sample only every `idle_sample_interval_s` (a change of phase is kept at
+    once). Hardware: at most once a minute unless the GPUs or bandwidths change.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        writer: bool = True,
+        sample_interval_s: float = 1.0,
+        idle_sample_interval_s: float = 60.0,
+        retention_days: float = 30.0,
+        max_size_bytes: int | None = 512 * 2**20,
+    ) -> None:
+        self.path = Path(path)
+        self.writer = writer
+        self.sample_interval_s = sample_interval_s
+        self.idle_sample_interval_s = idle_sample_interval_s
+        self.retention_days = retention_days
+        self.max_size_bytes = max_size_bytes
+        self.last_error: str | None = None
+        self.backup_path: Path | None = None  # where a corrupt file was moved, if it was
+        self._lock = threading.RLock()
+        self._lock_fd: int | None = None
+        self._last_sample: dict[tuple[str, str], tuple[float, str]] = {}
+        self._last_hardware: tuple[float, tuple[object, ...]] | None = None
+        self._alert_state: dict[str, tuple[object, ...]] = {}
+        self._last_prune_wall_s = -math.inf
+        self._baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]] = {}
+        self._bench_cache: dict[tuple[object, ...], tuple[float, float | None]] = {}
+        self._conn = self._open_writer() if writer else self._open_reader()
+
+    # ----------------------------------------------------------------- opening
+
+    def _connect(self, target: str, uri: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False, timeout=5.0)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _open_writer(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = acquire_lock(lock_path_for(self.path), self.path)
+        try:
+            try:
+                return self._prepare_writer()
+            except sqlite3.DatabaseError as exc:
+                if not _is_corrupt(exc):
+                    raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+                self.backup_path = self._move_aside()
+                log.warning(
+                    "store %s is corrupt (%s); moved it to %s and started a new one",
+                    self.path,
+                    exc,
+                    self.backup_path,
+                )
+                try:
+                    return self._prepare_writer()
+                except sqlite3.DatabaseError as exc2:
+                    raise StoreError(f"cannot open the store {self.path}: {exc2}") from exc2
+        except BaseException:
+            release_lock(self._lock_fd)
+            self._lock_fd = None
+            raise
+
+    def _prepare_writer(self) -> sqlite3.Connection:
+        conn = self._connect(str(self.path))
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            fresh = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+            if fresh:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # lets prune() give pages back
+            else:
+                self._quick_check(conn)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("store %s: WAL unavailable (journal_mode=%s)", self.path, mode)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA journal_size_limit = 8388608")
+            migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _quick_check(self, conn: sqlite3.Connection) -> None:
+        """A bounded integrity check: catches a mangled file at start, never stalls on a big one."""
+        deadline = time.monotonic() + _QUICK_CHECK_BUDGET_S
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            row = conn.execute("PRAGMA quick_check(1)").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "interrupt" not in str(exc).lower():
+                raise
+            return
+        finally:
+            conn.set_progress_handler(None, 0)
+        if row is not None and row[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {row[0]}")
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(str(self.path) + suffix)
+            if source.exists():
+                os.replace(source, Path(str(backup) + suffix))
+        return backup
+
+    def _open_reader(self) -> sqlite3.Connection:
+        if not self.path.exists():
+            conn = self._connect(":memory:")  # nothing recorded yet: an empty store
+            migrate(conn, self.path)
+            return conn
+        conn = self._connect(self.path.resolve().as_uri() + "?mode=rw", uri=True)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute("PRAGMA query_only = 1")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
+        if version == 0:  # created but never initialised: read as empty
+            conn.close()
+            conn = self._connect(":memory:")
+            migrate(conn, self.path)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                if self.writer:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("PRAGMA optimize")
+                self._conn.close()
+                self._conn = None  # type: ignore[assignment]
+            if self._lock_fd is not None:
+                release_lock(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- writing
+
+    def record(self, snapshot: Snapshot, sessions: Iterable[SessionRecord] = ()) -> str | None:
+        """Store one tick: samples (rate-bounded), finished requests, sessions, hardware, alerts.
+
+        One committed transaction. Never raises on a write error (a full disk, a locked or
+        broken file): it returns the error, keeps it in `last_error`, and keeps what it can
+        — on a full disk it drops the oldest samples to make room, or else at least the
+        sessions, requests and alerts. Returns None when everything was written.
+        """
+        if not self.writer:
+            raise StoreError(f"the store {self.path} was opened read-only")
+        now = snapshot.t_wall_s
+        samples, sample_marks = self._sample_rows(snapshot)
+        hardware = self._hardware_rows(snapshot)
+        alerts, alert_marks = self._alert_rows(snapshot)
+        essential = {
+            "requests": [request_row(r) for r in snapshot.requests],
+            "sessions": [session_row(s) for s in sessions],
+            "alerts": alerts,
+        }
+        everything = {"samples": samples, "hardware": hardware, **essential}
+
+        error: str | None = None
+        wrote_all = wrote_rest = False
+        try:
+            self._write(everything)
+            wrote_all = True
+        except sqlite3.Error as exc:
+            error = f"could not record to {self.path}: {exc}"
+            if _is_disk_full(exc):
+                freed = self._make_room()
+                try:
+                    self._write(everything)
+                    wrote_all = True
+                    error = f"the store {self.path} is full: dropped the {freed} oldest samples to make room"
+                except sqlite3.Error:
+                    try:
+                        self._write(essential)
+                        wrote_rest = True
+                        error = f"the store {self.path} is full: kept sessions and requests, lost samples"
+                    except sqlite3.Error as exc3:
+                        error = f"could not record to {self.path}: {exc3}"
+        if wrote_all:
+            self._last_sample.update(sample_marks)
+            if hardware:
+                self._last_hardware = (now, hardware_signature(snapshot.hardware))
+        if wrote_all or wrote_rest:
+            self._alert_state.update(alert_marks)
+            for alert in snapshot.ended_alerts:
+                self._alert_state.pop(alert.id, None)
+
+        if error is None and now - self._last_prune_wall_s >= PRUNE_INTERVAL_S:
+            try:
+                self.prune(now)
+            except sqlite3.Error as exc:
+                error = f"could not prune {self.path}: {exc}"
+        self._set_error(error)
+        return error
+
+    def _set_error(self, error: str | None) -> None:
+        if error != self.last_error:  # log transitions, not ticks
+            if error:
+                log.warning("%s", error)
+            elif self.last_error:
+                log.info("store %s: recording again", self.path)
+        self.last_error = error
+
+    def _write(self, rows: Rows) -> None:
+        """Write `rows` (table → rows, each a column → value dict) in one transaction."""
+        if not any(rows.values()):
+            return
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in TABLES:
+                    table_rows = rows.get(table)
+                    if table_rows:
+                        conn.executemany(write_sql(table, tuple(table_rows[0])), table_rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _make_room(self) -> int:
+        """Disk full: delete the oldest tenth of the samples so their pages can be reused."""
+        try:
+            with self._lock:
+                count = self._conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+                if not count:
+                    return 0
+                n = max(1, math.ceil(count / 10))
+                self._conn.execute(delete_oldest_sql("samples"), (n,))
+                return n
+        except sqlite3.Error:
+            return 0
+
+    def _sample_rows(self, snapshot: Snapshot) -> tuple[list[Row], dict[tuple[str, str], tuple[float, str]]]:
+        now = snapshot.t_wall_s
+        rows: list[Row] = []
+        marks: dict[tuple[str, str], tuple[float, str]] = {}
+        for server in snapshot.servers:
+            for m in server.models:
+                key = (server.url, m.name)
+                if key in marks:
+                    continue
+                last = self._last_sample.get(key)
+                interval = self.sample_interval_s
+                if m.phase == "idle" and (last is None or last[1] == "idle"):
+                    interval = self.idle_sample_interval_s  # idle and unchanged: sample slowly
+                if last is not None and last[0] <= now < last[0] + interval - min(0.1 * interval, _JITTER_S):
+                    continue
+                marks[key] = (now, m.phase)
+                rows.append(sample_row(now, server, m))
+        return rows, marks
+
+    def _hardware_rows(self, snapshot: Snapshot) -> list[Row]:
+        hw = snapshot.hardware
+        last = self._last_hardware
+        now = snapshot.t_wall_s
+        if (
+            last is not None
+            and last[1] == hardware_signature(hw)
+            and last[0] <= now < last[0] + HARDWARE_INTERVAL_S
+        ):
+            return []
+        return [hardware_row(now, hw)]
+
+    def _alert_rows(self, snapshot: Snapshot) -> tuple[list[Row], dict[str, tuple[object, ...]]]:
+        rows: list[Row] = []
+        marks: dict[str, tuple[object, ...]] = {}
+        for alert in (*snapshot.alerts, *snapshot.ended_alerts):
+            state = (alert.severity, alert.message, alert.fix, alert.cause, alert.peak, alert.ended_wall_s)
+            if self._alert_state.get(alert.id) == state or marks.get(alert.id) == state:
+                continue
+            marks[alert.id] = state
+            rows.append(alert_row(alert))
+        return rows, marks
+
+    # ----------------------------------------------------------------- retention
+
+    def record_bench(self, result: BenchResult) -> int:
+        """Store a finished bench (one row per measured depth) as the baseline and calibration of
+        its key; returns the rows written. Raises StoreError on a write error (the bench says so)."""
+        if not self.writer:
+            raise StoreError(f"the store {self.path} was opened read-only")
+        rows = bench_rows(result)
+        try:
+            self._write({"bench": rows})
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write the bench to {self.path}: {exc}") from exc
+        self._baseline_cache.clear()
+        self._bench_cache.clear()
+        return len(rows)
+
+    def prune(self, now_wall_s: float) -> int:
+        """Apply the retention and the size cap; returns how many rows were deleted.
+
+        Older than `retention_days`: samples, requests, hardware rows, ended sessions and
+        alerts go. Over `max_size_bytes`: the oldest samples go first, then the oldest
+        requests, until the store is back under 90 % of the cap. Freed pages are given
+        back to the file system (incremental vacuum).
+        """
+        if not self.writer:
+            raise StoreError(f"the store {self.path} was opened read-only")
+        self._last_prune_wall_s = now_wall_s
+        cutoff = now_wall_s - self.retention_days * 86400.0
+        deleted = 0
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("samples", "requests", "hardware"):
+                    cur = conn.execute(f"DELETE FROM {table} WHERE {TIME_COLUMNS[table]} < ?", (cutoff,))
+                    deleted += cur.rowcount
+                for table in ("sessions", "alerts"):
+                    cur = conn.execute(
+                        f"DELETE FROM {table} WHERE ended_wall_s IS NOT NULL AND ended_wall_s < ?", (cutoff,)
+                    )
+                    deleted += cur.rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            if self.max_size_bytes is not None:
+                deleted += self._enforce_size_cap(self.max_size_bytes)
+            conn.executescript("PRAGMA incremental_vacuum;")  # execute() would step once: one page
+        return deleted
+
+    def _enforce_size_cap(self, cap_bytes: int) -> int:
+        deleted = 0
+        for table in ("samples", "requests"):
+            for _ in range(50):  # bounded: each pass removes a share sized to the excess
+                used = self.size_bytes()
+                if used <= cap_bytes:
+                    return deleted
+                count = self._conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                if not count:
+                    break
+                share = min(1.0, (used - 0.9 * cap_bytes) / used)
+                n = max(1, math.ceil(count * share))
+                self._conn.execute(delete_oldest_sql(table), (n,))
+                deleted += n
+        return deleted

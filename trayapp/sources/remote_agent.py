@@ -1,0 +1,217 @@
+"""The tray's side of a remote `llm-tray agent`: one `GET /v1/snapshot` per tick (docs/remote.md).
+
+`RemoteAgent.poll()` never raises: every failure becomes the machine's status and reason
+(unreachable, unauthorized, error), which the tray shows on that machine's entry. The token is
+sent as `Authorization: Bearer …` and comes from the environment variable the entry names
+(`token_env`) or else the OS keyring (sources/secrets.py; user `agent_keyring_user(url)`);
+it is read when the entry is made and again after a 401 (at most every TOKEN_RECHECK_S, so a token
+just saved in the settings dialog is picked up), never per tick, and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+
+import httpx
+import keyring
+import keyring.errors
+
+from trayapp.config.agents import AgentConfig, agent_keyring_user
+from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus, Snapshot
+from trayapp.core.redact import redact
+from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag_remote
+from trayapp.sources import secrets
+from trayapp.sources.http import tls_context
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 2.0  # a remote agent answers from memory: slower than this is a network problem
+TOKEN_RECHECK_S = 10.0  # after a 401, the token is looked up again at most this often
+
+
+@dataclass(frozen=True)
+class RemotePoll:
+    machine: RemoteMachine
+    servers: tuple[ServerStatus, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+
+
+def agent_token(agent: AgentConfig, environ: Mapping[str, str] = os.environ) -> tuple[str | None, str]:
+    """(the token or None, why there is none): `token_env` first, then the OS keyring."""
+    missing = []
+    if agent.token_env:
+        value = environ.get(agent.token_env)
+        if value:
+            return value, ""
+        missing.append(f"${agent.token_env} is not set")
+    try:
+        value = keyring.get_password(secrets.SERVICE, agent_keyring_user(agent.url))
+    except keyring.errors.NoKeyringError:
+        missing.append("no OS keyring here (name an environment variable with token_env)")
+    except keyring.errors.KeyringError as exc:
+        missing.append(f"keyring error: {exc}")
+    else:
+        if value:
+            return value, ""
+        missing.append("none is stored in the OS keyring (Settings → Remote machines)")
+    return None, "; ".join(missing)
+
+
+def store_agent_token(url: str, token: str) -> None:
+    """Keep an agent's token in the OS keyring; raises secrets.SecretStoreError (with what to do)."""
+    secrets.store_api_key(agent_keyring_user(url), token)
+
+
+def delete_agent_token(url: str) -> None:
+    secrets.delete_api_key(agent_keyring_user(url))
+
+
+def has_keyring_token(url: str) -> bool:
+    try:
+        return bool(keyring.get_password(secrets.SERVICE, agent_keyring_user(url)))
+    except keyring.errors.KeyringError:
+        return False
+
+
+class RemoteAgent:
+    """One `[[agents]]` entry; `poll()` from a worker thread (it blocks up to `timeout_s`)."""
+
+    def __init__(self, config: AgentConfig, timeout_s: float = TIMEOUT_S) -> None:
+        self.config = config
+        self._client = httpx.Client(timeout=timeout_s, trust_env=False, verify=tls_context())
+        self._last_status: str | None = None
+        self._token_checked_s = -TOKEN_RECHECK_S
+        self._load_token()
+
+    def _load_token(self) -> bool:
+        """Look the token up (again); True when it changed."""
+        self._token_checked_s = time.monotonic()
+        token, self.token_why = agent_token(self.config)
+        changed = token != getattr(self, "token", None)
+        self.token = token
+        self._client.headers.pop("Authorization", None)
+        if token:
+            self._client.headers["Authorization"] = f"Bearer {token}"
+        return changed
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _machine(
+        self,
+        status: ServerState,
+        reason: str | None,
+        hardware: HardwareSnapshot | None = None,
+        t_wall_s: float | None = None,
+    ) -> RemoteMachine:
+        return RemoteMachine(self.config.name, self.config.url, status, reason, hardware, t_wall_s)
+
+    def poll(self) -> RemotePoll:
+        try:
+            result = self._poll()
+        except Exception as exc:  # the boundary of this thread: a bug is reported, never raised
+            log.exception("agent %s: poll crashed", self.config.name)
+            result = RemotePoll(self._machine("error", f"internal error: {type(exc).__name__}"))
+        status = result.machine.status
+        if status != self._last_status:
+            detail = f" ({result.machine.reason})" if result.machine.reason else ""
+            log.info("agent %s: %s → %s%s", self.config.name, self._last_status or "new", status, detail)
+            self._last_status = status
+        return result
+
+    def _poll(self, retry: bool = True) -> RemotePoll:
+        url = f"{self.config.url}/v1/snapshot"
+        try:
+            response = self._client.get(url)
+        except httpx.TimeoutException:
+            return RemotePoll(self._machine("unreachable", "no answer (timed out)"))
+        except httpx.HTTPError as exc:
+            return RemotePoll(self._machine("unreachable", _connect_reason(exc)))
+        recheck = time.monotonic() - self._token_checked_s >= TOKEN_RECHECK_S
+        if response.status_code == 401 and retry and recheck and self._load_token():
+            return self._poll(retry=False)  # a new token (saved in the settings meanwhile)
+        if response.status_code == 401:
+            if self.token:
+                why = "wrong token (401): the agent refused it"
+            else:
+                why = f"the agent wants a token (401): {self.token_why}"
+            return RemotePoll(self._machine("unauthorized", why))
+        if response.status_code == 503:
+            return RemotePoll(self._machine("loading", "the agent has no snapshot yet"))
+        if response.status_code != 200:
+            return RemotePoll(self._machine("error", f"HTTP {response.status_code} from the agent"))
+        try:
+            doc = snapshot_from_json(response.json())
+        except (ValueError, RemoteDocError) as exc:
+            return RemotePoll(self._machine("error", f"not a snapshot document: {redact(str(exc))[:200]}"))
+        servers, alerts = tag_remote(doc, self.config.name)
+        return RemotePoll(self._machine("ok", None, doc.hardware, doc.t_wall_s), servers, alerts)
+
+
+class RemoteAgents:
+    """Every `[[agents]]` entry, asked in parallel with the probes: `submit()` as a tick starts,
+    `merge()` once the pipeline is done. One request per agent at a time; an agent that has not
+    answered by then is shown as unreachable while its request finishes in the background."""
+
+    def __init__(self, configs: Sequence[AgentConfig]) -> None:
+        self.configs = tuple(configs)
+        self._agents: list[RemoteAgent] | None = None  # made on the first tick (keyring reads block)
+        self._pool: ThreadPoolExecutor | None = None
+        self._polls: dict[str, Future[RemotePoll]] = {}
+
+    def submit(self) -> None:
+        if not self.configs:
+            return
+        if self._agents is None:
+            self._agents = [RemoteAgent(config) for config in self.configs]
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llm-tray-agent")
+        assert self._pool is not None
+        for agent in self._agents:
+            running = self._polls.get(agent.config.name)
+            if running is None or running.done():
+                self._polls[agent.config.name] = self._pool.submit(agent.poll)
+
+    def merge(self, local: Snapshot, timeout_s: float) -> Snapshot:
+        """`local` with every remote machine's servers, alerts and hardware added (waits ≤ timeout_s)."""
+        if not self._agents:
+            return local
+        futures = [(agent.config, self._polls[agent.config.name]) for agent in self._agents]
+        pending = [future for _, future in futures if not future.done()]
+        if pending:
+            wait(pending, timeout=max(timeout_s, 0.0))
+        servers, alerts, machines = list(local.servers), list(local.alerts), []
+        for config, future in futures:
+            if not future.done():
+                machines.append(
+                    RemoteMachine(config.name, config.url, "unreachable", "no answer (agent hung?)")
+                )
+                continue
+            result = future.result()
+            machines.append(result.machine)
+            servers += result.servers
+            alerts += result.alerts
+        return replace(local, servers=tuple(servers), alerts=tuple(alerts), machines=tuple(machines))
+
+    def close(self) -> None:
+        for agent in self._agents or ():
+            agent.close()
+        self._agents, self._polls = None, {}
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _connect_reason(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc).lower()
+        if "refused" in text:
+            return "connection refused (is `llm-tray agent` running there?)"
+        if "name" in text or "resolve" in text or "nodename" in text:
+            return "host name not found"
+        return "cannot connect"
+    return f"{type(exc).__name__}"

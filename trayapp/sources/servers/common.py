@@ -1,0 +1,110 @@
+"""The skeleton every server probe shares: `HttpProbe`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import httpx
+
+from trayapp.core.model import ServerReading, ServerState
+from trayapp.sources.http import FetchError, Response, auth_headers, fetch, is_loopback_url, make_client
+from trayapp.sources.processes import find_listening_pid
+
+log = logging.getLogger(__name__)
+
+PID_RETRY_S = 30.0  # look for the listening process again at most this often while none is found
+MAX_LOGGED_BUGS = 32  # distinct internal errors remembered per probe (each is logged once)
+_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
+
+
+class HttpProbe:
+    """One server over HTTP. Subclasses override only `_poll`; `poll` never raises.
+
+    `poll` owns what every probe shares: the client, the timing (`elapsed_s`),
+    the failure mapping, and the log. A `FetchError` from `_poll` becomes its
+    status and reason; a `ValueError` (an answer of an unexpected shape)
+    status "error" saying what was wrong; any other exception is a bug:
+    status "error", reason "internal error: …", and its traceback logged once
+    per distinct failure. Status changes are logged. `url` is kept exactly as
+    given; the client is closed by `close` only when the probe made it.
+    """
+
+    kind: str
+    default_port: int | None = None  # when the URL names no port; else the scheme's (80 / 443)
+
+    def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
+        self.url = url
+        base = url.rstrip("/")
+        self._own_client = client is None
+        self._client = client if client is not None else make_client(base)
+        self._prefix = "" if str(self._client.base_url) else base  # an injected client may have no base_url
+        self._headers = auth_headers(api_key)
+        self._local = is_loopback_url(base)
+        self._pid: int | None = None
+        self._pid_checked_at: float | None = None
+        self._last_status: str | None = None
+        self._logged_bugs: set[str] = set()
+
+    def poll(self, now_mono_s: float) -> ServerReading:
+        started = time.perf_counter()
+        try:
+            reading = self._poll(now_mono_s)
+        except (FetchError, ValueError) as exc:
+            reading = self._failure_reading(exc)
+        except Exception as exc:  # the one boundary on the poll path: a bug, reported and logged
+            what = f"{type(exc).__name__}: {exc}"
+            if what not in self._logged_bugs:
+                if len(self._logged_bugs) >= MAX_LOGGED_BUGS:
+                    self._logged_bugs.clear()
+                self._logged_bugs.add(what)
+                log.exception("%s %s: poll failed (internal error)", self.kind, self.url)
+            reading = ServerReading(self.kind, self.url, "error", f"internal error: {what}")
+        reading = replace(reading, elapsed_s=time.perf_counter() - started)
+        if reading.status != self._last_status:
+            detail = f" ({reading.reason})" if reading.reason else ""
+            log.info("%s %s: %s -> %s%s", self.kind, self.url, self._last_status, reading.status, detail)
+            self._last_status = reading.status
+        return reading
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+    def _poll(self, now_mono_s: float) -> ServerReading:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _failure_reading(self, exc: FetchError | ValueError) -> ServerReading:
+        """The reading for a failed request or an unexpected answer (what `poll` gives for them)."""
+        if isinstance(exc, FetchError):
+            self._pid = None  # a restarted server gets a new pid
+            status = cast(ServerState, exc.status if exc.status in _STATES else "error")
+            return ServerReading(self.kind, self.url, status, exc.reason)
+        return ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
+
+    def _fetch(self, path: str, **kwargs: Any) -> Response:
+        """A request to `path` (GET unless `method=` says otherwise), with the probe's headers."""
+        return fetch(self._client, self._prefix + path, headers=self._headers, **kwargs)
+
+    def _fetch_json(self, path: str, **kwargs: Any) -> Any:
+        """The JSON body of a request to `path`; a body that is not JSON is a FetchError naming the path."""
+        response = self._fetch(path, **kwargs)
+        try:
+            return response.json()
+        except FetchError as exc:
+            raise FetchError(exc.status, f"{path}: {exc.reason}", exc.http_status) from exc
+
+    def _server_pid(self, now_mono_s: float) -> int | None:
+        """The pid listening on the server's port, when the server is on this machine."""
+        if not self._local:
+            return None
+        checked = self._pid_checked_at
+        if self._pid is None and (checked is None or now_mono_s - checked >= PID_RETRY_S):
+            self._pid_checked_at = now_mono_s
+            parts = urlsplit(self.url)
+            port = parts.port or self.default_port or (443 if parts.scheme == "https" else 80)
+            self._pid = find_listening_pid(port)
+        return self._pid
