@@ -189,8 +189,10 @@ def test_a_finished_request_gets_the_servers_own_rate_at_once(llama_server: Llam
     monitor = monitor_for(llama_server.url)
     try:
         monitor.tick()  # the first scrape: counters before the request
-        future = generate_in_background(llama_server.url, "Name a river.", 32, ignore_eos=True)
-        snapshots = tick_until_done(monitor, future)
+        # Long enough that polls every 0.25 s see it running on the fastest host (32 tokens once
+        # finished between two 1 s polls on a quick CPU), short enough for a slow one.
+        future = generate_in_background(llama_server.url, "Name a river.", 160, ignore_eos=True)
+        snapshots = tick_until_done(monitor, future, interval_s=0.25)
     finally:
         monitor.close()
     timings = future.result()["timings"]

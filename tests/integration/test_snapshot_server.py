@@ -371,7 +371,7 @@ def test_no_prompt_generated_text_or_api_key_reaches_the_endpoint(
     try:
         info = agent.wait_ready()
         with httpx.stream("GET", info["url"] + "/v1/events", timeout=httpx.Timeout(5, read=30)) as events:
-            reply = generate_in_background(llama_server.url, prompt, 64, ignore_eos=True)
+            reply = generate_in_background(llama_server.url, prompt, 160, ignore_eos=True)
             done_at: int | None = None  # snapshots seen when the request had ended
             for chunk in events.iter_bytes():
                 raw += chunk
