@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import QTimer
@@ -196,3 +198,32 @@ def test_run_in_background_delivers_on_the_gui_thread(qtbot: QtBot) -> None:
     assert results == [(42, gui)]
     assert task_threads[0] != gui
     assert isinstance(errors[0], ZeroDivisionError)
+
+
+def _longer_than(items: list[BaseException], count: int) -> Callable[[], bool]:
+    return lambda: len(items) > count
+
+
+def tracebacks(caplog: pytest.LogCaptureFixture, kind: type[BaseException]) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], kind)]
+
+
+def test_a_bug_in_a_background_job_is_logged_once_and_reaches_on_error(
+    qtbot: QtBot, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trayapp")
+    failures: list[BaseException] = []
+
+    def buggy_job() -> None:
+        raise KeyError("export-columns")
+
+    def disk_full() -> None:
+        raise OSError(28, "No space left on device")
+
+    for job in (buggy_job, buggy_job, disk_full):
+        count = len(failures)
+        run_in_background(job, None, failures.append, name="llm-tray-test-job")
+        qtbot.waitUntil(_longer_than(failures, count), timeout=10_000)
+    assert [type(f) for f in failures] == [KeyError, KeyError, OSError]  # the dialog still hears of each
+    assert len(tracebacks(caplog, KeyError)) == 1  # the bug: once, with its traceback
+    assert not tracebacks(caplog, OSError)  # a known failure: the on_error message says it

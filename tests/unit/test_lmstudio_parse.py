@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
+from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.lmstudio import (
     parse_chat_stats,
     parse_lms_log_line,
@@ -64,10 +65,10 @@ def test_two_instances_of_one_model_are_two_readings() -> None:
 
 @pytest.mark.parametrize("bad", [{"data": []}, [], "x", None])
 def test_models_of_unexpected_shape_are_an_error(bad: object) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(UnexpectedAnswer):
         parse_models_v1(bad)
     if not (isinstance(bad, dict) and "data" in bad):
-        with pytest.raises(ValueError):
+        with pytest.raises(UnexpectedAnswer):
             parse_models_v0(bad)
 
 
@@ -94,7 +95,7 @@ def test_lms_ps_status_says_whether_a_model_is_busy() -> None:
     assert parse_lms_ps(data)[0].busy is False
     del data[0]["status"]  # lms < 0.3.27
     assert parse_lms_ps(data)[0].busy is None
-    with pytest.raises(ValueError):
+    with pytest.raises(UnexpectedAnswer):
         parse_lms_ps({"not": "a list"})
 
 
@@ -127,7 +128,7 @@ def test_chat_stats_without_drafts_and_from_the_v1_api() -> None:
     assert v1.decode_tokens == 188
     assert v1.ttft_s == pytest.approx(0.213)
     assert v1.finished_wall_s == 1790771900.0
-    with pytest.raises(ValueError, match="finished_wall_s"):
+    with pytest.raises(UnexpectedAnswer, match="finished_wall_s"):
         parse_chat_stats(load("api_v1_chat.json"))  # no `created` to derive a time from
 
 
@@ -136,7 +137,7 @@ def test_chat_stats_never_keep_the_completion_text() -> None:
         data = load(name)
         text = data["choices"][0]["message"]["content"]
         assert text not in repr(parse_chat_stats(data))
-    with pytest.raises(ValueError):
+    with pytest.raises(UnexpectedAnswer):
         parse_chat_stats({"choices": []})
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
+from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.processes import ChildServer, parse_server_args
 from trayapp.sources.servers.ollama import (
     blob_digest,
@@ -84,7 +85,7 @@ def test_no_loaded_models_give_an_empty_list_and_digests_are_kept() -> None:
 
 @pytest.mark.parametrize("bad", [[], {"models": "x"}, "garbage", None, {"model": []}])
 def test_ps_wrong_shape_is_a_clear_error(bad: object) -> None:
-    with pytest.raises(ValueError, match="/api/ps"):
+    with pytest.raises(UnexpectedAnswer, match="/api/ps"):
         parse_ps(bad)
 
 
@@ -140,7 +141,7 @@ def test_show_gives_active_parameters_and_experts_of_a_moe_model() -> None:
 
 
 def test_show_of_unexpected_shape_is_an_error_or_no_facts() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(UnexpectedAnswer):
         parse_show(["not", "an", "object"])
     assert parse_show({"model_info": {}, "details": {}}) is None  # nothing to go on
 

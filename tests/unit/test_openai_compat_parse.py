@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
+from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.openai_compat import (
     metrics_model_names,
     parse_openai_models,
@@ -112,7 +113,7 @@ def test_openai_models_read_llama_server_context_from_meta() -> None:
 
 @pytest.mark.parametrize("bad", [{}, [], "x", {"data": "x"}])
 def test_openai_models_of_unexpected_shape_are_an_error(bad: object) -> None:
-    with pytest.raises(ValueError, match="/v1/models"):
+    with pytest.raises(UnexpectedAnswer, match="/v1/models"):
         parse_openai_models(bad)
 
 

@@ -13,6 +13,7 @@ parallel with the probes; their servers and alerts join this machine's after the
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from trayapp.config import paths
+from trayapp.config.bugs import BugLog
 from trayapp.config.settings import EndpointConfig, Settings
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
@@ -93,6 +95,8 @@ class Monitor:
         self._inflight: dict[str, tuple[Future[ServerReading], float]] = {}
         self._last_reading: dict[str, tuple[ServerReading, float]] = {}
         self._store: Store | None = None
+        self._record_bug: str | None = None  # the last tick's store bug, shown as the store error
+        self._bugs = BugLog(log)  # this monitor's boundary: each bug's traceback logged once
         if record:
             self._open_store()
         self.pipeline = Pipeline(
@@ -279,7 +283,9 @@ class Monitor:
 
     @property
     def store_error(self) -> str | None:
-        return getattr(self._store, "last_error", None) if self._store is not None else None
+        if self._store is None:
+            return None
+        return self._record_bug or getattr(self._store, "last_error", None)
 
     def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
         """Keep a bench's result as the baseline through this monitor's store, whose writer it is
@@ -335,7 +341,7 @@ class Monitor:
             running = self._inflight.get(probe.url)
             if running is None or running[0].done():
                 self._inflight[probe.url] = (
-                    self._pool.submit(_safe_poll, probe, now_mono, self._clock),
+                    self._pool.submit(_safe_poll, probe, now_mono, self._clock, self._bugs),
                     now_mono,
                 )
         pending = [self._inflight[p.url][0] for p in probes if not self._inflight[p.url][0].done()]
@@ -405,11 +411,16 @@ class Monitor:
         return machines, default
 
     def _record(self, output: TickOutput) -> None:
+        """The store's boundary: a write error it returns (a full disk, a locked file) is its
+        `last_error`; anything it raises is a bug, logged once with its traceback and shown as
+        the store error until a tick records again."""
         assert self._store is not None
         try:
             self._store.record(output.snapshot, output.sessions)
-        except Exception as exc:  # the store reports disk-full itself; anything else must not stop us
-            log.error("store: %s", exc)
+        except Exception as exc:
+            self._record_bug = self._bugs.report(exc, "store: record")
+        else:
+            self._record_bug = None
 
     def _baselines(
         self, machines: dict[str, Machine], default: Machine
@@ -439,8 +450,11 @@ class Monitor:
                         exclude_session=model.session_id,
                         spec_type=spec_type,
                     )
-                except Exception as exc:  # a store problem must not stop monitoring; the store logs it too
+                except sqlite3.Error as exc:  # a store problem must not stop monitoring
                     log.warning("baseline lookup failed: %s", exc)
+                    continue
+                except Exception as exc:
+                    self._bugs.report(exc, "store: baseline lookup")
                     continue
                 if baseline is None:
                     continue
@@ -471,8 +485,11 @@ class Monitor:
                 rate = self._store.bench_rate(
                     model=model.name, quantization=model.quantization, hardware=label, before_wall_s=now
                 )
-            except Exception as exc:  # a store problem must not stop monitoring
+            except sqlite3.Error as exc:  # a store problem must not stop monitoring
                 log.warning("bench lookup failed: %s", exc)
+                continue
+            except Exception as exc:
+                self._bugs.report(exc, "store: bench lookup")
                 continue
             if calibration is not None:
                 calibrations[key] = calibration
@@ -489,12 +506,10 @@ class Monitor:
                 self._last_status[server.url] = server.status
 
 
-def _safe_poll(probe, now_mono: float, clock: Callable[[], float]) -> ServerReading:
+def _safe_poll(probe, now_mono: float, clock: Callable[[], float], bugs: BugLog) -> ServerReading:
     try:
         reading = probe.poll(now_mono)
         return replace(reading, t_mono_s=clock())
     except Exception as exc:  # probes must not raise; if one does, it is a bug we report, not a crash
-        log.exception("probe %s crashed", probe.url)
-        return ServerReading(
-            kind=probe.kind, url=probe.url, status="error", reason=f"internal error: {exc!r}"
-        )
+        reason = bugs.report(exc, f"probe {probe.url}")
+        return ServerReading(kind=probe.kind, url=probe.url, status="error", reason=reason)

@@ -32,6 +32,12 @@ class FetchError(Exception):
         self.http_status = http_status
 
 
+class UnexpectedAnswer(Exception):
+    """A server (or its CLI) answered, but not in a shape its parser knows: status "error" saying
+    what was wrong. Parsers raise only this for bad answers, so any other exception on the poll
+    path is a bug (logged with its traceback, `config.bugs`)."""
+
+
 @dataclass(frozen=True)
 class Response:
     status_code: int

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from shiboken6 import Shiboken
 
+from trayapp.config.bugs import BugLog, is_known_failure
 from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
 
@@ -259,6 +260,7 @@ class _Relay(QObject):
             self._on_error(exc)
 
 
+_background_bugs = BugLog(log)  # a background job's bug: its traceback logged once, then on_error
 _pending: set[_Relay] = set()  # keeps relays' Python wrappers alive until Qt has deleted them
 
 
@@ -271,7 +273,8 @@ def run_in_background(
     """Run `fn()` on a daemon thread; `on_done(result)` / `on_error(exc)` run later on the GUI thread.
 
     Daemon threads: a hung task (a server that never answers) never blocks quitting the app.
-    Call from the GUI thread (the relay object must live there).
+    Call from the GUI thread (the relay object must live there). A failure that is not a known one
+    (`is_known_failure`) is a bug: its traceback is logged once, and `on_error` still hears of it.
     """
     for stale in [r for r in _pending if not Shiboken.isValid(r)]:
         _pending.discard(stale)
@@ -283,6 +286,8 @@ def run_in_background(
         try:
             result = fn()
         except Exception as exc:
+            if not is_known_failure(exc):
+                _background_bugs.report(exc, f"background job {name}")
             failed.emit(exc)
         else:
             done.emit(result)

@@ -10,14 +10,22 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.model import ServerReading, ServerState
-from trayapp.sources.http import FetchError, Response, auth_headers, fetch, is_loopback_url, make_client
+from trayapp.sources.http import (
+    FetchError,
+    Response,
+    UnexpectedAnswer,
+    auth_headers,
+    fetch,
+    is_loopback_url,
+    make_client,
+)
 from trayapp.sources.processes import find_listening_pid
 
 log = logging.getLogger(__name__)
 
 PID_RETRY_S = 30.0  # look for the listening process again at most this often while none is found
-MAX_LOGGED_BUGS = 32  # distinct internal errors remembered per probe (each is logged once)
 _STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
 
 
@@ -26,11 +34,12 @@ class HttpProbe:
 
     `poll` owns what every probe shares: the client, the timing (`elapsed_s`),
     the failure mapping, and the log. A `FetchError` from `_poll` becomes its
-    status and reason; a `ValueError` (an answer of an unexpected shape)
-    status "error" saying what was wrong; any other exception is a bug:
-    status "error", reason "internal error: …", and its traceback logged once
-    per distinct failure. Status changes are logged. `url` is kept exactly as
-    given; the client is closed by `close` only when the probe made it.
+    status and reason; an `UnexpectedAnswer` (an answer of an unexpected shape)
+    status "error" saying what was wrong; any other exception — a `ValueError`
+    or `KeyError` included — is a bug: status "error", reason "internal error:
+    …", and its traceback logged once per distinct failure (`BugLog`). Status
+    changes are logged. `url` is kept exactly as given; the client is closed by
+    `close` only when the probe made it.
     """
 
     kind: str
@@ -47,22 +56,17 @@ class HttpProbe:
         self._pid: int | None = None
         self._pid_checked_at: float | None = None
         self._last_status: str | None = None
-        self._logged_bugs: set[str] = set()
+        self._bugs = BugLog(log)
 
     def poll(self, now_mono_s: float) -> ServerReading:
         started = time.perf_counter()
         try:
             reading = self._poll(now_mono_s)
-        except (FetchError, ValueError) as exc:
+        except (FetchError, UnexpectedAnswer) as exc:
             reading = self._failure_reading(exc)
         except Exception as exc:  # the one boundary on the poll path: a bug, reported and logged
-            what = f"{type(exc).__name__}: {exc}"
-            if what not in self._logged_bugs:
-                if len(self._logged_bugs) >= MAX_LOGGED_BUGS:
-                    self._logged_bugs.clear()
-                self._logged_bugs.add(what)
-                log.exception("%s %s: poll failed (internal error)", self.kind, self.url)
-            reading = ServerReading(self.kind, self.url, "error", f"internal error: {what}")
+            reason = self._bugs.report(exc, f"{self.kind} {self.url}: poll")
+            reading = ServerReading(self.kind, self.url, "error", reason)
         reading = replace(reading, elapsed_s=time.perf_counter() - started)
         if reading.status != self._last_status:
             detail = f" ({reading.reason})" if reading.reason else ""
@@ -77,7 +81,7 @@ class HttpProbe:
     def _poll(self, now_mono_s: float) -> ServerReading:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _failure_reading(self, exc: FetchError | ValueError) -> ServerReading:
+    def _failure_reading(self, exc: FetchError | UnexpectedAnswer) -> ServerReading:
         """The reading for a failed request or an unexpected answer (what `poll` gives for them)."""
         if isinstance(exc, FetchError):
             self._pid = None  # a restarted server gets a new pid

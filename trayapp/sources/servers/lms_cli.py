@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trayapp.core.model import FinishedRequest, ModelReading
+from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.sources.servers.ollama import parse_parameter_size
 
@@ -52,7 +53,7 @@ def parse_lms_ps(data: Any) -> list[ModelReading]:
     `status` is absent before lms 0.3.27; then `busy` is None.
     """
     if not isinstance(data, list):
-        raise ValueError("unexpected `lms ps --json` shape (not a list)")
+        raise UnexpectedAnswer("unexpected `lms ps --json` shape (not a list)")
     readings: list[ModelReading] = []
     for item in data:
         if not isinstance(item, dict) or item.get("type") in EMBEDDING_TYPES:
@@ -238,8 +239,8 @@ class LmsCli:
                     del line  # the prompt / completion text is in here, and nowhere else
                     if record is not None:
                         self._put(record)
-        except (OSError, ValueError):
-            pass  # the pipe broke: restart
+        except (OSError, UnicodeDecodeError):
+            pass  # the pipe broke (or was not text): restart
         finally:
             _end_process(proc)
             with self._lock:
@@ -269,7 +270,7 @@ class LmsCli:
                     check=False,
                 )
                 readings = parse_lms_ps(json.loads(done.stdout)) if done.returncode == 0 else None
-            except (OSError, subprocess.SubprocessError, ValueError):
+            except (OSError, subprocess.SubprocessError, json.JSONDecodeError, UnexpectedAnswer):
                 readings = None
             if readings is not None:
                 with self._lock:

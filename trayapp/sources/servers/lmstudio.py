@@ -22,7 +22,7 @@ import httpx
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
 from trayapp.sources.facts_loader import ModelFactsLoader
-from trayapp.sources.http import FetchError
+from trayapp.sources.http import FetchError, UnexpectedAnswer
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.sources.servers.lms_cli import (
@@ -50,7 +50,7 @@ LMS_REASON = "LM Studio reports stats only when a prediction ends (`lms log stre
 
 def _model_list(data: Any, key: str) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
-        raise ValueError(f"unexpected models shape (no '{key}' list)")
+        raise UnexpectedAnswer(f"unexpected models shape (no '{key}' list)")
     return [item for item in data[key] if isinstance(item, dict)]
 
 
@@ -127,12 +127,12 @@ def parse_chat_stats(data: Any, finished_wall_s: float | None = None) -> Finishe
 
     Draft counts are read from `stats` (documented, 0.3.10) or `usage` (recent builds).
     Without `finished_wall_s`, the finish time is `created` + TTFT + generation time.
-    No text is kept. ValueError when the body has no stats or no usable time.
+    No text is kept. UnexpectedAnswer when the body has no stats or no usable time.
     Not called by the probe yet: it is for llm-tray's coming recording proxy (#12), which
     will read each finished response's exact stats.
     """
     if not isinstance(data, dict) or not isinstance(data.get("stats"), dict):
-        raise ValueError("no 'stats' object (not an LM Studio native API response)")
+        raise UnexpectedAnswer("no 'stats' object (not an LM Studio native API response)")
     stats = data["stats"]
     usage = as_dict(data.get("usage"))
     ttft = as_float(stats.get("time_to_first_token"))
@@ -141,7 +141,7 @@ def parse_chat_stats(data: Any, finished_wall_s: float | None = None) -> Finishe
     if finished_wall_s is None:
         created = as_float(data.get("created"))
         if created is None:
-            raise ValueError("no 'created' time; pass finished_wall_s")
+            raise UnexpectedAnswer("no 'created' time; pass finished_wall_s")
         finished_wall_s = created + (ttft or 0.0) + (as_float(stats.get("generation_time")) or 0.0)
     prompt = as_int(usage.get("prompt_tokens"))
     if prompt is None:
@@ -226,7 +226,7 @@ class LmStudioProbe(HttpProbe):
             return self._rest_reading()
         try:
             reading = self._rest_reading()
-        except (FetchError, ValueError) as exc:
+        except (FetchError, UnexpectedAnswer) as exc:
             reading = self._failure_reading(exc)
         # `lms` may launch LM Studio: run it only while LM Studio answers.
         lms.set_enabled(reading.status == "ok")

@@ -25,7 +25,7 @@ import httpx
 from trayapp.core.model import ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
 from trayapp.sources.facts_loader import ModelFactsLoader
-from trayapp.sources.http import FetchError, fetch, make_client
+from trayapp.sources.http import FetchError, UnexpectedAnswer, fetch, make_client
 from trayapp.sources.processes import ChildServer, find_ollama_children
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.jsonvals import as_dict, as_int, as_str
@@ -69,7 +69,7 @@ def parse_version(data: Any) -> str | None:
 
 def _ps_entries(data: Any) -> list[tuple[ModelReading, str | None]]:
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
-        raise ValueError("unexpected /api/ps shape (no 'models' list)")
+        raise UnexpectedAnswer("unexpected /api/ps shape (no 'models' list)")
     entries: list[tuple[ModelReading, str | None]] = []
     for item in data["models"]:
         if not isinstance(item, dict):
@@ -94,7 +94,7 @@ def _ps_entries(data: Any) -> list[tuple[ModelReading, str | None]]:
 
 
 def parse_ps(data: Any) -> list[ModelReading]:
-    """`GET /api/ps` -> one loaded ModelReading per model. ValueError on a wrong shape."""
+    """`GET /api/ps` -> one loaded ModelReading per model. UnexpectedAnswer on a wrong shape."""
     return [reading for reading, _digest in _ps_entries(data)]
 
 
@@ -134,7 +134,7 @@ def parse_show(data: Any, size_bytes: int | None = None) -> ModelFacts | None:
     `size_bytes` is the model's size on disk from `/api/tags`, when known.
     """
     if not isinstance(data, dict):
-        raise ValueError("unexpected /api/show shape (not an object)")
+        raise UnexpectedAnswer("unexpected /api/show shape (not an object)")
     info = as_dict(data.get("model_info"))
     details = as_dict(data.get("details"))
     parameter_count = as_int(info.get("general.parameter_count")) or parse_parameter_size(
@@ -250,7 +250,7 @@ class OllamaProbe(HttpProbe):
                 show = self._fetch_json("/api/show", method="POST", json_body={"model": name})
                 self._facts[key] = parse_show(show, size_bytes=sizes.get(name))
                 self._blob_paths[key] = parse_show_model_path(show)
-            except (FetchError, ValueError):
+            except (FetchError, UnexpectedAnswer):
                 self._show_retry_at[key] = now + SHOW_RETRY_S
 
     def _match(self, keys: list[tuple[str, str | None]], now: float) -> dict[str, ChildServer]:
@@ -276,7 +276,7 @@ class OllamaProbe(HttpProbe):
             client = self._child_clients[child.port] = make_client(f"http://127.0.0.1:{child.port}")
         try:
             slots = parse_slots(fetch(client, "/slots").json())
-        except (FetchError, ValueError) as exc:
+        except (FetchError, UnexpectedAnswer) as exc:
             self._rescan = True
             reason = exc.reason if isinstance(exc, FetchError) else str(exc)
             return replace(

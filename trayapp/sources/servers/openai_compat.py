@@ -18,7 +18,7 @@ import httpx
 
 from trayapp.core.model import CounterReading, ModelReading, ServerReading
 from trayapp.sources import promtext
-from trayapp.sources.http import FetchError
+from trayapp.sources.http import FetchError, UnexpectedAnswer
 from trayapp.sources.promtext import Sample
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.jsonvals import as_dict, as_int
@@ -112,7 +112,7 @@ def parse_openai_models(data: Any) -> list[ModelReading]:
     vLLM/SGLang put it in `max_model_len`, llama-server in `meta.n_ctx`, others in `context_length`.
     """
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError("unexpected /v1/models shape (no 'data' list)")
+        raise UnexpectedAnswer("unexpected /v1/models shape (no 'data' list)")
     readings: list[ModelReading] = []
     for item in data["data"]:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
@@ -157,13 +157,13 @@ class _MetricsProbe(HttpProbe):
         self._listed_at = now
         try:
             self._listed = parse_openai_models(self._fetch_json("/v1/models"))
-        except (FetchError, ValueError):
+        except (FetchError, UnexpectedAnswer):
             if force:
                 raise
             return
         try:
             self._version = parse_version_body(self._fetch_json("/version"))
-        except (FetchError, ValueError):
+        except (FetchError, UnexpectedAnswer):
             self._version = None
 
     def _poll(self, now: float) -> ServerReading:
@@ -180,7 +180,7 @@ class _MetricsProbe(HttpProbe):
         self._refresh_models(now)
         samples = [s for s in promtext.parse(text) if s.name.startswith(self.prefix)]
         if not samples:
-            raise ValueError(f"/metrics has no {self.prefix}* metrics (is this really {self.kind}?)")
+            raise UnexpectedAnswer(f"/metrics has no {self.prefix}* metrics (is this really {self.kind}?)")
         contexts = {m.name: m.context_length for m in self._listed or []}
         names = [n for n in dict.fromkeys(s.labels.get("model_name") for s in samples) if n]
         if not names:
@@ -260,12 +260,12 @@ class MlxProbe(HttpProbe):
     def _poll(self, now: float) -> ServerReading:
         health = self._fetch_json("/health")
         if not isinstance(health, dict) or health.get("status") != "ok":
-            raise ValueError("/health did not say ok")
+            raise UnexpectedAnswer("/health did not say ok")
         if self._listed_at is None or now - self._listed_at >= MODELS_REFRESH_S:
             self._listed_at = now
             try:
                 self._listed = parse_openai_models(self._fetch_json("/v1/models"))
-            except (FetchError, ValueError):
+            except (FetchError, UnexpectedAnswer):
                 self._listed = []
         several = len(self._listed) > 1
         models = tuple(
