@@ -3,10 +3,11 @@ server's own end-of-request records with the proxy's, and the rates stage on a p
 
 from __future__ import annotations
 
+from trayapp.core.loopback import same_server
 from trayapp.core.model import FinishedRequest, ModelReading, ServerReading, SlotReading
 from trayapp.core.rate_helpers import merge_proxy_records
 from trayapp.core.rates import RateTracker
-from trayapp.services.proxy.inbox import RecordInbox, same_server
+from trayapp.services.proxy.inbox import RecordInbox
 
 URL = "http://127.0.0.1:8080"
 MODEL = "qwen3-30b-a3b"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from trayapp.config.settings import EndpointConfig, Settings
 from trayapp.core.bench import BenchOptions, BenchOutcome, BenchResult
+from trayapp.core.loopback import same_server
 from trayapp.services.bench_job import BenchError, ProgressSink, find_target, run_job
 from trayapp.services.bench_report import format_result
 
@@ -75,6 +76,6 @@ def store_through(monitor: Callable[[], object | None]) -> StoreResult:
 def endpoint_for(url: str, kind: str, settings: Settings) -> EndpointConfig:
     """The configured endpoint of `url` (its API key settings), or a bare one of that kind."""
     for config in settings.endpoints:
-        if config.url.rstrip("/") == url.rstrip("/"):
+        if same_server(config.url, url):
             return config
     return EndpointConfig(url=url, kind=kind)

@@ -103,7 +103,8 @@ def _token(args: argparse.Namespace, remote: bool) -> str | None:
 
 def build_routes(args: argparse.Namespace) -> list[Route]:
     from trayapp.config.settings import endpoint_from_arg
-    from trayapp.services.proxy.server import Route, is_loopback
+    from trayapp.core.loopback import is_loopback
+    from trayapp.services.proxy.server import Route
 
     if len(args.listen) != len(args.upstream):
         raise ValueError("give one --listen for each --upstream")

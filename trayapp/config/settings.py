@@ -313,7 +313,7 @@ def _check_listen(prefix: str, listen: str) -> None:
         raise ConfigError(f"{prefix}.listen: expected HOST:PORT, e.g. 127.0.0.1:11435, got {listen!r}")
     if not 1 <= int(port_text) <= 65535:
         raise ConfigError(f"{prefix}.listen: port {port_text} is out of range (1 to 65535)")
-    if host != "localhost":
+    if not is_loopback(host):  # localhost is the one name allowed
         try:
             ipaddress.ip_address(host)
         except ValueError:

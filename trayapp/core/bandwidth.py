@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from urllib.parse import urlsplit
 
+from trayapp.core.loopback import is_this_machine_url
 from trayapp.core.model import HostReading, ModelStatus, Snapshot
 from trayapp.core.units import GB
 
 # A measured rate may exceed the bound by a little (rate noise, a figure read a few % low).
 CONTRADICTION_TOLERANCE = 1.10
-_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 
 def bandwidth_contradicted(
@@ -47,8 +46,7 @@ def contradicting_model(snapshot: Snapshot, bandwidth_gbps: float | None) -> Mod
     """
     has_gpu = bool(snapshot.hardware.gpus)
     for server in snapshot.servers:
-        host = urlsplit(server.url).hostname or ""
-        if server.pid is None and host not in _LOOPBACK_HOSTS:
+        if server.pid is None and not is_this_machine_url(server.url):
             continue
         for model in server.models:
             on_cpu = model.gpu_fraction == 0 or not has_gpu

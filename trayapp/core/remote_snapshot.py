@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from trayapp.core.loopback import is_loopback
+from trayapp.core.loopback import is_this_machine
 from trayapp.core.model import (
     Alert,
     GpuReading,
@@ -267,17 +267,12 @@ def snapshot_from_json(doc: Any) -> RemoteDoc:
         raise RemoteDocError(str(exc)) from exc
 
 
-def _is_loopback(host: str) -> bool:
-    """The box's own address as its agent names it (its wildcard listens included)."""
-    return host in ("0.0.0.0", "::") or is_loopback(host)
-
-
 def remote_url(url: str, machine: str) -> str:
     """A server URL as the agent on `machine` reports it, as seen from here: its loopback host becomes the
     machine's name ('http://127.0.0.1:8080' → 'http://gpu-box:8080'); any other host is kept."""
     parts = urlsplit(url)
     host = parts.hostname
-    if host is None or not _is_loopback(host):
+    if host is None or not is_this_machine(host):
         return url
     try:
         port = parts.port

@@ -38,6 +38,7 @@ from trayapp.core.bench import (
     is_spill,
     summarize,
 )
+from trayapp.core.loopback import same_server
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
 from trayapp.core.units import format_pct, format_rate, format_tokens
 from trayapp.services.bench_report import stored_calibration
@@ -68,15 +69,11 @@ class BenchCancelled(Exception):
 # --------------------------------------------------------------------------- choosing the target
 
 
-def _same_url(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
 def pick_target(
     snapshot: Snapshot, urls: Sequence[str], model_name: str | None
 ) -> tuple[ServerStatus, ModelStatus]:
     """The server and model to bench; BenchError says why there is none."""
-    servers = [s for s in snapshot.servers if not urls or any(_same_url(s.url, u) for u in urls)]
+    servers = [s for s in snapshot.servers if not urls or any(same_server(s.url, u) for u in urls)]
     if not servers:
         raise BenchError("no server found: start one, or give --endpoint [KIND=]URL")
     up = [s for s in servers if s.status == "ok"]
@@ -103,14 +100,14 @@ def pick_target(
 
 def _find(snapshot: Snapshot, url: str, name: str) -> ModelStatus | None:
     for server, model in snapshot.models():
-        if _same_url(server.url, url) and model.name == name:
+        if same_server(server.url, url) and model.name == name:
             return model
     return None
 
 
 def _busy(snapshot: Snapshot, url: str) -> ModelStatus | None:
     for server, model in snapshot.models():
-        if _same_url(server.url, url) and is_busy(model.phase):
+        if same_server(server.url, url) and is_busy(model.phase):
             return model
     return None
 
@@ -334,7 +331,7 @@ def _api_key(monitor: Monitor, url: str) -> str | None:
     from trayapp.sources import secrets as keys
 
     for config in (*monitor.settings.endpoints, *monitor.options.extra_endpoints):
-        if _same_url(config.url, url) and (config.api_key_env or config.use_keyring):
+        if same_server(config.url, url) and (config.api_key_env or config.use_keyring):
             key, _ = keys.resolve_api_key(
                 config.url, api_key_env=config.api_key_env, use_keyring=config.use_keyring
             )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from trayapp.config import paths
 from trayapp.config.bugs import BugLog
 from trayapp.config.settings import EndpointConfig, Settings
+from trayapp.core.loopback import same_server
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
     Baseline,
@@ -37,7 +38,7 @@ from trayapp.core.model import (
 from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
-from trayapp.services.proxy.inbox import RecordInbox, same_server
+from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources import secrets
 from trayapp.sources.discovery import Discovery, Endpoint
 from trayapp.sources.facts_loader import ModelFactsLoader

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
+from trayapp.core.loopback import server_key
 from trayapp.core.model import HardwareProfile, ServerReading, ServerState
 from trayapp.core.probe import ServerProbe
 from trayapp.sources.facts_loader import ModelFactsLoader
@@ -46,7 +46,6 @@ SCAN_HOST = "127.0.0.1"
 IDENTIFY_TIMEOUT = httpx.Timeout(connect=0.5, read=1.5, write=1.0, pool=1.0)
 IDENTIFY_MAX_BYTES = 2 * 1024 * 1024
 _ANY_STATUS = tuple(range(100, 600))
-_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 ProbeFactory = Callable[..., ServerProbe]
 
@@ -224,18 +223,6 @@ def env_api_key(endpoint: Endpoint) -> str | None:
 # --------------------------------------------------------------------------- discovery
 
 
-def _server_key(url: str) -> tuple[str, int | None]:
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if host in _LOOPBACK_NAMES:
-        host = "loopback"
-    try:
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        port = None
-    return host, port
-
-
 def _probe_kind(probe: ServerProbe | None) -> str | None:
     """The kind `identify` gives the server behind `probe` (a router's readings say "llamacpp")."""
     if isinstance(probe, LlamaRouterProbe):
@@ -282,11 +269,11 @@ class Discovery:
         self._pool: ThreadPoolExecutor | None = None
         self._targets: list[_Target] = [_Target(endpoint, configured=True) for endpoint in endpoints]
         if scan_defaults:
-            taken = {_server_key(endpoint.url) for endpoint in endpoints}
+            taken = {server_key(endpoint.url) for endpoint in endpoints}
             ports = sorted(set(DEFAULT_PORTS.values()) if scan_ports is None else set(scan_ports))
             for port in ports:
                 url = f"http://{scan_host}:{port}"
-                if _server_key(url) not in taken:
+                if server_key(url) not in taken:
                     self._targets.append(_Target(Endpoint(url), configured=False))
 
     def endpoint_for(self, url: str) -> Endpoint | None:

@@ -8,15 +8,10 @@ import threading
 import time
 from collections.abc import Iterable
 
-from trayapp.core.loopback import server_key
+from trayapp.core.loopback import same_server, server_key
 from trayapp.core.model import FinishedRequest
 
 INBOX_LIMIT = 10_000  # records waiting for a tick; the oldest go first if nothing drains them
-
-
-def same_server(url_a: str, url_b: str) -> bool:
-    """Whether two base URLs name the same server (`localhost` and `127.0.0.1` are one)."""
-    return server_key(url_a) == server_key(url_b)
 
 
 class RecordInbox:
@@ -28,7 +23,7 @@ class RecordInbox:
         self._lock = threading.Lock()
         self._prompts: dict[int, tuple[str, str | None, int]] = {}  # in-flight prompts' lengths
         self.upstreams: tuple[str, ...] = tuple(upstreams)  # servers with a proxy in front
-        self._lent: dict[tuple[str, int], float] = {}  # server → until (monotonic s): another process's proxy
+        self._lent: dict[tuple[str, int | None], float] = {}  # server key → until (monotonic s)
 
     def set_upstreams(self, upstreams: Iterable[str]) -> None:
         """The servers the running proxies forward to (their requests are recorded by the proxy)."""

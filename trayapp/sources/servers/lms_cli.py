@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import shutil
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.model import FinishedRequest, ModelReading
 from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.jsonvals import as_dict, as_float, as_int, as_str
@@ -30,6 +32,8 @@ from trayapp.sources.servers.ollama import parse_parameter_size
 BUSY_STATUSES = ("generating", "processingPrompt")
 EMBEDDING_TYPES = ("embedding", "embeddings")  # model types LM Studio lists that are no LLMs
 MAX_QUEUED = 1000  # finished requests kept between two polls
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- pure parsing
@@ -154,6 +158,7 @@ class LmsCli:
         self._ps: list[ModelReading] | None = None
         self._ps_at: float | None = None
         self._threads: list[threading.Thread] = []
+        self._bugs = BugLog(log)  # both reader threads' boundary: each bug's traceback logged once
 
     def start(self) -> None:
         if self._threads:
@@ -235,7 +240,7 @@ class LmsCli:
             if not self._stop.is_set():
                 assert proc.stdout is not None
                 for line in proc.stdout:
-                    record = parse_lms_log_line(line)
+                    record = self._parse_line(line)
                     del line  # the prompt / completion text is in here, and nowhere else
                     if record is not None:
                         self._put(record)
@@ -245,6 +250,17 @@ class LmsCli:
             _end_process(proc)
             with self._lock:
                 self._proc = None
+
+    def _parse_line(self, line: bytes) -> FinishedRequest | None:
+        """One line's record; a bug in the parser is logged once and the line skipped, so the
+        reader goes on. The bug's message is withheld: it may quote the line, which holds the
+        prompt and the completion (its traceback names only code)."""
+        try:
+            return parse_lms_log_line(line)
+        except Exception as exc:
+            withheld = LmsParseBug(f"{type(exc).__name__} (message withheld: the line holds prompt text)")
+            self._bugs.report(withheld.with_traceback(exc.__traceback__), "lms log stream")
+            return None
 
     def _put(self, record: FinishedRequest) -> None:
         while True:
@@ -272,11 +288,18 @@ class LmsCli:
                 readings = parse_lms_ps(json.loads(done.stdout)) if done.returncode == 0 else None
             except (OSError, subprocess.SubprocessError, json.JSONDecodeError, UnexpectedAnswer):
                 readings = None
+            except Exception as exc:  # a bug in the parser: logged once, the loop goes on
+                self._bugs.report(exc, "lms ps")
+                readings = None
             if readings is not None:
                 with self._lock:
                     self._ps = readings
                     self._ps_at = time.monotonic()
             self._stop.wait(self.ps_interval_s)
+
+
+class LmsParseBug(Exception):
+    """A bug met while parsing an `lms log stream` line, its message stripped of the line's text."""
 
 
 def _end_process(proc: subprocess.Popen[bytes]) -> None:

@@ -27,12 +27,13 @@ from PySide6.QtWidgets import (
 
 from trayapp.core.glance import choose_model, host_port, kind_label, prefill_line
 from trayapp.core.history import History, ModelKey
+from trayapp.core.loopback import is_this_machine_url
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import estimate_mark, format_pct, format_rate, format_rate_marked
 from trayapp.ui.dashboard.alerts import AlertsPanel
-from trayapp.ui.dashboard.cards import ModelCard, hardware_line, is_local, ttft_text
+from trayapp.ui.dashboard.cards import ModelCard, hardware_line, ttft_text
 from trayapp.ui.dashboard.context_plot import RateContextPlot
 from trayapp.ui.dashboard.empty_state import EmptyState
 from trayapp.ui.dashboard.time_plot import RateTimePlot
@@ -316,6 +317,6 @@ class Dashboard(QWidget):
             card.update_model(
                 server,
                 model,
-                no_gpu=no_gpu and is_local(server.url),
+                no_gpu=no_gpu and is_this_machine_url(server.url),
                 offload_gpu_fraction=self.thresholds.offload_gpu_fraction,
             )
