@@ -55,7 +55,7 @@ def test_a_parser_bug_is_logged_once_and_the_reader_goes_on(
 
     monkeypatch.setattr(lms_cli, "parse_lms_log_line", buggy_parse)
     caplog.set_level(logging.ERROR, logger=lms_cli.__name__)
-    fake.emit(output_line(11, "fine"), output_line(12, CANARY), output_line(13, CANARY), output_line(14, "fine"))
+    fake.emit(*(output_line(n, text) for n, text in ((11, "fine"), (12, CANARY), (13, CANARY), (14, "fine"))))
     reader.start()
     got: list[FinishedRequest] = []
 
