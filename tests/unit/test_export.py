@@ -165,7 +165,7 @@ def test_csv_round_trip_keeps_the_numbers(db: Path, tmp_path: Path) -> None:
         assert int(row["context_tokens"]) == expected.context_tokens
         assert row["load_s"] == "" and row["exact"] == "true" and row["session_id"] == "a"
         assert float(row["ceiling_pct"]) == pytest.approx(100 * expected.decode_tok_s / 217.5)
-    assert not list(tmp_path.glob(".*.part"))
+    assert not list(tmp_path.glob("*.tmp"))  # no temp file left behind
 
 
 def test_jsonl_round_trip_of_samples_keeps_the_numbers(db: Path) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trayapp.config import paths
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
 from trayapp.core.loopback import is_loopback
 from trayapp.sinks.sampler_file import TOKEN_ENV
 
@@ -51,11 +52,7 @@ def token_path() -> Path:
 def write_new_token() -> Path:
     """A new random token in the token file (mode 0600, replaced atomically); returns its path."""
     path = token_path()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        file.write(secrets.token_urlsafe(32) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, secrets.token_urlsafe(32) + "\n", permissions=PRIVATE_PERMISSIONS)
     return path
 
 

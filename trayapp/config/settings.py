@@ -10,10 +10,8 @@ import argparse
 import dataclasses
 import difflib
 import ipaddress
-import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -30,6 +28,7 @@ else:  # pragma: no cover
 
 from trayapp.config import paths
 from trayapp.config.agents import AgentConfig, parse_agents
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
 from trayapp.core.loopback import host_key, is_loopback, server_key
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
@@ -503,18 +502,8 @@ def settings_to_toml(settings: Settings) -> str:
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
-    """Write atomically: a temp file in the same folder, fsync, then rename over the old one."""
+    """Write atomically (`config/files.py`), readable by this user only."""
     path = path or paths.config_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = settings_to_toml(settings)
-    fd, tmp_name = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, settings_to_toml(settings), permissions=PRIVATE_PERMISSIONS)
     return path

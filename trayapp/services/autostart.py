@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trayapp.config.files import atomic_write_bytes
+
 APP_ID = "llm-tray"
 LAUNCH_AGENT_LABEL = "io.github.llm-tray"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
@@ -102,9 +104,7 @@ def launch_agent_plist(command: Sequence[str]) -> bytes:
 def _write(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
     except OSError as exc:
         raise AutostartError(f"cannot write {path}: {exc.strerror or exc}") from exc
 

@@ -9,7 +9,6 @@ holds metrics only, so no export can carry prompt text, API keys or auth headers
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
+
+from trayapp.config.files import atomic_output
 
 if TYPE_CHECKING:  # the store loads when an export runs (the CLI's parser imports this module)
     from trayapp.sinks.store import Store
@@ -148,19 +149,12 @@ def export(
         out = sys.stdout
     if isinstance(out, (str, os.PathLike)):
         path = Path(out)
-        part = path.with_name(f".{path.name}.part")
-        try:
-            if fmt == "parquet":
-                with open(part, "wb") as binary:
-                    count = _write_parquet(pyarrow_modules, store, table, columns, rows, binary, batch)
-            else:
-                with open(part, "w", encoding="utf-8", newline="") as text:
-                    count = _write_text(fmt, table, columns, rows, text)
-            os.replace(part, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                part.unlink()
-            raise
+        if fmt == "parquet":
+            with atomic_output(path, "wb") as binary:
+                count = _write_parquet(pyarrow_modules, store, table, columns, rows, binary, batch)
+        else:
+            with atomic_output(path, "w", newline="") as text:
+                count = _write_text(fmt, table, columns, rows, text)
         return ExportResult(count, table, path)
 
     if fmt == "parquet":

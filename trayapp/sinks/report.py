@@ -8,9 +8,7 @@ with cause and fix. Every string from the store goes through `html.escape`.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
@@ -18,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trayapp import __version__
+from trayapp.config.files import atomic_write_text
 from trayapp.core.model import SessionRecord
 from trayapp.sinks.report_svg import PlotSample, context_plot, time_plot
 from trayapp.sinks.report_svg import escape_html as _e
@@ -348,12 +347,5 @@ def write_report(store: Store, path: Path | str, *, session_id: str | None = Non
     """Write the report of `session_id` (default: the latest session) to `path`; returns the path."""
     target = Path(path)
     text = render_report(store, session_id=session_id)
-    part = target.with_name(f".{target.name}.part")
-    try:
-        part.write_text(text, encoding="utf-8")
-        os.replace(part, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            part.unlink()
-        raise
+    atomic_write_text(target, text)
     return target

@@ -16,7 +16,6 @@ import logging
 import os
 import queue
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trayapp.config import paths
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
 from trayapp.core.jsonview import iso_utc
 from trayapp.sinks.wire import MAX_RECORDS, to_wire
 
@@ -94,7 +94,7 @@ def claim_sampler_file(url: str, role: str = "", timeout_s: float = ANSWER_TIMEO
     Race-safety: the whole read-judge-replace runs under an exclusive lock on a lock file beside
     it (flock, or msvcrt on Windows; the OS drops it when its holder dies), so of two samplers
     starting at once exactly one writes its entry and the other finds it live. The entry itself is
-    written to a temp file (mode 0600) and moved into place with `os.replace`, so clients, which
+    written atomically (mode 0600, `config/files.py`), so clients, which
     read without the lock, see the old entry or the new one, never a part.
     """
     path = sampler_path()
@@ -104,14 +104,7 @@ def claim_sampler_file(url: str, role: str = "", timeout_s: float = ANSWER_TIMEO
             return current
         mine = SamplerInfo(url=url, pid=os.getpid(), started=iso_utc(time.time()), role=role)
         body = {"url": mine.url, "pid": mine.pid, "started": mine.started, "role": mine.role}
-        fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=path.parent)  # 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(json.dumps(body) + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, json.dumps(body) + "\n", permissions=PRIVATE_PERMISSIONS)
         if current is not None:
             log.info("sampler file: replaced the stale entry of pid %d (%s)", current.pid, current.url)
         return mine

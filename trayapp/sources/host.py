@@ -24,7 +24,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from typing import Literal
 
 import psutil
 
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
 from trayapp.core.bandwidth import contradicting_model
 from trayapp.core.model import HostReading, RamBandwidthChange, Snapshot, ValueSource
 from trayapp.sources.rambench import last_level_cache_bytes
@@ -357,15 +357,7 @@ def _write_atomic(cache_path: Path, record: RamBandwidth, fingerprint: Fingerpri
     data["source"] = "measured"
     data["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.measured_at_wall_s))
     data["fingerprint"] = fingerprint
-    fd, tmp = tempfile.mkstemp(prefix=f"{cache_path.name}.", suffix=".tmp", dir=cache_path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(json.dumps(data, indent=1))
-        os.replace(tmp, cache_path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(cache_path, json.dumps(data, indent=1), permissions=PRIVATE_PERMISSIONS)
 
 
 def write_cached(

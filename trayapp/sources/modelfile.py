@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trayapp.config.files import atomic_write_text
 from trayapp.core.model import KvLayout, ModelFacts
 from trayapp.core.modelfacts import TensorInfo, facts_from_gguf
 from trayapp.core.quants import GGML_QUANT_SIZES, tensor_n_bytes
@@ -321,9 +322,7 @@ def _save_disk(cache_file: Path, key: tuple[str, int, int], facts: ModelFacts) -
     payload["facts"] = facts_to_json(facts)
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(payload), encoding="utf-8")
-        os.replace(tmp, cache_file)
+        atomic_write_text(cache_file, json.dumps(payload), fsync=False)  # a lost write costs a re-read
     except OSError:
         pass  # a cache that cannot be written only costs a re-read later
 
