@@ -16,36 +16,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
-from qt_snapshots import alert, model, server, snap
 
+from tests.support.fake_monitor import FakeMonitor
+from tests.support.snapshots import model, server, snap
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import NotificationConfig, Settings
-from trayapp.core.model import Snapshot
 from trayapp.ui.single_instance import SingleInstance
-
-
-class FakeMonitor:
-    """Same methods as trayapp.services.monitor.Monitor; a model decoding at a rising rate."""
-
-    def __init__(self) -> None:
-        self.ticks = 0
-        self.applied: list[Settings] = []
-        self.closed = False
-        self.thread = threading.get_ident()
-
-    def tick(self) -> Snapshot:
-        self.ticks += 1
-        alerts = (alert("offload-1"),) if self.ticks >= 3 else ()
-        return snap(float(self.ticks), server(model(rate=40.0 + self.ticks)), alerts=alerts)
-
-    def next_interval_s(self) -> float:
-        return 0.05
-
-    def apply_settings(self, settings: Settings) -> None:
-        self.applied.append(settings)
-
-    def close(self) -> None:
-        self.closed = True
 
 
 @pytest.fixture
@@ -180,6 +156,33 @@ def test_diagnostics_include_versions_and_settings(
     qapp.aboutToQuit.disconnect(tray_app.shutdown)
 
 
+def test_a_store_that_stops_recording_shows_in_the_menu_and_diagnostics(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    monitors: list[FakeMonitor] = []
+    tray_app = _make(qapp, tmp_path, monitors)
+    try:
+        tray_app.start()
+        qtbot.waitUntil(lambda: bool(monitors) and monitors[0].ticks > 0, timeout=5000)
+        monitors[0].store_error = "could not write: database or disk is full"
+        qtbot.waitUntil(lambda: tray_app.store_error is not None, timeout=5000)
+        tray_app.tray.rebuild_menu()
+        lines = [a.text() for a in tray_app.tray.menu.actions()]
+        assert lines[0] == "⚠ Not recording: could not write: database or disk is full"
+        assert "not recording: could not write: database or disk is full" in tray_app.diagnostics(None)
+        monitors[0].store_error = None
+        qtbot.waitUntil(lambda: tray_app.store_error is None, timeout=5000)
+        tray_app.tray.rebuild_menu()
+        assert not [a.text() for a in tray_app.tray.menu.actions() if "Not recording" in a.text()]
+        assert "not recording" not in tray_app.diagnostics(None)
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+    events = _events(tmp_path / "events.jsonl")
+    states = [e.get("error", "?") for e in events if e.get("event") == "store_state"]
+    assert states == ["could not write: database or disk is full", None]
+
+
 def test_second_start_asks_the_first_and_exits_0(qtbot: QtBot, restore_globals: None) -> None:
     first = SingleInstance()
     assert first.listen()
@@ -196,16 +199,16 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
     events = tmp_path / "run.jsonl"
     home = tmp_path / "home"
     code = (
-        "import sys; from test_app import FakeMonitor; from trayapp.app.tray_app import run_tray;"
+        "import sys; from tests.support.fake_monitor import FakeMonitor;"
+        "from trayapp.app.tray_app import run_tray;"
         "from trayapp.config.settings import Settings;"
         "sys.exit(run_tray(Settings(), monitor_factory=FakeMonitor))"
     )
-    here = Path(__file__).resolve().parent
     env = dict(
         os.environ,
         QT_QPA_PLATFORM="offscreen",
         LLM_TRAY_HOME=str(home),
-        PYTHONPATH=os.pathsep.join([str(here.parents[1]), str(here)]),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),  # the repository: tests.support
     )
     env[app_module.EVENTS_ENV] = str(events)
     with subprocess.Popen(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from PySide6.QtWidgets import QApplication
-from qt_snapshots import snap
 
+from tests.support.snapshots import snap
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.model import Snapshot
@@ -22,6 +22,10 @@ ON = "no endpoint configured; nothing answers on the default ports"
 
 class NoServers:
     """A monitor (never started here) that finds nothing."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.store_error: str | None = None
 
     def tick(self) -> Snapshot:
         return snap(1.0)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
-from qt_snapshots import snap
 
+from tests.support.snapshots import snap
 from tests.support.trayapp_process import TrayAppProcess, is_event, wait_value
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 from trayapp.app import tray_app as app_module
@@ -28,6 +28,10 @@ UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing answers
 
 class IdleMonitor:
     """The Monitor's methods; no server (the window's behaviour does not depend on readings)."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.store_error: str | None = None
 
     def tick(self) -> Snapshot:
         return snap(0.0)

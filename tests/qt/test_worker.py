@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from PySide6.QtCore import QTimer
 from pytestqt.qtbot import QtBot
-from qt_snapshots import model, server, snap
 
+from tests.support.snapshots import model, server, snap
 from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
 from trayapp.ui.worker import WorkerThread, run_in_background
@@ -28,6 +28,8 @@ class SlowMonitor:
         self.closed_on: int | None = None
         self.settings: list[Settings] = []
         self.built_on = threading.get_ident()
+        self.warnings: list[str] = []
+        self.store_error: str | None = None
 
     def tick(self) -> Snapshot:
         self.tick_threads.add(threading.get_ident())
@@ -175,6 +177,33 @@ def test_monitor_warnings_are_reported_once(qtbot: QtBot) -> None:
     finally:
         runner.stop()
     assert got == ["not recording: another llm-tray holds the store", "RAM bandwidth measurement failed"]
+
+
+def test_the_store_failing_and_recovering_is_reported_once_each(qtbot: QtBot) -> None:
+    """The store's error as the monitor gives it tick by tick: each change is one signal."""
+    errors_by_tick = {2: "disk full", 3: "disk full", 4: "disk full", 6: None, 8: "database is locked"}
+
+    class Failing(SlowMonitor):
+        def __init__(self) -> None:
+            super().__init__(interval_s=0.02)
+
+        def tick(self) -> Snapshot:
+            snapshot = super().tick()
+            if self.ticks in errors_by_tick:
+                self.store_error = errors_by_tick[self.ticks]
+            return snapshot
+
+    runner = WorkerThread(Failing)
+    got: list[str | None] = []
+    runner.store_state.connect(got.append)
+    snapshots: list[Snapshot] = []
+    runner.snapshot_ready.connect(snapshots.append)
+    try:
+        runner.start()
+        qtbot.waitUntil(lambda: len(snapshots) >= 10, timeout=5000)
+    finally:
+        runner.stop()
+    assert got == ["disk full", None, "database is locked"]
 
 
 def test_stop_before_start_is_harmless() -> None:

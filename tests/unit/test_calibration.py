@@ -20,7 +20,7 @@ from trayapp.core.diagnose import (
 )
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import ModelStatus, ServerStatus
-from trayapp.core.pipeline import Pipeline
+from trayapp.core.pipeline import Pipeline, Priors
 from trayapp.core.thresholds import Thresholds
 
 GPU = Machine("Test GPU", 100.0, 24 * 10**9, 50.0, has_gpu=True)
@@ -67,10 +67,16 @@ def test_bench_verdict_uses_the_calibrated_band() -> None:
 
 def view(rate: float, calibrated: float | None) -> ModelView:
     model = ModelStatus(
-        name="m", phase="decoding", decode_tok_s=rate, ceiling_tok_s=100.0, gpu_fraction=1.0, active_streams=1
+        name="m",
+        phase="decoding",
+        decode_tok_s=rate,
+        ceiling_tok_s=100.0,
+        gpu_fraction=1.0,
+        active_streams=1,
+        calibrated_efficiency=calibrated,
     )
     server = ServerStatus(kind="llamacpp", url="http://127.0.0.1:8080", status="ok", models=(model,))
-    return ModelView(server=server, model=model, machine=GPU, calibrated_efficiency=calibrated)
+    return ModelView(server=server, model=model, machine=GPU)
 
 
 def kinds(v: ModelView) -> set[str]:
@@ -98,7 +104,8 @@ def _low_efficiency_ticks(calibrated: float | None) -> int:
     for i, poll in enumerate(request_slots(task=1, prompt_tokens=300, rate_tok_s=60.7, decode_s=20)):
         reading = llama_reading(poll)
         calibrations = {} if calibrated is None else {(reading.url, reading.models[0].name): calibrated}
-        out = pipeline.process([reading], hw, {}, machine, 1.0 + i, WALL0 + 1.0 + i, {}, {}, calibrations)
+        priors = Priors(calibrations=calibrations)
+        out = pipeline.process([reading], hw, {}, machine, 1.0 + i, WALL0 + 1.0 + i, priors=priors)
         seen += any(a.kind == "low_efficiency" for a in out.snapshot.alerts)
     return seen
 
@@ -115,10 +122,11 @@ def test_the_snapshot_carries_each_models_calibration_for_the_dashboard() -> Non
     poll = next(iter(request_slots(task=1, prompt_tokens=300, rate_tok_s=60.7, decode_s=2)))
     reading = llama_reading(poll)
     name = reading.models[0].name
-    benched = pipeline.process([reading], hw, {}, machine, 1.0, WALL0, {}, {}, {(reading.url, name): 0.54})
+    here = Priors(calibrations={(reading.url, name): 0.54}, bench_rates={(reading.url, name): 120.0})
+    benched = pipeline.process([reading], hw, {}, machine, 1.0, WALL0, priors=here)
     (model,) = [m for _, m in benched.snapshot.models()]
-    assert model.calibrated_efficiency == 0.54
-    other = {("http://x:1", name): 0.5}
-    elsewhere = pipeline.process([reading], hw, {}, machine, 2.0, WALL0 + 1, {}, {}, other)
+    assert (model.calibrated_efficiency, model.bench_decode_tok_s) == (0.54, 120.0)
+    other = Priors(calibrations={("http://x:1", name): 0.5}, bench_rates={("http://x:1", name): 99.0})
+    elsewhere = pipeline.process([reading], hw, {}, machine, 2.0, WALL0 + 1, priors=other)
     (model,) = [m for _, m in elsewhere.snapshot.models()]
-    assert model.calibrated_efficiency is None  # another server's bench is not this one's
+    assert (model.calibrated_efficiency, model.bench_decode_tok_s) == (None, None)  # not this server's bench

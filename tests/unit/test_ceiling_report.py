@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -82,8 +83,9 @@ def test_context_adds_kv_reads_and_capacity() -> None:
     assert report["ceiling_empty_context_tok_s"] == pytest.approx(1008 / 4.9)
     assert report["required_bytes"] > report["weights_bytes"] + report["kv_bytes"]
     assert report["max_context_fits"] == 131072  # capped at the trained context
-    q8 = build_ceiling_report(llama_8b(), RTX_4090, context_tokens=4096, kv_type="q8_0")
+    q8 = build_ceiling_report(llama_8b(), replace(RTX_4090, kv_type="q8_0"), context_tokens=4096)
     assert q8["kv_bytes"] == pytest.approx(512 * 1024**2 * 34 / 64, abs=1)
+    assert q8["kv_type"] == "q8_0"
 
 
 def test_70b_q4_on_a_4090_does_not_fit_and_offloads() -> None:
@@ -119,6 +121,16 @@ def test_unified_memory_machine_has_no_split() -> None:
     seventy = build_ceiling_report(facts_from_params(70, None, None, 40), M5_MAX, context_tokens=0)
     assert seventy["ceiling_tok_s"] == pytest.approx(15.35, rel=0.01)  # M5 Max 70B Q4 ≈ 15 tok/s
     assert seventy["fits"] is True
+
+
+def test_a_gpu_share_does_not_apply_to_unified_memory() -> None:
+    # --gpu-fraction 0.5 on an M5 Max: one memory at 614 GB/s, so 614 ÷ 4.9 GB, never a split with
+    # a (here deliberately slower) RAM bandwidth: 1 / (0.5 × 4.9 / 614 + 0.5 × 4.9 / 100) ≈ 35 tok/s
+    unified = replace(M5_MAX, ram_bandwidth_gbps=100.0)
+    report = build_ceiling_report(llama_8b(), unified, context_tokens=0, gpu_fraction=0.5)
+    assert report["ceiling_tok_s"] == pytest.approx(614 / 4.9)
+    assert report["gpu_fraction"] == 1.0
+    assert any("does not apply" in note for note in report["notes"])
 
 
 def test_quant_ladder() -> None:

@@ -33,7 +33,7 @@ from trayapp.core.model import (
     SlotReading,
     Snapshot,
 )
-from trayapp.core.pipeline import Pipeline
+from trayapp.core.pipeline import Pipeline, Priors
 from trayapp.core.thresholds import Thresholds
 
 GB = 1_000_000_000
@@ -239,7 +239,7 @@ class Run:
                 found = self.baseline_lookup(server, model, machine) if model.phase == "decoding" else None
                 if found is not None:
                     baselines[(server.url, model.name)] = found
-        out = self.pipeline.process(batch, hw, {}, machine, self.t, WALL0 + self.t, baselines)
+        out = self.pipeline.process(batch, hw, {}, machine, self.t, WALL0 + self.t, priors=Priors(baselines))
         self.snapshots.append(out.snapshot)
         return out.snapshot
 

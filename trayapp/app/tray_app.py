@@ -104,6 +104,7 @@ class TrayApp(QObject):
         self.last_snapshot: Snapshot | None = None
         self.last_error: str | None = None
         self.warnings: list[str] = []
+        self.store_error: str | None = None  # why the session is not being recorded now
         self.tray_visible = False
         self._settings_dialog: SettingsDialog | None = None
         self._exporter: Any = None
@@ -137,6 +138,7 @@ class TrayApp(QObject):
         self.runner.snapshot_ready.connect(self.on_snapshot)
         self.runner.error.connect(self.on_error)
         self.runner.warning.connect(self.on_warning)
+        self.runner.store_state.connect(self.on_store_state)
         self.tray.open_dashboard.connect(self.show_dashboard)
         self.tray.open_settings.connect(self.open_settings)
         self.tray.bench_requested.connect(self.open_bench)
@@ -276,6 +278,17 @@ class TrayApp(QObject):
         self.events.emit("warning", message=message)
         self.tray.show_message("llm-tray", message, critical=True)
 
+    def on_store_state(self, error: str | None) -> None:
+        """The store stopped recording (a full disk, a locked or broken file, a bug) or records again:
+        the menu says so while it lasts, a notification says it once, Copy diagnostics carries it."""
+        self.store_error = error
+        self.tray.set_store_error(error)
+        self.events.emit("store_state", error=error)
+        if error:
+            self.tray.show_message("llm-tray: not recording", error, critical=True)
+        else:
+            self.tray.show_message("llm-tray", "recording again")
+
     def _on_icon_changed(self, state: IconState) -> None:
         if self._stopped:
             return  # a throttled redraw firing after quit: nothing is shown any more
@@ -346,6 +359,8 @@ class TrayApp(QObject):
         text = diagnostics_text(snapshot, settings_summary(self.settings), self.versions)
         if self.last_error:
             text += f"last monitoring error: {self.last_error}\n"
+        if self.store_error:
+            text += f"not recording: {self.store_error}\n"
         for warning in self.warnings[-5:]:
             text += f"monitor warning: {warning}\n"
         return text

@@ -1,7 +1,9 @@
 """`llm-tray ceiling`: how fast can this model decode on this machine, and does it fit?
 
 `build_ceiling_report` returns a JSON-ready dict; `format_ceiling_report` renders it
-for humans. The numbers come from `trayapp.core.physics` (GB = 10^9 bytes).
+for humans. Every ceiling comes from `trayapp.core.placement.ceiling_for`, the rule the
+tray, `status` and the detectors use; fit and KV sizes from `trayapp.core.physics`
+(GB = 10^9 bytes).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from trayapp.core.physics import (
     realistic_band,
     requantize,
     required_bytes,
-    split_ceiling_tok_s,
 )
+from trayapp.core.placement import ceiling_for, effective_gpu_fraction
 from trayapp.core.quants import COMMON_QUANTS, normalize_quant_name, quant_note
 
 _MAX_CONTEXT_SEARCH_TOKENS = 1 << 21
@@ -31,18 +33,19 @@ def build_ceiling_report(
     facts: ModelFacts,
     machine: Machine,
     context_tokens: int = 4096,
-    kv_type: str = "f16",
     gpu_fraction: float | None = None,
 ) -> dict[str, Any]:
-    """The decode ceiling of `facts` on `machine` at `context_tokens`, with a quant ladder.
+    """The decode ceiling of `facts` on `machine` (its KV cache type included) at `context_tokens`,
+    with a quant ladder.
 
-    `ceiling_tok_s` assumes everything in fast memory (or the given `gpu_fraction` on the
-    GPU, the rest at RAM bandwidth) and counts the KV cache read at that context.
-    `split_ceiling_tok_s` is the automatic split when the model does not fit a discrete
-    GPU. Unknown inputs give None values and a line in `notes`.
+    `ceiling_tok_s` assumes everything in fast memory (or the given `gpu_fraction` on a discrete
+    GPU, the rest at RAM bandwidth; unified memory is one memory) and counts the KV cache read at
+    that context. `split_ceiling_tok_s` is the automatic split when the model does not fit a
+    discrete GPU. Unknown inputs give None values and a line in `notes`.
     """
     context = max(int(context_tokens), 0)
     bandwidth = machine.fast_bandwidth_gbps
+    kv_type = machine.kv_type
     ram_bandwidth = machine.ram_bandwidth_gbps
     notes: list[str] = []
 
@@ -57,9 +60,12 @@ def build_ceiling_report(
     if fit is None:
         notes.append("memory capacity unknown: cannot tell whether the model fits")
 
-    fraction = 1.0 if gpu_fraction is None else min(max(gpu_fraction, 0.0), 1.0)
-    ceiling = split_ceiling_tok_s(per_token_at_context, fraction, bandwidth, ram_bandwidth)
-    ceiling_empty = split_ceiling_tok_s(facts.bytes_per_token, fraction, bandwidth, ram_bandwidth)
+    given = None if gpu_fraction is None else min(max(gpu_fraction, 0.0), 1.0)
+    fraction = effective_gpu_fraction(machine, given)
+    if given is not None and fraction != given:
+        notes.append("one memory (unified, or no GPU): a GPU share does not apply")
+    ceiling = ceiling_for(facts, context, machine, fraction)
+    ceiling_empty = ceiling_for(facts, 0, machine, fraction)
     if bandwidth is None:
         notes.append("memory bandwidth unknown: give --bandwidth-gbps or --gpu")
     elif fraction < 1.0 and ram_bandwidth is None:
@@ -76,7 +82,7 @@ def build_ceiling_report(
         if machine.has_gpu and not machine.unified_memory:
             auto_fraction = auto_gpu_fraction(facts.weights_bytes, kv, available)
             if auto_fraction is not None:
-                split = split_ceiling_tok_s(per_token_at_context, auto_fraction, bandwidth, ram_bandwidth)
+                split = ceiling_for(facts, context, machine, auto_fraction)
             if split is None:
                 notes.append("does not fit and RAM bandwidth is unknown: the offload speed cannot be rated")
             else:
@@ -112,9 +118,7 @@ def build_ceiling_report(
                 "quant": quant,
                 "current": quant == current,
                 "weights_bytes": variant.weights_bytes,
-                "ceiling_tok_s": split_ceiling_tok_s(
-                    variant.bytes_per_token + kv, 1.0, bandwidth, ram_bandwidth
-                ),
+                "ceiling_tok_s": ceiling_for(variant, context, machine, 1.0),
                 "fits": fits(required_bytes(variant.weights_bytes, kv), available),
                 "note": quant_note(quant),
             }

@@ -400,9 +400,7 @@ def run_ceiling(args: argparse.Namespace) -> int:
     machine = resolve_machine(hardware, profile, gpu_lookup)
     if machine.fast_bandwidth_gbps is None:
         raise ValueError("no bandwidth known for this hardware: give --bandwidth-gbps N")
-    report = build_ceiling_report(
-        facts, machine, context_tokens=args.context, kv_type=profile.kv_type, gpu_fraction=args.gpu_fraction
-    )
+    report = build_ceiling_report(facts, machine, context_tokens=args.context, gpu_fraction=args.gpu_fraction)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -29,6 +29,7 @@ else:  # pragma: no cover
 from trayapp.config import paths
 from trayapp.config.agents import AgentConfig, parse_agents
 from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
+from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
 from trayapp.core.loopback import host_key, is_loopback, server_key
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
 from trayapp.core.thresholds import Thresholds
@@ -167,7 +168,7 @@ class HardwareConfig:
 class NotificationConfig:
     enabled: bool = True
     do_not_disturb: bool = False
-    muted_kinds: tuple[str, ...] = ()
+    muted_kinds: tuple[str, ...] = DEFAULT_MUTED_KINDS  # the table's; a user's list, once saved, is kept
 
 
 @dataclass(frozen=True)

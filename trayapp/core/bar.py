@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trayapp.core.alert_kinds import ALERT_KINDS
+from trayapp.core.alert_kinds import alert_label
 from trayapp.core.glance import IconState, active_alerts, host_port, kind_label, wrap_lines
 from trayapp.core.model import Snapshot
 from trayapp.core.units import estimate_mark, format_rate_marked, format_tokens_short
@@ -80,7 +80,7 @@ def glance_json(state: IconState, snapshot: Snapshot) -> dict[str, Any]:
                 "kind": a.kind,
                 "severity": a.severity,
                 "model": a.model,
-                "words": ALERT_KINDS[a.kind].label if a.kind in ALERT_KINDS else a.kind,
+                "words": alert_label(a.kind),
                 "message": a.message,
             }
             for a in alerts

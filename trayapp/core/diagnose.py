@@ -3,18 +3,19 @@
 Each detector looks at one model (or one GPU, or one server) at one instant
 and returns `Finding`s with the evidence, the cause in plain words and a
 computed fix. The offload detector and its cause/fix arithmetic live in
-`offload.py`; the episode rules (confirmation, hysteresis) in `episodes.py`.
+`offload.py`; the memory between ticks (trends, the model before a change) in
+`diagnosis_tracker.py`; the episode rules (confirmation, hysteresis) in `episodes.py`.
 This module is stateless.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from statistics import median
 from typing import NamedTuple
 
-from trayapp.core.alert_kinds import SUPPRESSED_BY_DRAFTING, SUPPRESSED_BY_OFFLOAD
+from trayapp.core.alert_kinds import ALERT_KINDS, AlertKindName
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Baseline,
@@ -85,7 +86,9 @@ REGRESSION_EVIDENCE = 3  # the fastest of this many newest rates must still be b
 
 @dataclass(frozen=True)
 class ModelView:
-    """Everything the detectors may look at for one model."""
+    """Everything the detectors may look at for one model: its status (with its GPU share's source
+    and its benched calibration) and what the status cannot hold (earlier ticks, the machine, other
+    processes)."""
 
     server: ServerStatus
     model: ModelStatus
@@ -97,9 +100,6 @@ class ModelView:
     load_s: float | None = None  # model load time paid by a request just now
     cpu_percent: float | None = None
     throttle_reasons: Sequence[str] = ()
-    gpu_fraction_source: str | None = None  # "ollama", "nvml", ...
-    calibrated_efficiency: float | None = None  # benched decode ÷ ceiling at depth 0 (this model, hardware)
-    fields_extra: dict[str, object] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- per model
@@ -120,14 +120,16 @@ def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
         finding = detector(view, t)
         if finding is not None:
             findings.append(finding)
-    if any(f.kind == "offload" for f in findings):
-        findings = [f for f in findings if f.kind not in SUPPRESSED_BY_OFFLOAD]
-    elif any(f.kind == "draft_acceptance" for f in findings):
-        findings = [f for f in findings if f.kind not in SUPPRESSED_BY_DRAFTING]
-    return findings
+    return without_explained(findings, {f.kind for f in findings})
 
 
-def resolved_kinds(view: ModelView) -> frozenset[str]:
+def without_explained(findings: Sequence[Finding], explaining: Collection[AlertKindName]) -> list[Finding]:
+    """`findings` less those a finding of an `explaining` kind explains (`AlertKind.suppressed_by`):
+    one root cause per model (and, for a GPU-wide kind, per machine)."""
+    return [f for f in findings if ALERT_KINDS[f.kind].suppressed_by.isdisjoint(explaining)]
+
+
+def resolved_kinds(view: ModelView) -> frozenset[AlertKindName]:
     """Kinds whose cause is certainly gone at this tick, so their episodes end at once: a KV
     slowdown once a fresh conversation began (the context back under 80 % of this session's deepest,
     where `_kv_slowdown` stops finding it too)."""
@@ -261,7 +263,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     if model.gpu_fraction is not None and model.gpu_fraction < t.offload_gpu_fraction:
         return None
     rate, ceiling = model.decode_tok_s, model.ceiling_tok_s
-    calibrated = usable_calibration(view.calibrated_efficiency)
+    calibrated = usable_calibration(model.calibrated_efficiency)
     if rate is None or not ceiling or rate >= low_efficiency_share(t, calibrated) * ceiling:
         return None
     clues: list[str] = []
@@ -479,7 +481,3 @@ def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding
             )
         )
     return findings
-
-
-def _round(value: float | None) -> float | None:
-    return round(value, 2) if value is not None else None

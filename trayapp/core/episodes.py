@@ -49,7 +49,7 @@ class EpisodeTracker:
         not found now ends at once, without the clear window."""
         seen: set[Key] = set()
         for finding in findings:
-            key = (finding.kind, finding.server, finding.model)
+            key: Key = (finding.kind, finding.server, finding.model)
             seen.add(key)
             episode = self._episodes.get(key)
             if episode is None:

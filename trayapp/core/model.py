@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trayapp.core.alert_kinds import AlertKindName
+
 ServerKind = Literal["ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown"]
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
 Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
@@ -25,6 +27,7 @@ Severity = Literal["info", "warning", "critical"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
 BaselineSource = Literal["bench", "session"]
+ModelKey = tuple[str, str]  # (server url, model name): one model on one server
 
 BUSY_PHASES: frozenset[str] = frozenset({"prefill", "decoding", "stalled"})
 
@@ -375,7 +378,7 @@ class ServerStatus:
 class Finding:
     """A detector's verdict at one instant (before the episode rules)."""
 
-    kind: str
+    kind: AlertKindName
     severity: Severity
     server: str
     model: str | None
@@ -391,7 +394,7 @@ class Alert:
     """A confirmed finding that lasts: one per episode."""
 
     id: str
-    kind: str
+    kind: AlertKindName
     severity: Severity
     server: str
     model: str | None

@@ -41,7 +41,7 @@ def offload_finding(view: ModelView, t: Thresholds) -> Finding | None:
         "size_bytes": model.size_bytes,
         "vram_bytes": model.vram_bytes,
         "context_length": model.context_length,
-        "source": view.gpu_fraction_source,
+        "source": model.gpu_fraction_source,
     }
     speed = ""
     if full and split:

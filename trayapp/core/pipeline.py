@@ -2,34 +2,29 @@
 
 Each stage is a small pure module that decides its facts once and returns immutable results:
 `rates.RateTracker` (speeds, phases, finished requests), `placement.place` (facts, GPU share,
-ceiling), `session.SessionTracker` (sessions), `diagnose` (findings), `episodes.EpisodeTracker`
-(alerts). `ModelStatus` is built exactly once per model and tick, by `model_status`.
+ceiling), `session.SessionTracker` (sessions), `model_status` (the one `ModelStatus` per model and
+tick, bench values included), `diagnosis_tracker.DiagnosisTracker` (findings, with the trends and
+earlier statuses it remembers), `episodes.EpisodeTracker` (alerts). One step goes back: the
+sessions note the kinds of the alerts raised on their model (`_with_alert_kinds`), so a session
+record lists them.
 
-Pure: the monitor does the I/O (polling servers, reading the GPU, looking up baselines in the
-store) and hands this module readings, baselines and times; nothing here blocks.
+Pure: the monitor does the I/O (polling servers, reading the GPU, looking up baselines and benches
+in the store) and hands this module readings, `Priors` and times; nothing here blocks.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from trayapp.core.diagnose import (
-    ModelView,
-    TrendPoint,
-    diagnose_hardware,
-    diagnose_model,
-    diagnose_server,
-    resolved_kinds,
-)
+from trayapp.core.diagnosis_tracker import DiagnosisTracker, ServerDiagnosisInput
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Alert,
     Baseline,
-    Finding,
     HardwareSnapshot,
+    ModelKey,
     ModelReading,
     ModelStatus,
     RequestRecord,
@@ -43,10 +38,22 @@ from trayapp.core.rates import RateEstimate, RateTracker
 from trayapp.core.session import SessionInput, SessionTracker
 from trayapp.core.thresholds import Thresholds
 
-TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
-MAX_TRENDS = 64  # sessions whose trend is kept; the oldest are forgotten beyond this
 
-ModelKey = tuple[str, str]  # (server URL, model name)
+@dataclass(frozen=True)
+class Priors:
+    """What the store knew of each model (server URL, model name) before this tick, as data."""
+
+    # The comparable baseline (same speculative decoding) of each model that was decoding.
+    baselines: Mapping[ModelKey, Baseline] = field(default_factory=dict)
+    # The plain-decode baseline of each model decoding with speculative decoding (its speed-up).
+    plain_baselines: Mapping[ModelKey, Baseline] = field(default_factory=dict)
+    # Benched efficiency (decode ÷ ceiling at depth 0) of each local model on this hardware.
+    calibrations: Mapping[ModelKey, float] = field(default_factory=dict)
+    # Benched decode rate (tok/s) at depth 0 of each local model on this hardware.
+    bench_rates: Mapping[ModelKey, float] = field(default_factory=dict)
+
+
+NO_PRIORS = Priors()
 
 
 @dataclass(frozen=True)
@@ -66,19 +73,15 @@ class Pipeline:
     def __init__(
         self, thresholds: Thresholds | None = None, *, idle_gap_s: float = 60.0, one_shot: bool = False
     ):
-        self.thresholds = thresholds or Thresholds()
+        thresholds = thresholds or Thresholds()
         self.one_shot = one_shot
         self.rates = RateTracker()
         self.sessions = SessionTracker(idle_gap_s=idle_gap_s)
-        self.episodes = EpisodeTracker(self.thresholds.confirm_s, self.thresholds.clear_s)
-        self._trends: dict[str, deque[TrendPoint]] = {}
-        self._last_status: dict[ModelKey, ModelStatus] = {}
-        self._before_change: dict[ModelKey, ModelStatus] = {}
-        self._was_up: dict[str, bool] = {}
-        self._resolved: set[tuple[str, str, str | None]] = set()  # this tick's (kind, server, model) over
+        self.diagnosis = DiagnosisTracker(thresholds)
+        self.episodes = EpisodeTracker(thresholds.confirm_s, thresholds.clear_s)
 
     def set_thresholds(self, thresholds: Thresholds) -> None:
-        self.thresholds = thresholds
+        self.diagnosis.thresholds = thresholds
         self.episodes.confirm_s = thresholds.confirm_s
         self.episodes.clear_s = thresholds.clear_s
 
@@ -90,41 +93,32 @@ class Pipeline:
         default_machine: Machine,
         now_mono_s: float,
         now_wall_s: float,
-        baselines: Mapping[ModelKey, Baseline] | None = None,
-        plain_baselines: Mapping[ModelKey, Baseline] | None = None,
-        calibrations: Mapping[ModelKey, float] | None = None,
         *,
-        bench_rates: Mapping[ModelKey, float] | None = None,
+        priors: Priors = NO_PRIORS,
     ) -> TickOutput:
-        """One tick. `baselines` are the store's comparable baselines of the models that were decoding;
-        `plain_baselines` the plain-decode ones of those decoding with speculative decoding;
-        `calibrations` their benched efficiency (decode ÷ ceiling at depth 0) on this hardware and
-        `bench_rates` their benched decode tok/s at depth 0 (both shown on the models)."""
+        """One tick. `machines` describes the servers on other machines (by URL); every other server
+        runs on `default_machine`, this one."""
         servers: list[ServerStatus] = []
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
-        findings: list[Finding] = []
-        self._resolved.clear()  # filled by _diagnose
+        to_diagnose: list[ServerDiagnosisInput] = []
         for reading in readings:
             machine = machines.get(reading.url, default_machine)
-            plain = plain_baselines or {}
-            tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, plain)
-            servers.append(_with_bench(tick.status, calibrations or {}, bench_rates or {}))
+            tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, priors)
+            servers.append(tick.status)
             requests.extend(tick.requests)
             sessions.extend(tick.sessions)
-            findings.extend(self._diagnose(tick, machine, hardware, baselines or {}, calibrations or {}))
+            local = reading.url not in machines
+            to_diagnose.append(ServerDiagnosisInput(tick.status, tick.requests, machine, local))
 
-        hardware_findings = diagnose_hardware(hardware, self.thresholds)
-        local = {r.url for r in readings if r.url not in machines}
-        if any(f.kind == "offload" and f.server in local for f in findings):
-            # A local model already spilled: that alert says the VRAM is full, and why.
-            hardware_findings = [f for f in hardware_findings if f.kind != "vram_pressure"]
-        findings.extend(hardware_findings)
+        diagnosis = self.diagnosis.update(to_diagnose, hardware, priors.baselines)
         ended: tuple[Alert, ...] = ()
         if self.one_shot:
-            alerts = alerts_now(findings, now_wall_s)
+            alerts = alerts_now(diagnosis.findings, now_wall_s)
         else:
-            alerts, ended = self.episodes.update(findings, now_mono_s, now_wall_s, self._resolved)
+            alerts, ended = self.episodes.update(
+                diagnosis.findings, now_mono_s, now_wall_s, diagnosis.resolved
+            )
 
         snapshot = Snapshot(
             t_wall_s=now_wall_s,
@@ -146,7 +140,7 @@ class Pipeline:
         machine: Machine,
         now_mono_s: float,
         now_wall_s: float,
-        plain_baselines: Mapping[ModelKey, Baseline],
+        priors: Priors,
     ) -> _ServerTick:
         rates = self.rates.update(reading, now_mono_s, now_wall_s)
         by_model: dict[str, list[RequestRecord]] = {}
@@ -185,7 +179,9 @@ class Pipeline:
                 placement,
                 ids.get(model.name),
                 model.server_pid or reading.pid,
-                plain_baselines.get((reading.url, model.name)),
+                plain_baseline=priors.plain_baselines.get((reading.url, model.name)),
+                calibrated_efficiency=priors.calibrations.get((reading.url, model.name)),
+                bench_decode_tok_s=priors.bench_rates.get((reading.url, model.name)),
             )
             for model, rate, placement in placed
         )
@@ -205,86 +201,11 @@ class Pipeline:
         )
         return _ServerTick(status, records, session_changes)
 
-    def _diagnose(
-        self,
-        tick: _ServerTick,
-        machine: Machine,
-        hardware: HardwareSnapshot,
-        baselines: Mapping[ModelKey, Baseline],
-        calibrations: Mapping[ModelKey, float],
-    ) -> list[Finding]:
-        server = tick.status
-        findings = diagnose_server(server, self._was_up.get(server.url, False))
-        if server.status == "ok":
-            self._was_up[server.url] = True
-        others = [p for g in hardware.gpus for p in g.processes if p.pid != server.pid]
-        throttles = tuple(reason for g in hardware.gpus for reason in g.throttle_reasons)
-        for status in server.models:
-            key = (server.url, status.name)
-            self._remember(key, status)  # first: a context change seen now explains now
-            own = [r for r in tick.requests if r.model == status.name]
-            decoding = status.phase == "decoding" and status.session_id is not None
-            view = ModelView(
-                server=server,
-                model=status,
-                machine=machine,
-                previous=self._before_change.get(key),
-                trend=tuple(self._trend(status, own, fresh=server.age_s is None)),
-                baseline=baselines.get(key) if decoding else None,
-                other_gpu_processes=[p for p in others if p.pid != status.server_pid],
-                load_s=max((r.load_s for r in own if r.load_s), default=None),
-                cpu_percent=hardware.host.cpu_percent,
-                throttle_reasons=throttles,
-                gpu_fraction_source=status.gpu_fraction_source,
-                calibrated_efficiency=calibrations.get(key),
-            )
-            findings.extend(diagnose_model(view, self.thresholds))
-            self._resolved.update((kind, server.url, status.name) for kind in resolved_kinds(view))
-        return findings
-
-    def _trend(
-        self, status: ModelStatus, requests: Sequence[RequestRecord], fresh: bool = True
-    ) -> deque[TrendPoint]:
-        """The session's single-stream decode rates (`TrendPoint`: context, rate, exact?), oldest first.
-
-        A repeated (stale) reading adds nothing, and neither does a tick with several
-        streams decoding at once: batching lowers the per-stream rate without any context
-        growth, which would read as a KV slowdown or a regression.
-        """
-        if status.session_id is None:
-            return deque()
-        trend = self._trends.setdefault(status.session_id, deque(maxlen=TREND_POINTS))
-        if not fresh:
-            return trend
-        for record in requests:
-            if record.context_tokens is not None and record.decode_tok_s:
-                trend.append(TrendPoint(record.context_tokens, record.decode_tok_s, record.exact))
-        single = status.active_streams <= 1
-        if (
-            status.phase == "decoding"
-            and single
-            and status.decode_tok_s
-            and status.context_tokens is not None
-        ):
-            trend.append(TrendPoint(status.context_tokens, status.decode_tok_s, bool(status.decode_exact)))
-        if len(self._trends) > MAX_TRENDS:  # forget trends of sessions that are gone
-            for old in list(self._trends)[: -MAX_TRENDS // 2]:
-                del self._trends[old]
-        return trend
-
-    def _remember(self, key: ModelKey, status: ModelStatus) -> None:
-        """Keep the model as it was before its context size last changed (to explain an offload)."""
-        if not status.context_length:
-            return  # unknown (e.g. while loading): neither a change nor a new reference
-        last = self._last_status.get(key)
-        if last is not None and last.context_length != status.context_length:
-            self._before_change[key] = last
-        self._last_status[key] = status
-
     def _with_alert_kinds(
         self, sessions: Sequence[SessionRecord], alerts: Sequence[Alert]
     ) -> list[SessionRecord]:
-        """The changed sessions, with the kinds of the alerts raised on their model now."""
+        """The changed sessions, with the kinds of the alerts raised on their model now (the one step
+        back: a session record lists the alerts its model had)."""
         changed = {s.id: s for s in sessions}
         kinds: dict[ModelKey, set[str]] = {}
         for alert in alerts:
@@ -303,10 +224,14 @@ def model_status(
     placement: Placement,
     session_id: str | None,
     server_pid: int | None,
+    *,
     plain_baseline: Baseline | None = None,
+    calibrated_efficiency: float | None = None,
+    bench_decode_tok_s: float | None = None,
 ) -> ModelStatus:
-    """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session
-    (and, for speculative decoding, the plain-decode baseline its speed-up is measured against)."""
+    """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session,
+    and what a bench measured of it here (`Priors.calibrations`, `Priors.bench_rates`); for
+    speculative decoding, the plain-decode baseline its speed-up is measured against."""
     file_facts = model.facts  # exact facts, when the server or the model file gave them
     return ModelStatus(
         name=model.name,
@@ -337,6 +262,8 @@ def model_status(
         draft_acceptance=rate.draft_acceptance,
         spec_type=model.spec_type,
         spec_speedup=spec_speedup(model.spec_type, rate, plain_baseline),
+        calibrated_efficiency=calibrated_efficiency,
+        bench_decode_tok_s=bench_decode_tok_s,
         prefill=rate.prefill,
         session_id=session_id,
         live_rate_reason=model.live_rate_reason,
@@ -382,19 +309,3 @@ def _complete_request(
         gpu_fraction=placement.gpu_fraction,
     )
 
-
-def _with_bench(
-    server: ServerStatus, calibrations: Mapping[ModelKey, float], rates: Mapping[ModelKey, float]
-) -> ServerStatus:
-    """The server's models with their benched efficiency and decode rate here, where benched."""
-    if not calibrations and not rates:
-        return server
-    models = tuple(
-        replace(
-            m,
-            calibrated_efficiency=calibrations.get((server.url, m.name)),
-            bench_decode_tok_s=rates.get((server.url, m.name)),
-        )
-        for m in server.models
-    )
-    return replace(server, models=models)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
+from trayapp.core.alert_kinds import alert_kind_name
 from trayapp.core.loopback import is_this_machine
 from trayapp.core.model import (
     Alert,
@@ -225,10 +226,15 @@ def _ram_bandwidth_change(data: Mapping[str, Any]) -> RamBandwidthChange | None:
     return RamBandwidthChange(previous, now, changed_at_wall_s, _str(data, "reason") or "")
 
 
-def alert_from_json(data: Mapping[str, Any]) -> Alert:
-    alert_id, kind, since = _str(data, "id"), _str(data, "kind"), _str(data, "since")
-    if not alert_id or not kind or not since:
+def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
+    """The alert; None for a kind this version does not know (a newer agent's): it has no label,
+    headline or rules here."""
+    alert_id, kind_text, since = _str(data, "id"), _str(data, "kind"), _str(data, "since")
+    if not alert_id or not kind_text or not since:
         raise RemoteDocError("alert without id, kind or since")
+    kind = alert_kind_name(kind_text)
+    if kind is None:
+        return None
     ended = _str(data, "ended")
     return Alert(
         id=alert_id,
@@ -259,7 +265,11 @@ def snapshot_from_json(doc: Any) -> RemoteDoc:
             t_wall_s=t_wall_s,
             servers=tuple(server_from_json(_table(s, "server")) for s in _list(data, "servers")),
             hardware=hardware_from_json(_table(data.get("hardware"), "hardware")),
-            alerts=tuple(alert_from_json(_table(a, "alert")) for a in _list(data, "alerts")),
+            alerts=tuple(
+                alert
+                for alert in (alert_from_json(_table(a, "alert")) for a in _list(data, "alerts"))
+                if alert is not None
+            ),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, RemoteDocError):

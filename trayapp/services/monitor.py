@@ -35,7 +35,7 @@ from trayapp.core.model import (
     Snapshot,
     is_busy,
 )
-from trayapp.core.pipeline import Pipeline, TickOutput, hardware_label
+from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy.inbox import RecordInbox
@@ -245,17 +245,11 @@ class Monitor:
         machines, default_machine = self._machines(hardware)
         baselines, plain = self._baselines(machines, default_machine)
         calibrations, bench_rates = self._benched(machines, default_machine)
+        priors = Priors(
+            baselines=baselines, plain_baselines=plain, calibrations=calibrations, bench_rates=bench_rates
+        )
         output = self.pipeline.process(
-            readings,
-            hardware,
-            machines,
-            default_machine,
-            self._clock(),
-            self._wall(),
-            baselines,
-            plain,
-            calibrations,
-            bench_rates=bench_rates,
+            readings, hardware, machines, default_machine, self._clock(), self._wall(), priors=priors
         )
         self._log_transitions(output.snapshot)
         if self._store is not None and not self._paused:
@@ -428,8 +422,7 @@ class Monitor:
     ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
         """The store's baselines of every model that was decoding at the last tick (the store caches
         them): the comparable one (same speculative decoding) and, for a model decoding with
-        speculative decoding, the plain-decode one its speed-up is measured against; and every
-        local model's calibration (its benched efficiency on this hardware), when it was benched."""
+        speculative decoding, the plain-decode one its speed-up is measured against."""
         comparable: dict[tuple[str, str], Baseline] = {}
         plain: dict[tuple[str, str], Baseline] = {}
         if self._store is None or self.last_snapshot is None:

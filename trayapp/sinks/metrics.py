@@ -300,8 +300,8 @@ class SnapshotCollector(Collector):
         for alert in snapshot.alerts:
             key = (alert.kind, str(alert.severity), _server_label(alert.server), alert.model or "")
             counts[key] = counts.get(key, 0) + 1
-        for key, count in sorted(counts.items()):
-            alerts.add_metric(list(key), float(count))
+        for alert_labels, count in sorted(counts.items()):
+            alerts.add_metric(list(alert_labels), float(count))
         yield alerts
 
         gpu_labels = ["gpu", "name"]

@@ -263,7 +263,7 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Mute these kinds")
         box_layout = QVBoxLayout(box)
         self.mute_checks: dict[str, QCheckBox] = {}
-        kinds = {name: kind.label for name, kind in ALERT_KINDS.items()}
+        kinds: dict[str, str] = {name: kind.label for name, kind in ALERT_KINDS.items()}
         for kind in notifications.muted_kinds:
             kinds.setdefault(kind, "")
         for kind, description in kinds.items():

@@ -11,6 +11,7 @@ running recording proxies with the address clients should use. Slow actions
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,8 +23,16 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
 
 from trayapp.config.settings import ProxyConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text
-from trayapp.core.glance import GlanceTracker, IconState, host_port, icon_state, kind_label, paused_state
-from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_busy
+from trayapp.core.glance import (
+    GlanceTracker,
+    IconState,
+    host_port,
+    icon_state,
+    kind_label,
+    paused_state,
+    server_phase,
+)
+from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active, is_ready
 from trayapp.core.redact import redact_url
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_gb, format_pct, format_rate_marked, format_tokens
@@ -44,30 +53,28 @@ def server_line(server: ServerStatus) -> str:
         return f"⚠ {name} — error: {server.reason or 'unknown'}"
     if server.status == "unreachable":
         return f"○ {name} — not answering"
-    decoding = [m for m in server.models if m.phase == "decoding"]
-    if decoding:
-        rated = [m for m in decoding if m.decode_tok_s is not None]
+    phase = server_phase(server)  # the icon's order of phases
+    if phase == "decoding":
+        rated = [m for m in server.models if m.phase == "decoding" and m.decode_tok_s is not None]
         fastest = max(rated, key=lambda m: m.decode_tok_s or 0.0, default=None)
         state = (
             f"decoding {format_rate_marked(fastest.decode_tok_s, fastest.decode_exact)}"
             if fastest is not None
             else "decoding"
         )
-    elif any(m.phase == "prefill" for m in server.models):
+    elif phase == "prefill":
         state = "reading a prompt"
-    elif server.status == "loading" or any(m.phase == "loading" for m in server.models):
-        state = "loading a model"
-    elif any(m.phase == "stalled" for m in server.models):
+    elif phase == "stalled":
         state = "stalled"
-    elif not server.models:
-        state = "no model loaded"
-    elif all(m.phase == "sleeping" for m in server.models):
+    elif phase == "loading":
+        state = "loading a model"
+    elif server.models and all(m.phase == "sleeping" for m in server.models):
         state = "sleeping"
-    elif all(m.phase in ("sleeping", "unloaded") for m in server.models):
-        state = "no model loaded"
-    else:
+    elif any(is_ready(m.phase) for m in server.models):
         state = "idle"
-    active = any(is_busy(m.phase) or m.phase == "loading" for m in server.models)
+    else:
+        state = "no model loaded"
+    active = any(is_active(m.phase) for m in server.models)
     return f"{'●' if active else '○'} {name} — {state}"
 
 
@@ -180,10 +187,11 @@ class TrayController(QObject):
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.proxies: list[ProxyConfig] = []  # the running recording proxies
+        self.store_error: str | None = None  # why the session is not recorded now (the menu says it)
         self.proxy_copy_actions: list[QAction] = []
         self.shown_state: IconState | None = None  # what the icon shows now
         self._pending: IconState | None = None
-        self._last_draw_s = -1e9
+        self._last_draw_s = -math.inf  # never drawn
         self.icon_draws = 0
         self._redraw_timer = QTimer(self)
         self._redraw_timer.setObjectName("tray-icon-throttle")
@@ -217,6 +225,11 @@ class TrayController(QObject):
         self.tracker.discovery = discovery
         if self.snapshot is not None and not self.paused:
             self._show(self.tracker.update(self.snapshot))
+
+    def set_store_error(self, error: str | None) -> None:
+        """Why the session is not recorded now (None: it is): the menu's first line while it lasts."""
+        self.store_error = error
+        self.rebuild_menu()
 
     def set_proxies(self, proxies: Sequence[ProxyConfig]) -> None:
         """The recording proxies now running (the menu lists them the next time it opens)."""
@@ -318,6 +331,8 @@ class TrayController(QObject):
 
     def _add_server_lines(self, menu: QMenu) -> None:
         snapshot = self.snapshot
+        if self.store_error:
+            self._info(menu, f"⚠ Not recording: {self.store_error}")
         if self.paused:
             self._info(menu, "Monitoring paused")
         if snapshot is None:
@@ -418,7 +433,7 @@ class TrayController(QObject):
         loaded = [
             (s, m)
             for s, m in self.snapshot.models()
-            if s.machine is None and s.status == "ok" and m.phase not in ("unloaded", "loading")
+            if s.machine is None and s.status == "ok" and (is_ready(m.phase) or m.phase == "sleeping")
         ]
         shown = self.tracker.state.model_key if self.tracker.state is not None else None
         return next((p for p in loaded if (p[0].url, p[1].name) == shown), loaded[0] if loaded else None)

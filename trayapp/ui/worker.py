@@ -30,10 +30,14 @@ MIN_INTERVAL_S = 0.2
 
 
 class MonitorLike(Protocol):
+    warnings: list[str]  # lasting conditions, appended once each (e.g. "not recording: …")
+
     def tick(self) -> Snapshot: ...
     def next_interval_s(self) -> float: ...
     def apply_settings(self, settings: Settings) -> None: ...
     def close(self) -> None: ...
+    @property
+    def store_error(self) -> str | None: ...  # why the last tick was not recorded (a full disk, a bug)
 
 
 class MonitorWorker(QObject):
@@ -42,6 +46,7 @@ class MonitorWorker(QObject):
     snapshot_ready = Signal(object)  # Snapshot
     error = Signal(str)
     warning = Signal(str)  # a new entry in monitor.warnings (e.g. "not recording: …")
+    store_state = Signal(object)  # str: why ticks are not recorded (disk full, a bug); None: recording again
     stopped = Signal()
 
     def __init__(self, factory: Callable[[], MonitorLike]) -> None:
@@ -53,6 +58,7 @@ class MonitorWorker(QObject):
         self._stopping = False
         self._last_error: str | None = None
         self._warnings_seen = 0
+        self.store_error: str | None = None  # the store failure last reported (None: recording)
         self.ticks = 0
 
     @Slot()
@@ -73,13 +79,18 @@ class MonitorWorker(QObject):
             self._timer.start(0)
 
     def _report_warnings(self) -> None:
-        warnings = getattr(self._monitor, "warnings", None)
-        if not isinstance(warnings, list):
+        """New monitor warnings, and each change of the store's state (failing, recording again)."""
+        if self._monitor is None:
             return
+        warnings = self._monitor.warnings
         for message in warnings[self._warnings_seen :]:
             log.warning("monitor: %s", message)
             self.warning.emit(str(message))
         self._warnings_seen = len(warnings)
+        store_error = self._monitor.store_error
+        if store_error != self.store_error:
+            self.store_error = store_error
+            self.store_state.emit(store_error)
 
     @Slot()
     def _on_timeout(self) -> None:
@@ -168,6 +179,7 @@ class WorkerThread(QObject):
     snapshot_ready = Signal(object)
     error = Signal(str)
     warning = Signal(str)
+    store_state = Signal(object)
     _pause_requested = Signal(bool)
     _settings_requested = Signal(object)
     _stop_requested = Signal()
@@ -182,6 +194,7 @@ class WorkerThread(QObject):
         self.worker.snapshot_ready.connect(self.snapshot_ready)
         self.worker.error.connect(self.error)
         self.worker.warning.connect(self.warning)
+        self.worker.store_state.connect(self.store_state)
         self._pause_requested.connect(self.worker.set_paused)
         self._settings_requested.connect(self.worker.apply_settings)
         self._stop_requested.connect(self.worker.stop)
