@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from trayapp.core.bench import BASELINE_MAX_CV
 from trayapp.core.model import Baseline
+from trayapp.core.ttl_cache import TtlCache
 
 BASELINE_CACHE_S = 60.0  # the monitor asks every tick; the answer may be this old
 _BASELINE_CONTEXT_STEP = math.log(1.05)  # contexts within ~5 % share a cached answer
@@ -64,6 +65,13 @@ _RATES_SQL = (
 )
 
 
+def new_baseline_caches() -> tuple[
+    TtlCache[tuple[object, ...], Baseline | None], TtlCache[tuple[object, ...], float | None]
+]:
+    """The empty caches of `baseline()` and of the bench values (`bench_rate`, `calibration`)."""
+    return TtlCache(BASELINE_CACHE_S, _MAX_CACHED), TtlCache(BASELINE_CACHE_S, _MAX_CACHED)
+
+
 def comparable_context(context: int | None, target: int | None, tolerance: float) -> bool:
     """`context` within ±`tolerance` (relative) of `target`, or both under 1024 tokens; any
     context compares with an unknown target, an unknown one with no known target."""
@@ -77,12 +85,12 @@ def comparable_context(context: int | None, target: int | None, tolerance: float
 
 
 class BaselineQueries:
-    """`baseline()` over `_conn` (set up by `Store`, with an empty `_baseline_cache`)."""
+    """`baseline()` over `_conn` (set up by `Store`, with the caches of `new_baseline_caches()`)."""
 
     _conn: sqlite3.Connection
     _lock: threading.RLock
-    _baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]]
-    _bench_cache: dict[tuple[object, ...], tuple[float, float | None]]  # bench_rate, calibration
+    _baseline_cache: TtlCache[tuple[object, ...], Baseline | None]
+    _bench_cache: TtlCache[tuple[object, ...], float | None]  # bench_rate, calibration
 
     def bench_rate(
         self, *, model: str, quantization: str | None, hardware: str | None, before_wall_s: float
@@ -103,17 +111,13 @@ class BaselineQueries:
         self, sql: str, query: dict[str, str | None], before_wall_s: float
     ) -> float | None:
         """The one value `sql` selects for `query` before `before_wall_s`, cached per query."""
-        key = (sql, *query.values())
-        cached = self._bench_cache.get(key)
-        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
-            return cached[1]
-        if len(self._bench_cache) > _MAX_CACHED:
-            self._bench_cache.clear()
-        with self._lock:
-            row = self._conn.execute(sql, {**query, "before_wall_s": before_wall_s}).fetchone()
-        value = None if row is None else float(row[0])
-        self._bench_cache[key] = (before_wall_s, value)
-        return value
+
+        def newest() -> float | None:
+            with self._lock:
+                row = self._conn.execute(sql, {**query, "before_wall_s": before_wall_s}).fetchone()
+            return None if row is None else float(row[0])
+
+        return self._bench_cache.get_or_compute((sql, *query.values()), before_wall_s, newest)
 
     def baseline(
         self,
@@ -158,25 +162,22 @@ class BaselineQueries:
             max_age_s,
             min_values,
         )
-        cached = self._baseline_cache.get(key)
-        if cached is not None and 0.0 <= before_wall_s - cached[0] < BASELINE_CACHE_S:
-            return cached[1]
-        if len(self._baseline_cache) > _MAX_CACHED:
-            self._baseline_cache.clear()
-        best = self._find_baseline(
-            model=model,
-            quantization=quantization,
-            hardware=hardware,
-            context_tokens=context_tokens,
-            before_wall_s=before_wall_s,
-            exclude_session=exclude_session,
-            context_tolerance=context_tolerance,
-            max_age_s=max_age_s,
-            min_values=min_values,
-            spec_type=spec_type,
+        return self._baseline_cache.get_or_compute(
+            key,
+            before_wall_s,
+            lambda: self._find_baseline(
+                model=model,
+                quantization=quantization,
+                hardware=hardware,
+                context_tokens=context_tokens,
+                before_wall_s=before_wall_s,
+                exclude_session=exclude_session,
+                context_tolerance=context_tolerance,
+                max_age_s=max_age_s,
+                min_values=min_values,
+                spec_type=spec_type,
+            ),
         )
-        self._baseline_cache[key] = (before_wall_s, best)
-        return best
 
     def _find_baseline(
         self,

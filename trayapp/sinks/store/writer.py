@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from trayapp.core.bench import BenchResult
-from trayapp.core.model import Baseline, SessionRecord, Snapshot
-from trayapp.sinks.store.baselines import BaselineQueries
+from trayapp.core.model import SessionRecord, Snapshot
+from trayapp.sinks.store.baselines import BaselineQueries, new_baseline_caches
 from trayapp.sinks.store.lock import acquire_lock, lock_path_for, release_lock
 from trayapp.sinks.store.reader import StoreQueries
 from trayapp.sinks.store.rows import (
@@ -104,8 +104,7 @@ class Store(StoreQueries, BaselineQueries):
         self._last_hardware: tuple[float, tuple[object, ...]] | None = None
         self._alert_state: dict[str, tuple[object, ...]] = {}
         self._last_prune_wall_s = -math.inf
-        self._baseline_cache: dict[tuple[object, ...], tuple[float, Baseline | None]] = {}
-        self._bench_cache: dict[tuple[object, ...], tuple[float, float | None]] = {}
+        self._baseline_cache, self._bench_cache = new_baseline_caches()
         self._conn = self._open_writer() if writer else self._open_reader()
 
     # ----------------------------------------------------------------- opening
