@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import keyring
 import pytest
 
-from tests.support.llama import LlamaServer, llama_server_binary, test_model_path
-from tests.support.paths import FIXTURES_DIR
+pytest.register_assert_rewrite("tests.support")  # helpers' asserts explain themselves, as in tests
+
+from tests.support.llama import LlamaServer, llama_server_binary, test_model_path  # noqa: E402
+from tests.support.memory_keyring import MemoryKeyring  # noqa: E402
+from tests.support.paths import FIXTURES_DIR  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +27,18 @@ def _tray_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "llm-tray-home"
     monkeypatch.setenv("LLM_TRAY_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    """An in-memory OS keyring for the test (tests/support/memory_keyring.py); the previous one after."""
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    try:
+        yield backend
+    finally:
+        keyring.set_keyring(previous)
 
 
 @pytest.fixture(scope="session")

@@ -16,29 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.images import differing_pixels, std_dev
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.sni_host import HOST_BAR_HEIGHT_PX, SniDisplay, SniItem, real_sni_marks, wait_until
-from tests.support.trayapp_process import TrayAppProcess, is_event
+from tests.support.trayapp_process import GENERATE_TOKENS, START_TIMEOUT_S, TrayAppProcess, is_event
 
 pytestmark = real_sni_marks()
-
-START_TIMEOUT_S = 60.0
-GENERATE_TOKENS = 1000  # long enough to outlast the 5 s idle poll on a slow, shared machine
-
-
-def _magick(*args: str) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
-    return (result.stdout + result.stderr).strip()
-
-
-def _std_dev(image: Path) -> float:
-    """Standard deviation of the pixels (0 for a uniform crop: nothing drawn)."""
-    return float(_magick("convert", str(image), "-format", "%[fx:standard_deviation]", "info:"))
-
-
-def _differing_pixels(a: Path, b: Path) -> int:
-    out = _magick("compare", "-metric", "AE", "-fuzz", "3%", str(a), str(b), "null:")
-    return int(float(out.split()[0]))
 
 
 @pytest.fixture
@@ -65,7 +48,7 @@ def test_tray_icon_and_menu_on_a_status_notifier_host(
     assert bus is not None
     corner = f"{HOST_BAR_HEIGHT_PX}x{HOST_BAR_HEIGHT_PX}+0+0"  # the host's first icon slot
     empty_shot = display.screenshot(tmp_path / "sni-empty.png", crop=corner)
-    assert _std_dev(empty_shot) < 0.01, "the host's bar is not empty before the app starts"
+    assert std_dev(empty_shot) < 0.01, "the host's bar is not empty before the app starts"
     assert bus.registered_items() == []
 
     app = TrayAppProcess(display, llama_server.url, tmp_path)
@@ -85,7 +68,7 @@ def test_tray_icon_and_menu_on_a_status_notifier_host(
             "the icon drawn in the host's bar",
             lambda: (
                 (shot := display.screenshot(tmp_path / "sni-idle.png", crop=corner))
-                and _std_dev(shot) > 0.02
+                and std_dev(shot) > 0.02
                 and shot
             ),
             20.0,
@@ -108,7 +91,7 @@ def test_tray_icon_and_menu_on_a_status_notifier_host(
         assert live_digest and live_digest != idle_digest, "IconPixmap is the same idle and generating"
         assert "tok/s" in item.tooltip(), item.tooltip()
         gen_shot = display.screenshot(tmp_path / "sni-generating.png", crop=corner)
-        changed = _differing_pixels(idle_shot, gen_shot)
+        changed = differing_pixels(idle_shot, gen_shot)
         assert changed >= 20, f"the host draws the same icon idle and generating ({changed} pixels differ)"
         result = request.result(timeout=180)
         assert result["timings"]["predicted_n"] > 0

@@ -15,30 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.images import differing_pixels, std_dev
 from tests.support.llama import LlamaServer, generate_in_background
-from tests.support.trayapp_process import REPO, TrayAppProcess, is_event, wait_value
+from tests.support.trayapp_process import (
+    GENERATE_TOKENS,
+    REPO,
+    START_TIMEOUT_S,
+    TrayAppProcess,
+    is_event,
+    wait_value,
+)
 from tests.support.xdisplay import XDisplay, real_tray_marks
 
 pytestmark = real_tray_marks()
-
-START_TIMEOUT_S = 60.0
-GENERATE_TOKENS = 1000  # long enough to outlast the 5 s idle poll on a slow, shared machine
-
-
-def _magick(*args: str) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
-    return (result.stdout + result.stderr).strip()
-
-
-def _std_dev(image: Path) -> float:
-    """Standard deviation of the pixels (0 for a uniform, empty crop)."""
-    return float(_magick("convert", str(image), "-format", "%[fx:standard_deviation]", "info:"))
-
-
-def _differing_pixels(a: Path, b: Path) -> int:
-    """Pixels that differ between two same-sized images (ImageMagick `compare -metric AE`)."""
-    out = _magick("compare", "-metric", "AE", "-fuzz", "3%", str(a), str(b), "null:")
-    return int(float(out.split()[0]))
 
 
 @pytest.fixture
@@ -59,7 +48,7 @@ def test_tray_icon_dashboard_and_quit_on_a_real_display(
 
         app.wait_for("an idle icon", is_event("icon", health="idle"), START_TIMEOUT_S)
         idle_shot = display.screenshot(tmp_path / "tray-idle.png", crop=crop)
-        assert _std_dev(idle_shot) > 0.02, "the tray area is empty: no icon drawn"
+        assert std_dev(idle_shot) > 0.02, "the tray area is empty: no icon drawn"
 
         # A separate client generates: the icon shows the live rate, in digits, not idle.
         request = generate_in_background(
@@ -70,7 +59,7 @@ def test_tray_icon_dashboard_and_quit_on_a_real_display(
         assert live["health"] not in ("idle", "none")
         assert 0 < float(live["text"]) < 10_000
         assert "tok/s" in live["tooltip"]
-        changed = _differing_pixels(idle_shot, gen_shot)
+        changed = differing_pixels(idle_shot, gen_shot)
         assert changed >= 20, f"the icon looks the same idle and generating ({changed} pixels differ)"
 
         result = request.result(timeout=180)

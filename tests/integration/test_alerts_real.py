@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.fake_nvml import FakeNvml, rtx_4090
 from tests.support.llama import (
     LlamaServer,
     alerts_of,
@@ -29,7 +30,6 @@ from tests.support.llama import (
     tick_until,
     tick_until_done,
 )
-from tests.unit.test_gpu_nvml import FakeNvml, rtx_4090
 from trayapp.core.diagnose import ESTIMATE_MARGIN_PCT
 from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.thresholds import Thresholds

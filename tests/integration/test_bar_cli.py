@@ -1,5 +1,5 @@
 """`llm-tray bar` as a bar runs it (#15): from a real agent's (or the tray app's) endpoint, every
-format checked by its bar's own rules (the grammars of tests/unit/test_bar.py); `--follow` prints
+format checked by its bar's own rules (the grammars of tests/support/bar_formats.py); `--follow` prints
 a line when the glance changes and none while it does not; no sampler: a short line, exit 0."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.integration.test_snapshot_server import Agent
+from tests.support.agent import Agent
+from tests.support.bar_formats import check_polybar, check_swiftbar, check_tmux, check_waybar
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate, generate_in_background
-from tests.unit.test_bar import check_polybar, check_swiftbar, check_tmux, check_waybar
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import EndpointConfig, HardwareConfig, MonitorConfig, Settings
 from trayapp.ui.qtcompat import apply_workarounds

@@ -7,9 +7,7 @@ Child output goes to files, never an unread pipe.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import keyring
 import psutil
 import pytest
 
+from tests.support.agent import Agent
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, generate_in_background
 from tests.support.memory_keyring import MemoryKeyring
@@ -35,81 +33,18 @@ from trayapp.sources.remote_agent import store_agent_token
 WAIT_S = 30.0
 
 
-class Box:
+class Box(Agent):
     """A remote machine: `llm-tray agent --new-token`, then `llm-tray agent` watching `upstream`."""
 
     def __init__(self, root: Path, upstream: str, kind: str, gpu: str | None = "RTX 4090") -> None:
-        self.home = root / "home"
-        (self.home / "config").mkdir(parents=True, exist_ok=True)
-        (self.home / "config" / "config.toml").write_text(
-            "[monitor]\npoll_idle_s = 0.3\npoll_active_s = 0.3\n[thresholds]\nconfirm_s = 0\n"
-        )
-        self.env = {k: v for k, v in os.environ.items() if k != "LLM_TRAY_TOKEN"}
-        self.env["LLM_TRAY_HOME"] = str(self.home)
-        made = subprocess.run(
-            [sys.executable, "-m", "trayapp", "agent", "--new-token"],
-            env=self.env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert made.returncode == 0, made.stderr
-        self.new_token_output = made.stdout
-        self.token_file = self.home / "config" / "agent-token"
-        self.token = self.token_file.read_text().strip()
-        self.err_path = root / "agent.err"
-        self._out = (root / "agent.out").open("wb")
-        self._err = self.err_path.open("wb")
-        hardware = ["--gpu", gpu] if gpu else []
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "trayapp", "agent", "--endpoint", f"{kind}={upstream}", "--no-discover",
-             *hardware, "--ram-bandwidth-gbps", "50", "--metrics-port", "0"],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-        )  # fmt: skip
-        self.url = self._wait_ready()
-
-    def _wait_ready(self) -> str:
-        sampler = self.home / "data" / "sampler.json"
-        headers = {"Authorization": f"Bearer {self.token}"}
-
-        def ready() -> str | None:
-            assert self.process.poll() is None, self.err_path.read_text()
-            if not sampler.exists():
-                return None
-            url = str(json.loads(sampler.read_text())["url"])
-            try:
-                response = httpx.get(url + "/v1/snapshot", headers=headers, timeout=1)
-            except httpx.HTTPError:
-                return None
-            return url if response.status_code == 200 else None
-
-        return str(wait_until(ready, WAIT_S, 0.1))
+        config = "[thresholds]\nconfirm_s = 0\n"
+        super().__init__(root, upstream, kind=kind, config=config, gpu=gpu, new_token=True)
+        self.url = str(self.wait_ready(WAIT_S)["url"])
 
     def own_doc(self) -> dict[str, Any]:
         """The agent's document, read directly (the reference for what the tray shows)."""
-        headers = {"Authorization": f"Bearer {self.token}"}
-        doc: dict[str, Any] = httpx.get(self.url + "/v1/snapshot", headers=headers, timeout=5).json()
+        doc: dict[str, Any] = httpx.get(self.url + "/v1/snapshot", headers=self.headers, timeout=5).json()
         return doc
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait(timeout=10)
-        self._out.close()
-        self._err.close()
-        return code
-
-
-@pytest.fixture
-def memory_keyring() -> Iterator[MemoryKeyring]:
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    try:
-        yield backend
-    finally:
-        keyring.set_keyring(previous)
 
 
 @pytest.fixture

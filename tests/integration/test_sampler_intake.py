@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.test_sampler_wire import bench_result, proxy_record
+from tests.support.wire_records import bench_result, proxy_record
 from trayapp.core.bench import BenchResult
 from trayapp.core.model import FinishedRequest
 from trayapp.sinks.sampler_file import (

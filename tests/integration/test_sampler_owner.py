@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_snapshot_server import Agent
+from tests.support.agent import Agent
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.tray_sampler import TraySampler

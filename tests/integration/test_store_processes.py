@@ -55,8 +55,6 @@ def test_a_writer_in_another_process_is_named_by_pid(db: Path) -> None:
 def test_kill_9_mid_session_loses_at_most_the_tick_in_flight(db: Path) -> None:
     code = textwrap.dedent(
         f"""
-        import sys
-        sys.path.insert(0, {str(REPO)!r})
         from tests.support.store_records import model, session, snapshot, T0
         from trayapp.sinks.store import Store
         store = Store({str(db)!r})

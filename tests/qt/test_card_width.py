@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QScrollArea, QWidget
 from pytestqt.qtbot import QtBot
-from qt_snapshots import LLAMA, model, server, snap
 
+from tests.support.snapshots import LLAMA, model, server, snap
 from trayapp.core.model import PrefillProgress
 from trayapp.ui.dashboard import Dashboard
 from trayapp.ui.dashboard.cards import ModelCard

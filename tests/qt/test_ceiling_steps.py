@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
-from qt_snapshots import T0, model, server, snap
 
-from tests.support.snapshots import hardware_snapshot
+from tests.support.snapshots import T0, hardware_snapshot, model, server, snap
 from trayapp.core.model import RamBandwidthChange
 from trayapp.ui.dashboard import Dashboard
 

@@ -10,9 +10,19 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 from pytestqt.qtbot import QtBot
-from qt_snapshots import LLAMA, OLLAMA, T0, alert, model, request, server, snap
 
-from tests.support.snapshots import HW, hardware_snapshot
+from tests.support.snapshots import (
+    HW,
+    LLAMA,
+    OLLAMA,
+    T0,
+    alert,
+    hardware_snapshot,
+    model,
+    request,
+    server,
+    snap,
+)
 from trayapp.core.model import KvLayout, ModelFacts
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_rate

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from pytestqt.qtbot import QtBot
-from qt_snapshots import model, server, snap
 
+from tests.support.snapshots import model, server, snap
 from trayapp.ui.dashboard import Dashboard
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
-from qt_snapshots import model, server, snap
 
+from tests.support.snapshots import model, server, snap
 from tests.support.sni_host import SniDisplay, sni_tools_missing, wait_until
-from tests.support.trayapp_process import REPO, TrayAppProcess, is_event
+from tests.support.trayapp_process import REPO, START_TIMEOUT_S, TrayAppProcess, is_event
 from tests.support.xdisplay import xdisplay_tools_missing
 from trayapp.ui.dashboard.empty_state import no_server_found
 from trayapp.ui.dashboard.window import Dashboard
@@ -32,7 +32,6 @@ from trayapp.ui.dashboard.window import Dashboard
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing answers
 NO_KEYRING = "keyring.backends.fail.Keyring"
 CONFIG = f'[[endpoints]]\nurl = "{UNREACHABLE}"\nkind = "llamacpp"\nuse_keyring = true\n'
-START_TIMEOUT_S = 60.0
 
 
 # --------------------------------------------------------------------------- the dashboard's empty state

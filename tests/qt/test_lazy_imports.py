@@ -16,8 +16,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
-from qt_snapshots import alert, model, server, snap
 
+from tests.support.snapshots import alert, model, server, snap
 from trayapp.core.history import History
 from trayapp.ui import dashboard as dashboard_pkg
 from trayapp.ui.dashboard import LazyDashboard
@@ -35,7 +35,7 @@ CHILD = """
 import json, sys
 from PySide6.QtWidgets import QApplication
 qapp = QApplication([])
-from qt_snapshots import model, server, snap
+from tests.support.snapshots import model, server, snap
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import Settings
 
@@ -68,7 +68,7 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     env = dict(os.environ)
     env.update(
         QT_QPA_PLATFORM="offscreen",
-        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests" / "qt")]),
+        PYTHONPATH=str(REPO),
         LLM_TRAY_HOME=str(tmp_path / "home"),
         XDG_CONFIG_HOME=str(tmp_path / "xdg"),
     )

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
-from qt_snapshots import alert, model, server, snap
 
+from tests.support.snapshots import alert, model, server, snap
 from trayapp.config.settings import NotificationConfig
 from trayapp.ui.notifier import NotificationGate, Notifier, notification_text
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
-from qt_snapshots import LLAMA, model, server, snap
 
+from tests.support.snapshots import LLAMA, model, server, snap
 from trayapp.core.glance import IconState, icon_state
 from trayapp.core.model import ModelStatus, PrefillProgress
 from trayapp.ui.dashboard import Dashboard

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
-from qt_snapshots import LLAMA, OLLAMA, alert, model, server, snap
 
+from tests.support.snapshots import LLAMA, OLLAMA, alert, model, server, snap
 from trayapp.config.agents import AgentConfig
 from trayapp.config.settings import EndpointConfig, Settings
 from trayapp.core.diagnostics import diagnostics_text

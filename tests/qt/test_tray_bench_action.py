@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pytestqt.qtbot import QtBot
-from qt_snapshots import LLAMA, OLLAMA, model, server, snap
 
+from tests.support.snapshots import LLAMA, OLLAMA, model, server, snap
 from trayapp.ui.tray import TrayController
 
 

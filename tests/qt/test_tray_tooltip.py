@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pytestqt.qtbot import QtBot
-from qt_snapshots import alert, model, server, snap
 
+from tests.support.snapshots import alert, model, server, snap
 from trayapp.core.glance import TOOLTIP_WIDTH_CHARS
 from trayapp.ui.tray import TrayController
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_diagnose_scenarios import WALL0, llama_hardware, llama_reading, request_slots
+from tests.support.diagnose_inputs import WALL0, llama_hardware, llama_reading, request_slots
 from trayapp.core.bench import healthy_range
 from trayapp.core.diagnose import (
     ModelView,

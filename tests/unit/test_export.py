@@ -15,19 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
+from tests.support.store_records import T0, snapshot
 from trayapp.cli import logs
 from trayapp.config import paths
 from trayapp.core.model import (
     ModelStatus,
     RequestRecord,
-    ServerStatus,
     SessionRecord,
     Snapshot,
 )
 from trayapp.sinks.export import PARQUET_HINT, ExportError, export, export_columns, iso_utc
 from trayapp.sinks.store import Store
 
-T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:8080"
 HARDWARE = hardware_snapshot(
     rtx4090(
@@ -73,8 +72,10 @@ def status(i: int, session_id: str, rate: float | None = None) -> ModelStatus:
 
 
 def tick(t: float, models: tuple[ModelStatus, ...], requests: tuple[RequestRecord, ...] = ()) -> Snapshot:
-    server = ServerStatus(kind="llamacpp", url=URL, status="ok", version="b6000", models=models)
-    return Snapshot(t_wall_s=t, t_mono_s=t - T0, servers=(server,), hardware=HARDWARE, requests=requests)
+    """One llama-server b6000 at URL on HARDWARE."""
+    return snapshot(
+        t, models, url=URL, kind="llamacpp", version="b6000", requests=requests, hardware=HARDWARE
+    )
 
 
 def request(t: float, session_id: str, i: int) -> RequestRecord:

@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import store_records
 from tests.support.snapshots import hardware_snapshot, rtx4090
+from tests.support.store_records import T0, bench_result, snapshot, sweep_point
 from trayapp.cli import logs
 from trayapp.config import paths
 from trayapp.core.model import (
     Alert,
     ModelStatus,
     RequestRecord,
-    ServerStatus,
     SessionRecord,
     Snapshot,
 )
 from trayapp.sinks.report import ReportError, render_report, write_report
 from trayapp.sinks.store import Store
 
-T0 = 1_750_000_000.0
 URL = "http://127.0.0.1:11434"
 HOSTILE = '<script>alert("x")</script>'
 HARDWARE = hardware_snapshot(rtx4090(bandwidth_source="nvml"), ram_bandwidth_source="measured")
@@ -52,21 +52,16 @@ def tick(
         gpu_fraction=1.0,
         session_id=sid,
     )
-    server = ServerStatus(kind="ollama", url=URL, status="ok", version="0.30.1", models=(model,))
-    return Snapshot(t, t - T0, (server,), HARDWARE, alerts=alerts, ended_alerts=ended, requests=requests)
+    return snapshot(t, (model,), url=URL, alerts=alerts, ended=ended, requests=requests, hardware=HARDWARE)
 
 
 def session(sid: str, name: str, start: float, end: float | None) -> SessionRecord:
-    return SessionRecord(
-        id=sid,
-        server=URL,
-        server_kind="ollama",
+    """`name`'s session on Ollama at URL (store_records.session(): 0.30.1, Q4_K_M, an RTX 4090)."""
+    return store_records.session(
+        sid,
         model=name,
         started_wall_s=start,
         ended_wall_s=end,
-        server_version="0.30.1",
-        quantization="Q4_K_M",
-        hardware="RTX 4090 (1008 GB/s) + 54 GB/s RAM",
         requests=2,
         decode_tokens=700,
         mean_decode_tok_s=85.0,
@@ -74,8 +69,6 @@ def session(sid: str, name: str, start: float, end: float | None) -> SessionReco
         mean_prompt_tok_s=1500.0,
         mean_ttft_s=0.21,
         max_context_tokens=4200,
-        ceiling_tok_s=130.0,
-        gpu_fraction=1.0,
         alerts=("kv_slowdown",),
     )
 
@@ -234,9 +227,7 @@ def test_a_bench_during_the_session_is_left_out_of_its_figures(tmp_path: Path) -
     and the page says a bench was left out."""
     from dataclasses import replace
 
-    from tests.unit.test_store_bench import point, result
-
-    name, sid = "qwen3:8b", "mixed"  # the bench result's model and hardware (test_store_bench)
+    name, sid = "qwen3:8b", "mixed"  # the bench result's model and hardware (store_records.bench_result)
     path = tmp_path / "store.sqlite3"
     with Store(path) as store:
         times = [*range(0, 10), *range(10, 41), *range(41, 51)]
@@ -247,7 +238,7 @@ def test_a_bench_during_the_session_is_left_out_of_its_figures(tmp_path: Path) -
             store.record(replace(snap, servers=(replace(snap.servers[0], models=(model,)),)))
         mixed = replace(session(sid, name, T0, T0 + 50), mean_decode_tok_s=110.0, peak_decode_tok_s=150.0)
         store.record(tick(T0 + 51, name, "other", 0), [mixed])
-        store.record_bench(result(T0 + 10, (point(0, 60, 150.0, 200.0),)))
+        store.record_bench(bench_result(T0 + 10, (sweep_point(0, 60, 150.0, 200.0),)))
         page = render_report(store, session_id=sid)
     assert "A bench ran during this session" in page
     row = re.search(r"Decode, mean / peak</th><td>([^<]*)</td>", page)

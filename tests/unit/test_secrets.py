@@ -11,17 +11,6 @@ from trayapp.sources import secrets
 
 
 @pytest.fixture
-def memory_keyring():  # type: ignore[no-untyped-def]
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    try:
-        yield backend
-    finally:
-        keyring.set_keyring(previous)
-
-
-@pytest.fixture
 def no_keyring():  # type: ignore[no-untyped-def]
     previous = keyring.get_keyring()
     keyring.set_keyring(fail.Keyring())  # what a headless Linux box without Secret Service has

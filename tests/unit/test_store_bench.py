@@ -9,70 +9,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.store_records import HARDWARE_LABEL as HW
 from tests.support.store_records import T0, model, rows, session, snapshot
+from tests.support.store_records import bench_result as result
+from tests.support.store_records import sweep_point as point
 from trayapp.cli.bench import store_baseline
 from trayapp.config import paths
-from trayapp.core.bench import BenchResult, BenchSettings, BenchTarget, Healthy, Spread, SweepPoint
+from trayapp.core.bench import BenchResult
 from trayapp.sinks.store import Store, schema_version
 from trayapp.sinks.store import schema as store_mod
 
-HW = "RTX 4090 (1008 GB/s) + 54 GB/s RAM"  # the hardware label of store_records.session()
 KEY = {"model": "qwen3:8b", "quantization": "Q4_K_M", "hardware": HW}
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "store.sqlite3"
-
-
-def point(depth: int, context: int, rate: float, ceiling: float, runs: int = 3) -> SweepPoint:
-    return SweepPoint(depth, context, rate, Spread(1.5, 0.02), None, ceiling, runs)
-
-
-def result(
-    started: float,
-    points: tuple[SweepPoint, ...],
-    *,
-    version: str = "0.30.1",
-    spec_type: str | None = None,
-    hardware: str = HW,
-    verdict: str = "healthy",
-) -> BenchResult:
-    target = BenchTarget(
-        server_url="http://127.0.0.1:11434",
-        server_kind="ollama",
-        server_version=version,
-        model="qwen3:8b",
-        quantization="Q4_K_M",
-        facts=None,
-        context_length=8192,
-        gpu_fraction=1.0,
-        gpu_fraction_source="ollama",
-        vram_bytes=5 * 10**9,
-        hardware=hardware,
-        spec_type=spec_type,
-    )
-    settings = BenchSettings(
-        tokens=200, runs=3, warmup=1, depths=tuple(p.depth_tokens for p in points), prompt_depth_tokens=512
-    )
-    first = points[0]
-    return BenchResult(
-        target=target,
-        settings=settings,
-        runs=(),
-        sweep=points,
-        decode_tok_s=first.decode_tok_s,
-        decode_exact=True,
-        decode_spread=first.spread,
-        ttft_s=0.25,
-        prompt_tok_s=2048.0,
-        prompt_rate_upper_bound=False,
-        ceiling_tok_s=first.ceiling_tok_s,
-        efficiency=None,
-        healthy=Healthy(None, None, None, verdict, "test"),  # type: ignore[arg-type]
-        started_wall_s=started,
-        finished_wall_s=started + 30,
-    )
 
 
 def decoding_session(store: Store, sid: str, start: float, rate: float, context: int) -> None:
