@@ -23,6 +23,7 @@ REPO = TESTS_DIR.parent
 SYS_PATH_CHANGES = frozenset({"insert", "append", "extend", "remove", "pop", "clear"})
 # A string literal that holds Python code: a statement, or several, not a plain word or path.
 CODE_HINT = re.compile(r"\bimport\b|\bsys\.path\b")
+PERCENT_HOLE = re.compile(r"%[rsd]")
 
 
 def _bare_names(paths: list[Path]) -> frozenset[str]:
@@ -51,9 +52,10 @@ def _is_test_module_member(module: str, name: str) -> bool:
 
 
 def _code_of(node: ast.expr) -> str | None:
-    """The text of a string literal (an f-string's holes as `_`) when it looks like Python code."""
+    """The text of a string literal when it looks like Python code; the holes of an f-string or a
+    %-template (`%r`, `%s`, `%d`) become `_`."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        text = node.value
+        text = PERCENT_HOLE.sub("_", node.value)
     elif isinstance(node, ast.JoinedStr):
         text = "".join(str(v.value) if isinstance(v, ast.Constant) else "_" for v in node.values)
     else:
@@ -138,6 +140,8 @@ BARE = frozenset({"qt_snapshots", "test_app", "support"})
          ["line 1, in a script: imports test module test_app"]),
         ('code = f"""\nimport sys\nsys.path.insert(0, {repo!r})\n"""\n',
          ["line 1, in a script: sys.path.insert()"]),
+        ('CHILD = """\nfrom qt_snapshots import snap\nHEAVY = %r\n"""\n',
+         ["line 1, in a script: imports qt_snapshots through sys.path"]),
     ],
 )  # fmt: skip
 def test_the_check_finds_each_kind_of_offence(source: str, expected: list[str]) -> None:
