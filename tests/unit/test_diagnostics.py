@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.model import (
     Alert,
@@ -9,6 +11,7 @@ from trayapp.core.model import (
     HardwareSnapshot,
     HostReading,
     ModelStatus,
+    RamBandwidthChange,
     ServerStatus,
     Snapshot,
 )
@@ -103,3 +106,17 @@ def test_diagnostics_has_the_facts_and_no_secrets() -> None:
 def test_without_a_snapshot() -> None:
     text = diagnostics_text(None, "defaults")
     assert "no snapshot yet" in text and "defaults" in text
+
+
+def test_diagnostics_say_when_the_ceiling_moved_with_the_ram_bandwidth() -> None:
+    """The same line `status` and the dashboard show. 1_700_000_100 is 2023-11-14 22:15 UTC; the
+    change came an hour and 100 s earlier, the same day, so only the time is given."""
+    base = snapshot()
+    change = RamBandwidthChange(
+        previous_gbps=28.4, gbps=31.3, changed_at_wall_s=1_700_000_000.0 - 3600,
+        reason="first quiet measurement",
+    )
+    host = replace(base.hardware.host, ram_bandwidth_change=change)
+    text = diagnostics_text(replace(base, hardware=replace(base.hardware, host=host)), "defaults")
+    assert "  ceiling changed 28.4 → 31.3 GB/s RAM at 21:13 UTC: first quiet measurement\n" in text
+    assert "ceiling changed" not in diagnostics_text(base, "defaults")

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from trayapp import __version__
 from trayapp.core.glance import kind_label
+from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact
 from trayapp.core.units import estimate_mark, format_gb, format_pct, format_tokens, format_ttft
@@ -45,7 +46,7 @@ def _gpu_line(gpu: GpuReading) -> str:
     return " · ".join(parts)
 
 
-def _hardware_lines(hardware: HardwareSnapshot) -> list[str]:
+def _hardware_lines(hardware: HardwareSnapshot, now_wall_s: float) -> list[str]:
     lines = [f"  {_gpu_line(gpu)}" for gpu in hardware.gpus]
     if not hardware.gpus:
         lines.append(f"  GPU: none ({hardware.gpu_reason or 'no reason given'})")
@@ -58,6 +59,9 @@ def _hardware_lines(hardware: HardwareSnapshot) -> list[str]:
     if host.cpu_count is not None:
         ram += f" of {host.cpu_count} cores"
     lines.append(ram)
+    changed = ram_bandwidth_change_line(host.ram_bandwidth_change, now_wall_s)
+    if changed:
+        lines.append(f"  {changed}")  # the ceiling moved with the RAM bandwidth: a bug report needs it
     return lines
 
 
@@ -146,7 +150,7 @@ def diagnostics_text(
     else:
         lines.append(f"snapshot: {_when(snapshot.t_wall_s)} (schema {snapshot.schema})")
         lines.append("hardware:")
-        lines += _hardware_lines(snapshot.hardware)
+        lines += _hardware_lines(snapshot.hardware, snapshot.t_wall_s)
         lines.append("servers:")
         for server in snapshot.servers:
             lines += _server_lines(server)
