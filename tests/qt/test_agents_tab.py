@@ -46,18 +46,18 @@ def test_add_a_remote_machine_with_its_token_in_the_keyring(
     tab = dialog.agents_tab
     assert dialog.tabs.tabText(dialog.tabs.indexOf(tab)) == "Remote machines"
     assert dialog.settings() == start  # opening and reading back changes nothing
-    assert tab.agent_list.item(0).text() == "rack-1 — http://rack-1:9465"
+    assert tab.list.item(0).text() == "rack-1 — http://rack-1:9465"
 
     assert tab.add_button.text() == "Add a remote machine…"
     tab.add_button.click()
-    assert tab.agent_list.count() == 2 and tab.agent_list.currentRow() == 1
+    assert tab.list.count() == 2 and tab.list.currentRow() == 1
     type_into(tab.url_edit, "http://gpu-box:9465/")
     type_into(tab.name_edit, "")  # blank: the URL's host
-    tab.token_edit.setText(TOKEN)
-    tab.token_button.click()
-    qtbot.waitUntil(lambda: tab.token_status.text() == "✓ Token saved in the OS keyring.", timeout=5000)
+    tab.token.edit.setText(TOKEN)
+    tab.token.button.click()
+    qtbot.waitUntil(lambda: tab.token.status.text() == "✓ Token saved in the OS keyring.", timeout=5000)
     assert memory_keyring.store == {("llm-tray", "agent http://gpu-box:9465"): TOKEN}
-    assert tab.token_edit.text() == ""
+    assert tab.token.edit.text() == ""
 
     with qtbot.waitSignal(dialog.settings_changed, timeout=5000) as blocker:
         dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()
@@ -85,7 +85,7 @@ def test_a_bad_url_is_refused_with_its_key_path(qtbot: QtBot, tmp_path: Path) ->
     assert "agents[0].url: expected http://HOST:PORT" in dialog.error_label.text()
     assert not path.exists()
     tab.remove_agent()
-    assert tab.agent_list.count() == 0
+    assert tab.list.count() == 0
     with qtbot.waitSignal(dialog.settings_changed, timeout=5000):
         dialog.accept()
     assert load_settings(path).settings == Settings()
@@ -96,9 +96,9 @@ def test_saving_a_token_needs_a_url_and_a_token(qtbot: QtBot, memory_keyring: Me
     qtbot.addWidget(dialog)
     tab = dialog.agents_tab
     tab.add_agent()
-    tab.token_edit.setText(TOKEN)
-    tab.token_button.click()
-    assert tab.token_status.text() == "Type the agent URL and its token first."
+    tab.token.edit.setText(TOKEN)
+    tab.token.button.click()
+    assert tab.token.status.text() == "Type the agent URL and its token first."
     assert memory_keyring.store == {}
 
 

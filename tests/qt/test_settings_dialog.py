@@ -9,6 +9,7 @@ from pathlib import Path
 import keyring
 import keyring.backends.fail
 import pytest
+from PySide6.QtWidgets import QFormLayout
 from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
@@ -112,7 +113,7 @@ def test_bad_values_are_refused_with_the_key_path(qtbot: QtBot, tmp_path: Path) 
     assert "endpoints[0].url" in dialog.error_label.text()
     assert not path.exists()
     dialog.remove_endpoint()
-    assert dialog.endpoint_list.count() == 0
+    assert dialog.endpoint_editor.list.count() == 0
     with qtbot.waitSignal(dialog.settings_changed, timeout=5000):
         dialog.accept()
     assert load_settings(path).settings == Settings()
@@ -122,10 +123,10 @@ def test_keyring_failure_says_why_and_offers_the_env_var(qtbot: QtBot, use_keyri
     keyring.set_keyring(keyring.backends.fail.Keyring())  # what a headless Linux box has
     dialog = SettingsDialog(Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), services=REAL)
     qtbot.addWidget(dialog)
-    dialog.key_edit.setText("sk-secret")
-    dialog.key_button.click()
-    qtbot.waitUntil(lambda: dialog.key_status.text().startswith("✗"), timeout=5000)
-    text = dialog.key_status.text()
+    dialog.api_key.edit.setText("sk-secret")
+    dialog.api_key.button.click()
+    qtbot.waitUntil(lambda: dialog.api_key.status.text().startswith("✗"), timeout=5000)
+    text = dialog.api_key.status.text()
     assert "no OS keyring is available" in text and "api_key_env" in text
     assert "sk-secret" not in text
     assert dialog.settings().endpoints[0].use_keyring is False
@@ -139,9 +140,9 @@ def test_key_goes_to_the_keyring_not_the_file(qtbot: QtBot, tmp_path: Path, use_
         Settings(endpoints=(EndpointConfig(url="http://127.0.0.1:8080"),)), services=REAL, config_path=path
     )
     qtbot.addWidget(dialog)
-    dialog.key_edit.setText("sk-secret")
-    dialog.key_button.click()
-    qtbot.waitUntil(lambda: dialog.key_status.text().startswith("✓"), timeout=5000)
+    dialog.api_key.edit.setText("sk-secret")
+    dialog.api_key.button.click()
+    qtbot.waitUntil(lambda: dialog.api_key.status.text().startswith("✓"), timeout=5000)
     assert memory.store == {("llm-tray", "http://127.0.0.1:8080"): "sk-secret"}
     with qtbot.waitSignal(dialog.settings_changed, timeout=5000):
         dialog.accept()
@@ -203,3 +204,31 @@ def test_real_identify_against_a_closed_port(qtbot: QtBot) -> None:
     dialog.test_connection()
     qtbot.waitUntil(lambda: dialog.test_result.text().startswith("✗"), timeout=8000)
     assert "unreachable" in dialog.test_result.text()
+
+
+def test_each_threshold_spin_has_its_fields_label_and_range(qtbot: QtBot) -> None:
+    dialog = SettingsDialog(Settings(), services=REAL)
+    qtbot.addWidget(dialog)
+    assert len(dialog.threshold_spins) == 13  # one per Thresholds field
+    floor = dialog.threshold_spins["below_floor_tok_s"]
+    form = floor.parentWidget().layout()
+    assert isinstance(form, QFormLayout)
+    assert form.labelForField(floor).text() == "Floor (tok/s)"
+    cold = dialog.threshold_spins["cold_load_min_s"]
+    assert form.labelForField(cold).text() == "Cold load: a model load longer than (s)"  # was its field name
+    kv = dialog.threshold_spins["kv_slowdown_pct"]
+    assert (kv.minimum(), kv.maximum(), kv.value()) == (1.0, 95.0, 15.0)
+
+
+def test_the_servers_add_button_adds_a_server_ready_to_edit(qtbot: QtBot) -> None:
+    # The button once passed Qt's `checked` (False) as the URL: a TypeError, and a list out of step.
+    dialog = SettingsDialog(Settings(), services=REAL)
+    qtbot.addWidget(dialog)
+    dialog.endpoint_editor.add_button.click()
+    assert dialog.endpoint_editor.items == [EndpointConfig(url="http://127.0.0.1:8080")]
+    assert dialog.endpoint_editor.list.item(0).text() == "http://127.0.0.1:8080"
+    assert (
+        dialog.url_edit.text() == "http://127.0.0.1:8080"
+        and dialog.url_edit.selectedText() == dialog.url_edit.text()
+    )
+    assert dialog.settings().endpoints == (EndpointConfig(url="http://127.0.0.1:8080"),)

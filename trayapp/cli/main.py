@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from trayapp import __version__
@@ -26,37 +27,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive(kind: type = float):
+def _number(
+    lo: float,
+    hi: float,
+    what: str,
+    must: str,
+    *,
+    kind: Callable[[str], float] = float,
+    above_lo: bool = False,
+) -> Callable[[str], float]:
+    """An argparse `type`: `kind(text)` from lo to hi (above lo, not at it, with `above_lo`).
+
+    A bad value is a usage error: "expected <what>, got 'x'" when it is no number, else
+    "must be <must>, got 7" (NaN is in no range).
+    """
+
     def parse(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not ((lo < value) if above_lo else (lo <= value)) or not value <= hi:
+            raise argparse.ArgumentTypeError(f"must be {must}, got {text}")
         return value
 
     return parse
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: any free port), got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
+_positive = _number(0, math.inf, "a number", "positive", above_lo=True)
+_positive_int = _number(0, math.inf, "a number", "positive", kind=int, above_lo=True)
+_port = _number(0, 65535, "a port number", "0-65535 (0: any free port)", kind=int)
+_fraction = _number(0, 1, "a number between 0 and 1", "between 0 and 1")
 
 
 def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> None:
@@ -71,18 +72,18 @@ def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> N
         help='GPU or chip by name, e.g. "RTX 4090", "M4 Max 40-core"',
     )
     gpu.add_argument(
-        "--bandwidth-gbps", type=_positive(), default=default, metavar="N", help="memory bandwidth in GB/s"
+        "--bandwidth-gbps", type=_positive, default=default, metavar="N", help="memory bandwidth in GB/s"
     )
     group.add_argument(
         "--vram-gb",
-        type=_positive(),
+        type=_positive,
         default=default,
         metavar="N",
         help="GPU (or unified) memory in GB (10^9 B)",
     )
     group.add_argument(
         "--ram-bandwidth-gbps",
-        type=_positive(),
+        type=_positive,
         default=default,
         metavar="N",
         help="system RAM bandwidth in GB/s",
@@ -139,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint_options(watch)
     add_hardware_options(watch)
     watch.add_argument("--json", action="store_true", help="JSON lines")
-    watch.add_argument("--interval", type=_positive(), default=1.0, metavar="S", help="seconds between lines")
-    watch.add_argument("--duration", type=_positive(), default=None, metavar="S", help="stop after S seconds")
+    watch.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="seconds between lines")
+    watch.add_argument("--duration", type=_positive, default=None, metavar="S", help="stop after S seconds")
     watch.add_argument("--no-record", action="store_true", help="do not write to the session store")
 
     from trayapp.cli.bar import add_bar_arguments
@@ -150,16 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     ceiling = sub.add_parser("ceiling", help="the decode-speed ceiling of a model on some hardware")
     source = ceiling.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="FILE.gguf", help="a GGUF file (exact bytes per token)")
-    source.add_argument("--params", type=_positive(), metavar="B", help="parameters, in billions")
-    source.add_argument("--weights-gb", type=_positive(), metavar="GB", help="size of the weights in GB")
+    source.add_argument("--params", type=_positive, metavar="B", help="parameters, in billions")
+    source.add_argument("--weights-gb", type=_positive, metavar="GB", help="size of the weights in GB")
     ceiling.add_argument(
-        "--active-params", type=_positive(), metavar="B", help="active parameters (MoE), billions"
+        "--active-params", type=_positive, metavar="B", help="active parameters (MoE), billions"
     )
     ceiling.add_argument(
         "--quant", default=None, metavar="Q", help="quantization with --params (default Q4_K_M)"
     )
     ceiling.add_argument(
-        "--context", type=_positive(int), default=4096, metavar="N", help="context tokens (4096)"
+        "--context", type=_positive_int, default=4096, metavar="N", help="context tokens (4096)"
     )
     ceiling.add_argument(
         "--gpu-fraction", type=_fraction, default=None, metavar="F", help="share of weights on GPU"
@@ -183,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--listen-address", default="127.0.0.1", metavar="ADDR", help="bind address (127.0.0.1)"
     )
-    agent.add_argument("--duration", type=_positive(), default=None, metavar="S", help=argparse.SUPPRESS)
+    agent.add_argument("--duration", type=_positive, default=None, metavar="S", help=argparse.SUPPRESS)
     from trayapp.cli.agent import add_snapshot_arguments
 
     add_snapshot_arguments(agent)

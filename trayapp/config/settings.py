@@ -13,7 +13,7 @@ import ipaddress
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,20 +27,17 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from trayapp.config import paths
-from trayapp.config.agents import AgentConfig, parse_agents
+from trayapp.config.agents import AgentConfig, build_agent
 from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
+from trayapp.config.list_sections import ENV_NAME, ConfigError, EntryBuilder, parse_list
 from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
 from trayapp.core.loopback import host_key, is_loopback, server_key
 from trayapp.core.model import SERVER_KINDS, HardwareProfile
-from trayapp.core.thresholds import Thresholds
+from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 
 DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"  # the proxy clients' bearer token (as `llm-tray proxy`)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 GB = 1_000_000_000
-
-
-class ConfigError(ValueError):
-    """A config file problem, with where it is (line or key path)."""
 
 
 @dataclass(frozen=True)
@@ -215,31 +212,18 @@ _SECTIONS: dict[str, type] = {
     "ui": UiConfig,
 }
 
-# Range checks (inclusive) for numeric values, by key path.
+# Range checks (inclusive) for numeric values, by key path (the thresholds' are core/thresholds.py's).
 RANGES: dict[str, tuple[float, float]] = {
     "monitor.poll_active_s": (0.2, 60),
     "monitor.poll_idle_s": (0.2, 600),
     "monitor.rediscover_s": (1, 3600),
     "monitor.session_idle_gap_s": (1, 86400),
     "monitor.metrics_interval_s": (1, 3600),
-    "thresholds.confirm_s": (0, 3600),
-    "thresholds.clear_s": (0, 3600),
-    "thresholds.kv_slowdown_pct": (1, 95),
-    "thresholds.context_full_pct": (1, 100),
-    "thresholds.below_floor_tok_s": (0, 1000),
-    "thresholds.low_efficiency_ratio": (0.01, 1),
-    "thresholds.draft_acceptance_min": (0, 1),
-    "thresholds.spec_min_speedup": (0.1, 10),
-    "thresholds.vram_free_min_pct": (0, 100),
-    "thresholds.regression_pct": (1, 95),
-    "thresholds.offload_min_cpu_pct": (0, 100),
-    "thresholds.offload_gpu_fraction": (0.5, 1),
-    "thresholds.cold_load_min_s": (0, 3600),
     "exporter.port": (1, 65535),
     "store.retention_days": (0.01, 36500),
     "store.max_size_mb": (1, 1_000_000),
     "store.sample_interval_s": (0.1, 3600),
-}
+} | {f"thresholds.{name}": (info.low, info.high) for name, info in THRESHOLD_INFO.items()}
 
 
 def _check_value(path: str, value: Any, annotation: str) -> Any:
@@ -291,8 +275,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _build_endpoint(data: Any, index: int) -> EndpointConfig:
-    prefix = f"endpoints[{index}]"
+def _build_endpoint(data: Any, prefix: str, _earlier: Sequence[EndpointConfig]) -> EndpointConfig:
     endpoint = _build(EndpointConfig, data, prefix) if isinstance(data, dict) and "url" in data else None
     if endpoint is None:
         raise ConfigError(f"{prefix}.url: every endpoint needs a url")
@@ -301,9 +284,6 @@ def _build_endpoint(data: Any, index: int) -> EndpointConfig:
     if endpoint.kind is not None and endpoint.kind not in SERVER_KINDS:
         raise ConfigError(f"{prefix}.kind: unknown server kind {endpoint.kind!r}")
     return endpoint
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _check_listen(prefix: str, listen: str) -> None:
@@ -322,8 +302,7 @@ def _check_listen(prefix: str, listen: str) -> None:
             ) from None
 
 
-def _build_proxy(data: Any, index: int) -> ProxyConfig:
-    prefix = f"proxies[{index}]"
+def _build_proxy(data: Any, prefix: str, earlier: Sequence[ProxyConfig]) -> ProxyConfig:
     if isinstance(data, dict) and "token" in data:
         raise ConfigError(
             f"{prefix}.token: tokens never go in the config file: put it in an environment variable "
@@ -345,34 +324,27 @@ def _build_proxy(data: Any, index: int) -> ProxyConfig:
         )
     if proxy.kind is not None and proxy.kind not in SERVER_KINDS:
         raise ConfigError(f"{prefix}.kind: unknown server kind {proxy.kind!r}")
-    if not _ENV_NAME.match(proxy.token_env):
+    if not ENV_NAME.match(proxy.token_env):
         raise ConfigError(f"{prefix}.token_env: {proxy.token_env!r} is not an environment variable name")
     if proxy.remote and not proxy.allow_remote:
         raise ConfigError(
             f"{prefix}.listen: {proxy.listen_host} is not a loopback address: add allow_remote = true "
             f"(clients then need the token from ${proxy.token_env})"
         )
+    listen_key = host_key(proxy.listen_host), proxy.listen_port
+    if listen_key == server_key(proxy.upstream):
+        raise ConfigError(f"{prefix}.upstream: the proxy would forward to itself")
+    if any((host_key(p.listen_host), p.listen_port) == listen_key for p in earlier):
+        raise ConfigError(f"{prefix}.listen: {proxy.listen} is used by another proxy")
     return replace(proxy, upstream=proxy.upstream.rstrip("/"))
 
 
-def _parse_proxies(value: Any, errors: list[str]) -> tuple[ProxyConfig, ...]:
-    """Good entries; each bad one is reported and skipped (the rest still load)."""
-    if not isinstance(value, list):
-        errors.append("proxies: expected a list of [[proxies]] tables")
-        return ()
-    proxies: list[ProxyConfig] = []
-    for index, item in enumerate(value):
-        try:
-            proxy = _build_proxy(item, index)
-            listen_key = host_key(proxy.listen_host), proxy.listen_port
-            if listen_key == server_key(proxy.upstream):
-                raise ConfigError(f"proxies[{index}].upstream: the proxy would forward to itself")
-            if any((host_key(p.listen_host), p.listen_port) == listen_key for p in proxies):
-                raise ConfigError(f"proxies[{index}].listen: {proxy.listen} is used by another proxy")
-            proxies.append(proxy)
-        except ConfigError as exc:
-            errors.append(str(exc))
-    return tuple(proxies)
+# The list sections (config/list_sections.py), each with the builder of one entry.
+_LISTS: dict[str, EntryBuilder[Any]] = {
+    "endpoints": _build_endpoint,
+    "proxies": _build_proxy,
+    "agents": build_agent,
+}
 
 
 def proxy_token(proxy: ProxyConfig, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -408,21 +380,8 @@ def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
                 kwargs[key] = _build(_SECTIONS[key], value, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        elif key == "endpoints":
-            if not isinstance(value, list):
-                errors.append("endpoints: expected a list of [[endpoints]] tables")
-                continue
-            endpoints = []
-            for index, item in enumerate(value):
-                try:
-                    endpoints.append(_build_endpoint(item, index))
-                except ConfigError as exc:
-                    errors.append(str(exc))
-            kwargs["endpoints"] = tuple(endpoints)
-        elif key == "proxies":
-            kwargs["proxies"] = _parse_proxies(value, errors)
-        elif key == "agents":
-            kwargs["agents"] = parse_agents(value, errors)
+        elif key in _LISTS:
+            kwargs[key] = parse_list(key, value, _LISTS[key], errors)
         else:
             errors.append(f"{key}: unknown section")
     return Settings(**kwargs), errors
@@ -495,7 +454,7 @@ def _to_plain(value: Any) -> Any:
 
 def settings_to_toml(settings: Settings) -> str:
     plain = _to_plain(settings)
-    for key in ("endpoints", "proxies", "agents"):
+    for key in _LISTS:
         if not plain.get(key):
             plain.pop(key, None)
     header = "# llm-tray settings. API keys are kept in the OS keyring, never here.\n"

@@ -10,28 +10,14 @@ when it saves.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from PySide6.QtWidgets import (
-    QFormLayout,
-    QGroupBox,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QListWidget,
-    QPushButton,
-    QVBoxLayout,
-    QWidget,
-)
-from shiboken6 import Shiboken
+from PySide6.QtWidgets import QLabel, QLineEdit, QWidget
 
 from trayapp.config.agents import AgentConfig, agent_keyring_user
-from trayapp.ui.worker import run_in_background
-
-log = logging.getLogger(__name__)
+from trayapp.ui.list_editor import ListEditor, SecretField
 
 HINT = (
     "On the remote machine: <code>llm-tray agent --new-token</code>, then <code>llm-tray agent "
@@ -53,7 +39,7 @@ def default_name(url: str) -> str:
         return ""
 
 
-class AgentsTab(QWidget):
+class AgentsTab(ListEditor[AgentConfig]):
     """The list of remote machines on the left, the selected one's fields on the right."""
 
     def __init__(
@@ -62,131 +48,72 @@ class AgentsTab(QWidget):
         store_secret: Callable[[str, str], None] | None = None,
         parent: QWidget | None = None,
     ) -> None:
-        super().__init__(parent)
-        self._agents: list[AgentConfig] = list(agents)
+        super().__init__(
+            agents,
+            caption="Machines running llm-tray agent, shown in the menu under their name",
+            title="Remote machine",
+            blank=AgentConfig(url="", name=""),
+            item_text=agent_item,
+            fill_form=self._fill_form_fields,
+            read_form=self._read_form_fields,
+            new_item=lambda: AgentConfig(url="", name=""),
+            add_text="Add a remote machine…",
+            parent=parent,
+        )
         self._store_secret = store_secret
-        self._loading = False
-        layout = QHBoxLayout(self)
-        left = QVBoxLayout()
-        self.agent_list = QListWidget()
-        self.agent_list.addItems([agent_item(a) for a in self._agents])
-        self.agent_list.currentRowChanged.connect(self._select)
-        left.addWidget(QLabel("Machines running llm-tray agent, shown in the menu under their name"))
-        left.addWidget(self.agent_list)
-        row = QHBoxLayout()
-        self.add_button = QPushButton("Add a remote machine…")
-        self.add_button.clicked.connect(lambda: self.add_agent())
-        self.remove_button = QPushButton("Remove")
-        self.remove_button.clicked.connect(self.remove_agent)
-        row.addWidget(self.add_button)
-        row.addWidget(self.remove_button)
-        left.addLayout(row)
-        layout.addLayout(left, 1)
-
-        self.box = QGroupBox("Remote machine")
-        form = QFormLayout(self.box)
+        form = self.form
         self.url_edit = QLineEdit()
         self.url_edit.setPlaceholderText("http://gpu-box:9465")
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("the host part of the URL")
         self.token_env_edit = QLineEdit()
         self.token_env_edit.setPlaceholderText("optional, e.g. GPU_BOX_TOKEN")
-        self.token_edit = QLineEdit()
-        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
-        self.token_edit.setPlaceholderText("from the agent's `--new-token` file; kept in the OS keyring")
-        self.token_button = QPushButton("Save token in keyring")
-        self.token_button.clicked.connect(self.save_token)
-        self.token_status = QLabel()
-        self.token_status.setWordWrap(True)
-        token_row = QHBoxLayout()
-        token_row.addWidget(self.token_edit, 1)
-        token_row.addWidget(self.token_button)
+        self.token = SecretField("token", "from the agent's `--new-token` file; kept in the OS keyring")
+        self.token.button.clicked.connect(self.save_token)
         form.addRow("Agent URL", self.url_edit)
         form.addRow("Name", self.name_edit)
-        form.addRow("Token", token_row)
-        form.addRow("", self.token_status)
+        self.token.add_rows(form, "Token")
         form.addRow("Or token from env variable", self.token_env_edit)
         hint = QLabel(HINT)
         hint.setWordWrap(True)
         form.addRow(hint)
         for edit in (self.url_edit, self.name_edit, self.token_env_edit):
-            edit.textEdited.connect(self._store_fields)
-        layout.addWidget(self.box, 2)
-        self._select(0 if self._agents else -1)
+            edit.textEdited.connect(self.store_form)
+        self.focus_on_add = self.url_edit
+        self.select(0 if self.items else -1)
 
     def agents(self) -> tuple[AgentConfig, ...]:
         """The machines as the widgets show them (a blank name: the URL's host)."""
-        return tuple(replace(a, name=a.name or default_name(a.url)) for a in self._agents)
+        return tuple(replace(a, name=a.name or default_name(a.url)) for a in self.items)
 
-    def _select(self, row: int) -> None:
-        valid = 0 <= row < len(self._agents)
-        self.box.setEnabled(valid)
-        self.remove_button.setEnabled(valid)
-        agent = self._agents[row] if valid else AgentConfig(url="", name="")
-        self._loading = True
+    def _fill_form_fields(self, agent: AgentConfig) -> None:
         self.url_edit.setText(agent.url)
         self.name_edit.setText(agent.name)
         self.token_env_edit.setText(agent.token_env or "")
-        self.token_edit.clear()
-        self.token_status.setText("")
-        self._loading = False
-        if valid and self.agent_list.currentRow() != row:
-            self.agent_list.setCurrentRow(row)
+        self.token.edit.clear()
+        self.token.status.setText("")
 
-    def _store_fields(self, *_args: object) -> None:
-        row = self.agent_list.currentRow()
-        if self._loading or not 0 <= row < len(self._agents):
-            return
-        agent = AgentConfig(
+    def _read_form_fields(self, _agent: AgentConfig) -> AgentConfig:
+        return AgentConfig(
             url=self.url_edit.text().strip().rstrip("/"),
             name=self.name_edit.text().strip(),
             token_env=self.token_env_edit.text().strip() or None,
         )
-        self._agents[row] = agent
-        self.agent_list.item(row).setText(agent_item(agent))
 
     def add_agent(self, url: str = "", name: str = "") -> None:
         """A new machine, selected with its URL field focused."""
-        self._agents.append(AgentConfig(url=url, name=name))
-        self.agent_list.addItem(agent_item(self._agents[-1]))
-        self._select(len(self._agents) - 1)
-        self.url_edit.setFocus()
+        self.add(AgentConfig(url=url, name=name))
 
     def remove_agent(self) -> None:
-        row = self.agent_list.currentRow()
-        if not 0 <= row < len(self._agents):
-            return
-        del self._agents[row]
-        self.agent_list.takeItem(row)
-        self._select(min(row, len(self._agents) - 1))
+        self.remove()
 
     def save_token(self) -> None:
         """Store the typed token in the OS keyring (in the background); on failure say why."""
-        token, url = self.token_edit.text().strip(), self.url_edit.text().strip().rstrip("/")
-        store = self._store_secret
+        token, url = self.token.edit.text().strip(), self.url_edit.text().strip().rstrip("/")
         if not token or not url:
-            self.token_status.setText("Type the agent URL and its token first.")
+            self.token.status.setText("Type the agent URL and its token first.")
             return
-        if store is None:
-            self.token_status.setText("No keyring here: name an environment variable instead.")
+        if self._store_secret is None:
+            self.token.status.setText("No keyring here: name an environment variable instead.")
             return
-        self.token_button.setEnabled(False)
-        self.token_status.setText("Saving the token in the OS keyring…")
-
-        def done(_result: object) -> None:
-            if not Shiboken.isValid(self):
-                return
-            self.token_button.setEnabled(True)
-            self.token_edit.clear()
-            self.token_status.setText("✓ Token saved in the OS keyring.")
-            log.info("agent token stored in the keyring")
-
-        def failed(exc: BaseException) -> None:
-            if not Shiboken.isValid(self):
-                return
-            self.token_button.setEnabled(True)
-            self.token_status.setText(f"✗ Could not store the token: {exc}")
-            log.warning("keyring: %s", exc)
-
-        user = agent_keyring_user(url)
-        run_in_background(lambda: store(user, token), done, failed, name="llm-tray-keyring")
+        self.token.save(self._store_secret, agent_keyring_user(url), token)

@@ -9,7 +9,6 @@ values the same way the config loader does, saves, then emits
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -26,10 +25,8 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
     QPushButton,
     QSpinBox,
     QTabWidget,
@@ -52,7 +49,9 @@ from trayapp.config.settings import (
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.model import SERVER_KINDS
+from trayapp.core.thresholds import THRESHOLD_INFO
 from trayapp.ui.agents_tab import AgentsTab
+from trayapp.ui.list_editor import ListEditor, SecretField
 from trayapp.ui.proxies_tab import ProxiesTab
 from trayapp.ui.worker import run_in_background
 
@@ -62,20 +61,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 log = logging.getLogger("trayapp.settings")
-
-THRESHOLD_LABELS: dict[str, str] = {
-    "confirm_s": "Confirm an alert after (s)",
-    "clear_s": "Clear an alert after (s)",
-    "kv_slowdown_pct": "KV slowdown (%)",
-    "context_full_pct": "Context full at (%)",
-    "below_floor_tok_s": "Floor (tok/s)",
-    "low_efficiency_ratio": "Low efficiency (share of ceiling)",
-    "draft_acceptance_min": "Minimum draft acceptance",
-    "vram_free_min_pct": "Minimum free VRAM (%)",
-    "regression_pct": "Regression (%)",
-    "offload_min_cpu_pct": "Offload: minimum CPU share (%)",
-    "offload_gpu_fraction": "Offloaded below this GPU share",
-}
 
 
 @dataclass(frozen=True)
@@ -128,15 +113,13 @@ class SettingsDialog(QDialog):
         self.config_path = config_path
         self.services = services
         self.test_timeout_s = test_timeout_s
-        self._endpoints: list[EndpointConfig] = list(settings.endpoints)
         self._test_token = 0
-        self._loading = False
         self.saving = False
 
         layout = QVBoxLayout(self)
         self.tabs = QTabWidget()
         layout.addWidget(self.tabs)
-        self.tabs.addTab(self._endpoints_tab(), "Servers")
+        self.tabs.addTab(self._endpoints_tab(settings.endpoints), "Servers")
         self.proxies_tab = ProxiesTab(settings.proxies)
         self.tabs.addTab(self.proxies_tab, "Proxies")
         self.agents_tab = AgentsTab(settings.agents, services.store_api_key)
@@ -156,9 +139,9 @@ class SettingsDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
-        self._select_endpoint(0 if self._endpoints else -1)
+        self.endpoint_editor.select(0 if settings.endpoints else -1)
         tab = self.proxies_tab  # its widgets and actions, reachable from the dialog as before
-        self.proxy_list, self.proxy_address = tab.proxy_list, tab.proxy_address
+        self.proxy_list, self.proxy_address = tab.list, tab.proxy_address
         self.proxy_listen_edit, self.proxy_upstream_edit = tab.proxy_listen_edit, tab.proxy_upstream_edit
         self.proxy_kind_combo, self.proxy_enabled_check = tab.proxy_kind_combo, tab.proxy_enabled_check
         self.add_proxy, self.remove_proxy = tab.add_proxy, tab.remove_proxy
@@ -166,27 +149,18 @@ class SettingsDialog(QDialog):
 
     # ------------------------------------------------------------------ tabs
 
-    def _endpoints_tab(self) -> QWidget:
-        tab = QWidget()
-        layout = QHBoxLayout(tab)
-        left = QVBoxLayout()
-        self.endpoint_list = QListWidget()
-        self.endpoint_list.addItems([e.url for e in self._endpoints])
-        self.endpoint_list.currentRowChanged.connect(self._select_endpoint)
-        left.addWidget(QLabel("Servers to watch besides the default ports:"))
-        left.addWidget(self.endpoint_list)
-        row = QHBoxLayout()
-        self.add_button = QPushButton("Add")
-        self.add_button.clicked.connect(self.add_endpoint)
-        self.remove_button = QPushButton("Remove")
-        self.remove_button.clicked.connect(self.remove_endpoint)
-        row.addWidget(self.add_button)
-        row.addWidget(self.remove_button)
-        left.addLayout(row)
-        layout.addLayout(left, 1)
-
-        self.endpoint_box = QGroupBox("Server")
-        form = QFormLayout(self.endpoint_box)
+    def _endpoints_tab(self, endpoints: tuple[EndpointConfig, ...]) -> ListEditor[EndpointConfig]:
+        self.endpoint_editor = editor = ListEditor(
+            endpoints,
+            caption="Servers to watch besides the default ports:",
+            title="Server",
+            blank=EndpointConfig(url=""),
+            item_text=lambda endpoint: endpoint.url or "(no URL)",
+            fill_form=self._fill_endpoint,
+            read_form=self._read_endpoint,
+            new_item=lambda: EndpointConfig(url="http://127.0.0.1:8080"),
+        )
+        form = editor.form
         self.url_edit = QLineEdit()
         self.url_edit.setPlaceholderText("http://127.0.0.1:8080")
         self.kind_combo = QComboBox()
@@ -197,13 +171,8 @@ class SettingsDialog(QDialog):
         self.name_edit = QLineEdit()
         self.env_edit = QLineEdit()
         self.env_edit.setPlaceholderText("e.g. LLAMA_API_KEY")
-        self.key_edit = QLineEdit()
-        self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key_edit.setPlaceholderText("stored in the OS keyring, never in the config file")
-        self.key_button = QPushButton("Save key in keyring")
-        self.key_button.clicked.connect(self.save_api_key)
-        self.key_status = QLabel()
-        self.key_status.setWordWrap(True)
+        self.api_key = SecretField("key", "stored in the OS keyring, never in the config file")
+        self.api_key.button.clicked.connect(self.save_api_key)
         self.test_button = QPushButton("Test connection")
         self.test_button.clicked.connect(self.test_connection)
         self.test_result = QLabel()
@@ -212,17 +181,13 @@ class SettingsDialog(QDialog):
         form.addRow("Kind", self.kind_combo)
         form.addRow("Name", self.name_edit)
         form.addRow("API key env var", self.env_edit)
-        key_row = QHBoxLayout()
-        key_row.addWidget(self.key_edit, 1)
-        key_row.addWidget(self.key_button)
-        form.addRow("API key", key_row)
-        form.addRow("", self.key_status)
+        self.api_key.add_rows(form, "API key")
         form.addRow(self.test_button, self.test_result)
         for edit in (self.url_edit, self.name_edit, self.env_edit):
-            edit.textEdited.connect(self._store_fields)
-        self.kind_combo.currentIndexChanged.connect(self._store_fields)
-        layout.addWidget(self.endpoint_box, 2)
-        return tab
+            edit.textEdited.connect(editor.store_form)
+        self.kind_combo.currentIndexChanged.connect(editor.store_form)
+        editor.focus_on_add = self.url_edit
+        return editor
 
     def _monitor_tab(self, monitor: MonitorConfig) -> QWidget:
         tab = QWidget()
@@ -242,12 +207,12 @@ class SettingsDialog(QDialog):
         tab = QWidget()
         form = QFormLayout(tab)
         self.threshold_spins: dict[str, QDoubleSpinBox | QSpinBox] = {}
-        for f in dataclasses.fields(Thresholds):
-            value = getattr(thresholds, f.name)
+        for name, info in THRESHOLD_INFO.items():
+            value = getattr(thresholds, name)
             decimals = 2 if value < 10 else 1
-            spin = _spin(f"thresholds.{f.name}", value, decimals)
-            self.threshold_spins[f.name] = spin
-            form.addRow(THRESHOLD_LABELS.get(f.name, f.name), spin)
+            spin = _spin(f"thresholds.{name}", value, decimals)
+            self.threshold_spins[name] = spin
+            form.addRow(info.caption, spin)
         return tab
 
     def _notifications_tab(self, settings: Settings) -> QWidget:
@@ -293,54 +258,29 @@ class SettingsDialog(QDialog):
 
     # ------------------------------------------------------------------ endpoints
 
-    def current_row(self) -> int:
-        return self.endpoint_list.currentRow()
-
-    def _select_endpoint(self, row: int) -> None:
-        valid = 0 <= row < len(self._endpoints)
-        self.endpoint_box.setEnabled(valid)
-        self.remove_button.setEnabled(valid)
-        self._loading = True
-        endpoint = self._endpoints[row] if valid else EndpointConfig(url="")
+    def _fill_endpoint(self, endpoint: EndpointConfig) -> None:
         self.url_edit.setText(endpoint.url)
         self.kind_combo.setCurrentIndex(max(self.kind_combo.findData(endpoint.kind), 0))
         self.name_edit.setText(endpoint.name or "")
         self.env_edit.setText(endpoint.api_key_env or "")
-        self.key_edit.clear()
-        self.key_status.setText("A key is stored in the OS keyring." if endpoint.use_keyring else "")
+        self.api_key.edit.clear()
+        self.api_key.status.setText("A key is stored in the OS keyring." if endpoint.use_keyring else "")
         self.test_result.clear()
-        self._loading = False
-        if valid and self.endpoint_list.currentRow() != row:
-            self.endpoint_list.setCurrentRow(row)
 
-    def _store_fields(self, *_args: object) -> None:
-        row = self.current_row()
-        if self._loading or not 0 <= row < len(self._endpoints):
-            return
-        url = self.url_edit.text().strip()
-        self._endpoints[row] = replace(
-            self._endpoints[row],
-            url=url,
+    def _read_endpoint(self, endpoint: EndpointConfig) -> EndpointConfig:
+        return replace(
+            endpoint,
+            url=self.url_edit.text().strip(),
             kind=self.kind_combo.currentData(),
             name=self.name_edit.text().strip() or None,
             api_key_env=self.env_edit.text().strip() or None,
         )
-        self.endpoint_list.item(row).setText(url or "(no URL)")
 
     def add_endpoint(self, url: str = "http://127.0.0.1:8080") -> None:
-        self._endpoints.append(EndpointConfig(url=url))
-        self.endpoint_list.addItem(url)
-        self._select_endpoint(len(self._endpoints) - 1)
-        self.url_edit.setFocus()
-        self.url_edit.selectAll()
+        self.endpoint_editor.add(EndpointConfig(url=url))
 
     def remove_endpoint(self) -> None:
-        row = self.current_row()
-        if not 0 <= row < len(self._endpoints):
-            return
-        del self._endpoints[row]
-        self.endpoint_list.takeItem(row)
-        self._select_endpoint(min(row, len(self._endpoints) - 1))
+        self.endpoint_editor.remove()
 
     # ------------------------------------------------------------------ connection test
 
@@ -352,7 +292,7 @@ class SettingsDialog(QDialog):
             return
         self._test_token += 1
         token = self._test_token
-        key = self.key_edit.text() or None
+        key = self.api_key.edit.text() or None
         self.test_result.setText(f"Testing {url}…")
         self.test_button.setEnabled(False)
 
@@ -381,35 +321,18 @@ class SettingsDialog(QDialog):
 
     def save_api_key(self) -> None:
         """Store the typed key in the OS keyring (in the background); on failure say why and what to do."""
-        row = self.current_row()
-        key = self.key_edit.text()
-        url = self.url_edit.text().strip()
-        if not 0 <= row < len(self._endpoints) or not key or not url:
-            self.key_status.setText("Type the server URL and its key first.")
+        key, url = self.api_key.edit.text(), self.url_edit.text().strip()
+        if self.endpoint_editor.current() is None or not key or not url:
+            self.api_key.status.setText("Type the server URL and its key first.")
             return
-        self.key_button.setEnabled(False)
-        self.key_status.setText("Saving the key in the OS keyring…")
 
-        def done(_result: object) -> None:
-            if not Shiboken.isValid(self):
-                return
-            self.key_button.setEnabled(True)
-            index = next((i for i, e in enumerate(self._endpoints) if e.url == url), row)
-            self._endpoints[index] = replace(self._endpoints[index], use_keyring=True)
-            self.key_edit.clear()
-            self.key_status.setText("✓ Key saved in the OS keyring.")
-            log.info("API key stored in the keyring for an endpoint")
+        def mark_keyring() -> None:  # the endpoint with that URL now has its key in the keyring
+            editor = self.endpoint_editor
+            for row, endpoint in enumerate(editor.items):
+                if endpoint.url == url:
+                    editor.set_item(row, replace(endpoint, use_keyring=True))
 
-        def failed(exc: BaseException) -> None:
-            if not Shiboken.isValid(self):
-                return
-            self.key_button.setEnabled(True)
-            self.key_status.setText(f"✗ Could not store the key: {exc}")
-            log.warning("keyring: %s", exc)
-
-        run_in_background(
-            lambda: self.services.store_api_key(url, key), done, failed, name="llm-tray-keyring"
-        )
+        self.api_key.save(self.services.store_api_key, url, key, on_saved=mark_keyring)
 
     # ------------------------------------------------------------------ result
 
@@ -422,7 +345,7 @@ class SettingsDialog(QDialog):
         )
         return replace(
             s,
-            endpoints=tuple(self._endpoints),
+            endpoints=tuple(self.endpoint_editor.items),
             proxies=self.proxies_tab.proxies(),
             agents=self.agents_tab.agents(),
             monitor=replace(
