@@ -11,7 +11,7 @@ import os
 import pytest
 
 from tests.support.cli import run_cli
-from trayapp.config.settings import USER_SERVER_KINDS
+from trayapp.core.server_kinds import USER_SERVER_KINDS
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 TIMEOUT_S = 60  # a command that runs on instead of refusing fails here, not by hanging the suite

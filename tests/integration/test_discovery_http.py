@@ -13,8 +13,8 @@ import pytest
 from tests.support.fake_http import FakeServer, file_reply, hang, json_reply, text_reply
 from tests.support.llama import free_port
 from trayapp.core.model import ServerReading
+from trayapp.core.server_kinds import SERVER_KINDS
 from trayapp.sources.discovery import (
-    DEFAULT_PORTS,
     Discovery,
     Endpoint,
     UnidentifiedProbe,
@@ -108,7 +108,7 @@ def test_identify_kind(variant: str, fixtures_dir: Path, client: httpx.Client) -
 
 
 def test_llama_and_mlx_share_a_port_but_are_told_apart(fixtures_dir: Path, client: httpx.Client) -> None:
-    assert DEFAULT_PORTS["llamacpp"] == DEFAULT_PORTS["mlx"] == 8080
+    assert SERVER_KINDS["llamacpp"].default_port == SERVER_KINDS["mlx"].default_port == 8080
     with FakeServer(routes_for("mlx", fixtures_dir)) as server:
         kind, why = identify(server.url, client)
         assert kind == "mlx" and "/props" in why

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from trayapp.sources.discovery import DEFAULT_PORTS, Discovery, Endpoint, make_probe
+from trayapp.core.server_kinds import SERVER_KINDS, default_ports
+from trayapp.sources.discovery import Discovery, Endpoint, make_probe
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 from trayapp.sources.servers.lmstudio import LmStudioProbe
@@ -18,7 +19,9 @@ from trayapp.sources.servers.openai_compat import MlxProbe, OpenAiProbe, SglangP
 
 
 def test_default_ports() -> None:
-    assert DEFAULT_PORTS == {
+    """Each server's out-of-the-box port, from its documentation (reference/backends.md)."""
+    ports = {kind: row.default_port for kind, row in SERVER_KINDS.items() if row.default_port is not None}
+    assert ports == {
         "ollama": 11434,
         "llamacpp": 8080,
         "lmstudio": 1234,
@@ -26,6 +29,7 @@ def test_default_ports() -> None:
         "sglang": 30000,
         "mlx": 8080,
     }
+    assert default_ports() == [1234, 8000, 8080, 11434, 30000]  # scanned once each: 8080 is two kinds'
 
 
 def test_missing_probe_module_shows_as_error() -> None:

@@ -25,6 +25,7 @@ from trayapp.core.physics import (
 )
 from trayapp.core.placement import ceiling_for, effective_gpu_fraction
 from trayapp.core.quants import COMMON_QUANTS, normalize_quant_name, quant_note
+from trayapp.core.units import format_bytes
 
 _MAX_CONTEXT_SEARCH_TOKENS = 1 << 21
 
@@ -162,15 +163,7 @@ def build_ceiling_report(
 
 
 def _bytes(value: object) -> str:
-    if not isinstance(value, (int, float)):
-        return "—"
-    if value >= 1e9:
-        return f"{value / 1e9:.1f} GB"
-    if value >= 1e6:
-        return f"{value / 1e6:.1f} MB"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f} kB"
-    return f"{value:.0f} B"
+    return format_bytes(value if isinstance(value, (int, float)) else None)
 
 
 def _rate(value: object) -> str:

@@ -17,9 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from trayapp import __version__
-
-GB = 1_000_000_000
-KV_TYPES = ("f16", "q8_0", "q4_0", "bf16", "f32", "q5_1", "q5_0", "q4_1", "iq4_nl")
+from trayapp.core.quants import KV_TYPES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -212,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _profile(args: argparse.Namespace):
     from trayapp.core.model import HardwareProfile
+    from trayapp.core.units import GB
 
     return HardwareProfile(
         gpu_name=args.gpu,
@@ -269,6 +268,7 @@ def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
 def run_status(args: argparse.Namespace) -> int:
     from trayapp.cli.bar import live_sampler, status_from
     from trayapp.core.jsonview import snapshot_json
+    from trayapp.core.model import is_busy
     from trayapp.core.text import format_snapshot
 
     live = live_sampler(args)
@@ -278,7 +278,7 @@ def run_status(args: argparse.Namespace) -> int:
     monitor = _make_monitor(args, record=False, one_shot=True)
     try:
         snapshot = monitor.tick()
-        if any(m.phase in ("prefill", "decoding") for _, m in snapshot.models()):
+        if any(is_busy(m.phase) for _, m in snapshot.models()):
             # A live rate needs two polls: take a second one a moment later.
             time.sleep(monitor.settings.monitor.poll_active_s)
             snapshot = monitor.tick()

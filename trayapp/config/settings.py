@@ -32,12 +32,13 @@ from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
 from trayapp.config.list_sections import ENV_NAME, ConfigError, EntryBuilder, parse_list
 from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
 from trayapp.core.loopback import host_key, is_loopback, server_key
-from trayapp.core.model import SERVER_KINDS, HardwareProfile
+from trayapp.core.model import HardwareProfile
+from trayapp.core.quants import KV_TYPES
+from trayapp.core.server_kinds import SERVER_KINDS, USER_SERVER_KINDS
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
+from trayapp.core.units import GB
 
 DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"  # the proxy clients' bearer token (as `llm-tray proxy`)
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
-GB = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,6 @@ class EndpointConfig:
                 self.ram_bandwidth_gbps if self.ram_bandwidth_gbps is not None else base.ram_bandwidth_gbps
             ),
         )
-
-
-# The kinds a user may name (`unknown` is what a reading says when identification failed).
-USER_SERVER_KINDS: tuple[str, ...] = tuple(kind for kind in SERVER_KINDS if kind != "unknown")
 
 
 def check_server_kind(kind: str) -> str:

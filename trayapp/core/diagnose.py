@@ -25,11 +25,12 @@ from trayapp.core.model import (
     ModelStatus,
     ServerStatus,
     Severity,
-    server_label,
 )
 from trayapp.core.offload import offload_finding
 from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.placement import ceiling_for
+from trayapp.core.quants import kv_is_full_precision
+from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_rate, format_tokens
 
@@ -192,7 +193,7 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
         f"({format_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
     )
     fix = "Start a fresh conversation or trim the context"
-    if view.machine.kv_type in ("f16", "bf16", "f32"):
+    if kv_is_full_precision(view.machine.kv_type):
         fix += (
             "; or enable flash attention and a q8_0 KV cache (--cache-type-k/v q8_0, "
             "OLLAMA_KV_CACHE_TYPE=q8_0), which about halves the KV bytes read per token"

@@ -25,7 +25,17 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot, server_label
+from trayapp.core.model import (
+    Alert,
+    ModelKey,
+    ModelStatus,
+    Phase,
+    ServerStatus,
+    Snapshot,
+    is_active,
+    top_phase,
+)
+from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (
     estimate_mark,
@@ -40,7 +50,6 @@ from trayapp.core.units import format_rate_short as format_rate
 kind_label = server_label  # what the tray, menu and tooltip call a kind of server
 
 Health = Literal["ok", "degraded", "alert", "idle", "none"]
-ModelKey = tuple[str, str]  # (server url, model name)
 
 RING_STEPS = 20  # the ring is quantized to 5 % steps
 RING_HYSTERESIS = 0.04  # keep the previous ring until the share moves this much
@@ -50,7 +59,6 @@ TOOLTIP_WIDTH_CHARS = 60  # tooltip lines wrap at spaces past this (an alert's m
 DEFAULT_THRESHOLDS = Thresholds()
 
 _REACHABLE = ("ok", "loading")
-RESTING_PHASES = ("idle", "sleeping", "unloaded")  # nothing to judge: grey icon, no offload mark
 _ALERTING = ("warning", "critical")
 GENERATING_TEXT = "…"  # the icon's text while decoding before a rate: the first polls of a request
 DECODING_NO_RATE_YET = "decoding (rate after the next poll)"  # a rate needs two polls that saw decoding
@@ -125,8 +133,9 @@ def choose_model(
 
     The one decoding; when several decode, the one that started most recently
     (by `decoding_since`), then the previously shown one. With nothing
-    decoding: a model reading a prompt, stalled or loading; else the
-    previously shown model if it is still loaded, else the first loaded one.
+    decoding: a model in the next phase of `PHASE_PRIORITY` (reading a prompt,
+    stalled, loading); else the previously shown model if it is still loaded,
+    else the first loaded one.
     """
     since = decoding_since or {}
     pairs = [(s, m) for s, m in snapshot.models() if s.status in _REACHABLE]
@@ -139,13 +148,19 @@ def choose_model(
             key=lambda t: (since.get(_key(t[1], t[2]), -math.inf), _key(t[1], t[2]) == previous_key, t[0]),
         )
         return best[1], best[2]
-    for phase in ("prefill", "stalled", "loading"):
-        busy = [(s, m) for s, m in pairs if m.phase == phase]
-        if busy:
-            same = [p for p in busy if _key(*p) == previous_key]
-            return (same or busy)[0]
+    top = top_phase(m.phase for _, m in pairs)
+    if top is not None:
+        busy = [(s, m) for s, m in pairs if m.phase == top]
+        same = [p for p in busy if _key(*p) == previous_key]
+        return (same or busy)[0]
     same = [p for p in pairs if _key(*p) == previous_key]
     return (same or pairs)[0]
+
+
+def server_phase(server: ServerStatus) -> Phase | None:
+    """The phase a server's menu line shows: its models' first in `PHASE_PRIORITY` (the icon's order,
+    `choose_model`), or "loading" while the server itself loads; None when nothing is active."""
+    return top_phase(m.phase for m in server.models) or ("loading" if server.status == "loading" else None)
 
 
 # --------------------------------------------------------------------------- the state
@@ -174,7 +189,7 @@ def _is_offloaded(model: ModelStatus, t: Thresholds) -> bool:
 
 
 def _model_health(model: ModelStatus, previous: IconState | None, t: Thresholds) -> Health:
-    if model.phase in RESTING_PHASES:
+    if not is_active(model.phase):  # resting: nothing to judge, grey icon, no offload mark
         return "idle"
     if model.phase == "stalled" or _is_offloaded(model, t):
         return "degraded"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trayapp.core import physics
-from trayapp.core.model import ModelStatus, Snapshot
+from trayapp.core.model import ModelKey, ModelStatus, Snapshot, is_busy
+from trayapp.core.units import GB
 
-ModelKey = tuple[str, str]  # (server url, model name)
 NAN = math.nan
 
 
@@ -171,10 +171,9 @@ def expected_ceiling_curve(
     facts = model.facts
     if facts is None or not model.ceiling_tok_s or max_context_tokens <= 0:
         return []
-    busy = model.phase in ("decoding", "prefill", "stalled")
-    depth = model.context_tokens if busy and model.context_tokens is not None else 0
+    depth = model.context_tokens if is_busy(model.phase) and model.context_tokens is not None else 0
     bytes_now = physics.bytes_per_token_at_context(facts, depth, kv_type)
     if bytes_now <= 0:
         return []
-    effective_gbps = model.ceiling_tok_s * bytes_now / physics.GB
+    effective_gbps = model.ceiling_tok_s * bytes_now / GB
     return physics.ceiling_curve(facts, effective_gbps, max_context_tokens, kv_type, points=points)

@@ -14,59 +14,58 @@ Units are in the names (`_bytes`, `_s`, `_tok_s`, `_gbps`). `None` means
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from trayapp.core.alert_kinds import AlertKindName
 
-ServerKind = Literal["ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown"]
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
 Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
 Severity = Literal["info", "warning", "critical"]
-KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
 BaselineSource = Literal["bench", "session"]
 ModelKey = tuple[str, str]  # (server url, model name): one model on one server
 
-BUSY_PHASES: frozenset[str] = frozenset({"prefill", "decoding", "stalled"})
+PHASES: tuple[Phase, ...] = get_args(Phase)
+
+# Which phase speaks for several models (the tray icon's model, a server's menu line) or for the
+# streams of one model: the first of these that any of them is in. What the user is waiting on comes
+# first: text being generated, then a prompt being read, then a request stuck mid-answer (still a
+# request in flight, and a problem worth seeing), then a model loading (no request is served yet).
+# The tray's menu and its icon both read this order (tests/unit/test_vocabularies.py holds them to it).
+PHASE_PRIORITY: tuple[Phase, ...] = ("decoding", "prefill", "stalled", "loading")
+BUSY_PHASES: frozenset[Phase] = frozenset({"prefill", "decoding", "stalled"})
 
 
 def is_busy(phase: str) -> bool:
     """A request is being worked on (reading the prompt, generating, or stuck mid-request).
 
-    Loading a model is not "busy": no request is served yet. Where loading matters too (poll
-    faster, show activity), callers say `phase == "loading" or is_busy(phase)`.
+    Loading a model is not "busy": no request is served yet; `is_active` counts it too.
     """
     return phase in BUSY_PHASES
 
 
-SERVER_KINDS: tuple[str, ...] = (
-    "ollama",
-    "llamacpp",
-    "lmstudio",
-    "vllm",
-    "sglang",
-    "mlx",
-    "openai",
-    "unknown",
-)
-
-SERVER_LABELS: dict[str, str] = {
-    "ollama": "Ollama",
-    "llamacpp": "llama-server",
-    "lmstudio": "LM Studio",
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "mlx": "MLX-LM",
-    "openai": "OpenAI-compatible server",
-    "unknown": "server",
-}
+def is_active(phase: str) -> bool:
+    """Busy with a request or loading a model: the tray shows activity, the monitor polls faster."""
+    return phase == "loading" or is_busy(phase)
 
 
-def server_label(kind: str) -> str:
-    """What users call a kind of server: "llama-server", "LM Studio", "OpenAI-compatible server"."""
-    return SERVER_LABELS.get(kind, kind)
+def is_ready(phase: str) -> bool:
+    """In memory, awake and not loading: idle or busy (not unloaded, asleep or loading)."""
+    return phase == "idle" or is_busy(phase)
+
+
+def is_loaded(phase: str) -> bool:
+    """The server holds the model: ready, or asleep (it wakes on the next request); not unloaded,
+    not still loading. A model that can be benchmarked."""
+    return is_ready(phase) or phase == "sleeping"
+
+
+def top_phase(phases: Iterable[str]) -> Phase | None:
+    """The first phase of `PHASE_PRIORITY` among `phases`; None when none is active."""
+    present = set(phases)
+    return next((phase for phase in PHASE_PRIORITY if phase in present), None)
 
 
 # --------------------------------------------------------------------------- model facts

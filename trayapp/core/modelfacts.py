@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from trayapp.core.model import KvLayout, ModelFacts
 from trayapp.core.quants import EFFECTIVE_BPW, file_type_name, normalize_quant_name, tensor_n_bytes
+from trayapp.core.units import GB
 
 # llama.cpp's per-architecture SWA period when the GGUF has no sliding_window_pattern:
 # layer il is SWA iff il % n < n - 1 (src/llama-model.cpp, set_swa_pattern).
@@ -359,7 +360,7 @@ def facts_from_params(
     if weights_gb is not None:
         if weights_gb <= 0:
             raise ValueError("weights size must be positive")
-        weights = round(weights_gb * 1e9)
+        weights = round(weights_gb * GB)
     elif params and bpw:
         weights = round(params * bpw / 8)
     elif params:

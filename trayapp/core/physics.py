@@ -14,9 +14,7 @@ from collections.abc import Sequence
 
 from trayapp.core.model import KvLayout, ModelFacts
 from trayapp.core.quants import EFFECTIVE_BPW, kv_bytes_per_element, normalize_quant_name
-
-GB = 1_000_000_000
-GIB = 1024**3
+from trayapp.core.units import GB, GIB
 
 # Realised single-stream decode on a healthy, fully resident GPU (DOMAIN.md §1, seed 001).
 REALISTIC_BAND: tuple[float, float] = (0.60, 0.75)

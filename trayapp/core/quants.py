@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 # GGML tensor type id -> (name, elements per block, bytes per block).
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -144,8 +145,13 @@ EFFECTIVE_BPW: dict[str, float] = {
     "MLX_8BIT": 8.50,
 }
 
-# KV-cache bytes per element by llama.cpp cache type (--cache-type-k/-v).
-KV_BYTES_PER_ELEMENT: dict[str, float] = {
+# The KV-cache element types (llama.cpp's --cache-type-k/-v), the one list: settings, the CLI's
+# --kv-type and the physics read it from here.
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
+KV_TYPES: tuple[KvType, ...] = get_args(KvType)
+
+# KV-cache bytes per element by cache type.
+KV_BYTES_PER_ELEMENT: dict[KvType, float] = {
     "f32": 4.0,
     "f16": 2.0,
     "bf16": 2.0,
@@ -254,12 +260,17 @@ def effective_bpw(quant: str | None) -> float | None:
     return EFFECTIVE_BPW.get(canonical) if canonical else None
 
 
+def kv_is_full_precision(kv_type: str) -> bool:
+    """A 16- or 32-bit KV cache (f32, f16, bf16): a q8_0 cache would about halve its bytes per token."""
+    key = kv_type.strip().lower()
+    return key in KV_TYPES and KV_BYTES_PER_ELEMENT[key] >= 2.0
+
+
 def kv_bytes_per_element(kv_type: str) -> float:
     """Bytes per KV-cache element for a llama.cpp cache type; ValueError when unknown."""
     key = kv_type.strip().lower()
-    if key not in KV_BYTES_PER_ELEMENT:
-        known = ", ".join(KV_BYTES_PER_ELEMENT)
-        raise ValueError(f"unknown KV cache type {kv_type!r} (known: {known})")
+    if key not in KV_TYPES:
+        raise ValueError(f"unknown KV cache type {kv_type!r} (known: {', '.join(KV_TYPES)})")
     return KV_BYTES_PER_ELEMENT[key]
 
 

@@ -29,6 +29,8 @@ from trayapp.core.model import (
     ServerReading,
     SlotReading,
     is_busy,
+    is_ready,
+    top_phase,
 )
 from trayapp.core.rate_helpers import (
     MAX_PLAUSIBLE_TOK_S,
@@ -206,12 +208,8 @@ class RateTracker:
             phase = "loading"
         elif not model.loaded:
             phase = "unloaded"
-        elif any(s.phase == "decoding" for s in streams):
-            phase = "decoding"
-        elif any(s.phase == "prefill" for s in streams):
-            phase = "prefill"
-        elif any(s.phase == "stalled" for s in streams):
-            phase = "stalled"
+        elif streams_phase := top_phase(s.phase for s in streams):
+            phase = streams_phase
         elif model.busy:
             phase = "decoding"
 
@@ -219,7 +217,7 @@ class RateTracker:
         counter_rate = track.counter_rate_tok_s
         running = model.counters.requests_running if model.counters else None
         active_streams = len(rates)
-        if decode_tok_s is None and not model.slots and phase not in ("unloaded", "loading", "sleeping"):
+        if decode_tok_s is None and not model.slots and is_ready(phase):
             if counter_rate:
                 streams_now = max(running or 1.0, 1.0)
                 decode_total = counter_rate

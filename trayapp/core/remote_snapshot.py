@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from trayapp.core.alert_kinds import alert_kind_name
 from trayapp.core.loopback import is_this_machine
 from trayapp.core.model import (
+    PHASES,
     Alert,
     GpuReading,
     HardwareSnapshot,
@@ -35,7 +36,6 @@ from trayapp.core.model import (
 )
 
 SERVER_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
-PHASES = ("unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled")
 SEVERITIES = ("info", "warning", "critical")
 VALUE_SOURCES = ("measured", "spec", "nvml", "given", "table", "unknown")
 

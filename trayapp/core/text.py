@@ -5,7 +5,7 @@ from __future__ import annotations
 from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.glance import DECODING_NO_RATE_YET
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot
+from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active
 from trayapp.core.units import (
     estimate_mark,
     format_gb,
@@ -33,7 +33,7 @@ def model_line(model: ModelStatus) -> str:
             speed += f" · {last}"
     elif model.last_decode_tok_s is not None:
         speed = last
-    elif model.phase in ("prefill", "loading"):
+    elif is_active(model.phase):  # reading a prompt, loading, or stalled before its first rate
         speed = "no decode rate yet"
     elif model.phase == "sleeping":
         speed = "asleep: the next request loads it again"

@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
-GB = 1_000_000_000  # decimal gigabyte: GPU bandwidth (GB/s) and sizes as vendors and servers state them
+import math
+
+# The one decimal gigabyte (10^9 B): GPU bandwidth (GB/s) and sizes as vendors and servers state them.
+# tests/unit/test_vocabularies.py fails on another spelling of it (1e9, 10**9) anywhere in trayapp/.
+GB = 1_000_000_000
+MB = 1_000_000
+KB = 1_000
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
-def format_gb(n_bytes: float | None) -> str:
-    """'6.4 GB' (one decimal), '—' when unknown."""
-    return "—" if n_bytes is None else f"{n_bytes / GB:.1f} GB"
+def format_gb(n_bytes: float | None, digits: int = 1) -> str:
+    """'6.4 GB' (`digits` decimals), '—' when unknown (None or not finite)."""
+    if n_bytes is None or not math.isfinite(n_bytes):
+        return "—"
+    return f"{n_bytes / GB:.{digits}f} GB"
+
+
+def format_gb_of(used_bytes: float, total_bytes: float) -> str:
+    """Memory in use of a capacity: '18.0/24 GB' (the capacity is a round marketing figure)."""
+    return f"{used_bytes / GB:.1f}/{total_bytes / GB:.0f} GB"
+
+
+def format_bytes(n_bytes: float | None) -> str:
+    """A size in the unit that suits it: '4.9 GB', '131.1 MB', '2.0 kB', '512 B'; '—' when unknown."""
+    if n_bytes is None or not math.isfinite(n_bytes):
+        return "—"
+    for unit, name in ((GB, "GB"), (MB, "MB"), (KB, "kB")):
+        if n_bytes >= unit:
+            return f"{n_bytes / unit:.1f} {name}"
+    return f"{n_bytes:.0f} B"
 
 
 def format_tokens(count: int | None) -> str:

@@ -39,7 +39,7 @@ from trayapp.core.bench import (
     summarize,
 )
 from trayapp.core.loopback import same_server
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy, is_loaded
 from trayapp.core.units import format_pct, format_rate, format_tokens
 from trayapp.services.bench_report import stored_calibration
 
@@ -88,7 +88,7 @@ def pick_target(
         known = sorted({m.name for s in up for m in s.models})
         listed = ", ".join(known) if known else "none"
         raise BenchError(f"unknown model {model_name!r} (the server lists: {listed})")
-    loaded = [(s, m) for s in up for m in s.models if m.phase not in ("unloaded", "loading")]
+    loaded = [(s, m) for s in up for m in s.models if is_loaded(m.phase)]
     if not loaded:
         where = ", ".join(s.url for s in up)
         raise BenchError(f"no model loaded on {where}: load one, or name it with --model")

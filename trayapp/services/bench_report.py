@@ -7,7 +7,7 @@ import sqlite3
 import time
 
 from trayapp.core.bench import BenchResult, BenchTarget, baseline_refusal
-from trayapp.core.model import server_label
+from trayapp.core.server_kinds import server_label
 from trayapp.core.units import format_gb, format_pct, format_rate, format_tokens
 
 log = logging.getLogger(__name__)

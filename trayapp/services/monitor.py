@@ -33,7 +33,7 @@ from trayapp.core.model import (
     HardwareSnapshot,
     ServerReading,
     Snapshot,
-    is_busy,
+    is_active,
 )
 from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
@@ -263,7 +263,7 @@ class Monitor:
         """About 1 s while something generates, slower when idle."""
         snap = self.last_snapshot
         cfg = self.settings.monitor
-        if snap is not None and any(m.phase == "loading" or is_busy(m.phase) for _, m in snap.models()):
+        if snap is not None and any(is_active(m.phase) for _, m in snap.models()):
             return cfg.poll_active_s
         return cfg.poll_idle_s
 

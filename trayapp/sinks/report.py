@@ -18,6 +18,7 @@ from pathlib import Path
 from trayapp import __version__
 from trayapp.config.files import atomic_write_text
 from trayapp.core.model import SessionRecord
+from trayapp.core.units import format_gb
 from trayapp.sinks.report_svg import PlotSample, context_plot, time_plot
 from trayapp.sinks.report_svg import escape_html as _e
 from trayapp.sinks.store import Store
@@ -50,7 +51,7 @@ def _approx(value: object, estimated: bool) -> str:
 
 
 def _gb(value: object) -> str:
-    return _num(value / 1e9, "GB", 1) if isinstance(value, (int, float)) else "—"
+    return format_gb(value if isinstance(value, (int, float)) else None)
 
 
 def _pct(value: float | None) -> str:

@@ -23,9 +23,9 @@ import httpx
 from trayapp.core.loopback import server_key
 from trayapp.core.model import HardwareProfile, ServerReading, ServerState
 from trayapp.core.probe import ServerProbe
+from trayapp.core.server_kinds import default_ports, server_kind_row
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.http import FetchError, auth_headers, fetch, make_client
-from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 from trayapp.sources.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe, is_router_props
 from trayapp.sources.servers.lmstudio import LmStudioProbe
@@ -34,14 +34,6 @@ from trayapp.sources.servers.openai_compat import MlxProbe, OpenAiProbe, SglangP
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS: dict[str, int] = {
-    "ollama": 11434,
-    "llamacpp": 8080,
-    "lmstudio": 1234,
-    "vllm": 8000,
-    "sglang": 30000,
-    "mlx": 8080,
-}
 SCAN_HOST = "127.0.0.1"
 IDENTIFY_TIMEOUT = httpx.Timeout(connect=0.5, read=1.5, write=1.0, pool=1.0)
 IDENTIFY_MAX_BYTES = 2 * 1024 * 1024
@@ -184,12 +176,11 @@ class UnidentifiedProbe:
         pass
 
 
-_OPENAI_COMPATIBLE: dict[str, type[HttpProbe]] = {
-    "vllm": VllmProbe,
-    "sglang": SglangProbe,
-    "mlx": MlxProbe,
-    "openai": OpenAiProbe,
-}
+# Each kind's probe class, by the class's own `kind`; a router's readings say "llamacpp" too.
+_PROBES: dict[str, ProbeFactory] = {
+    probe.kind: probe
+    for probe in (LlamaCppProbe, OllamaProbe, LmStudioProbe, VllmProbe, SglangProbe, MlxProbe, OpenAiProbe)
+} | {ROUTER_KIND: LlamaRouterProbe}
 
 
 def make_probe(
@@ -198,19 +189,16 @@ def make_probe(
     """A probe for a server of `kind` at `url`. Raises ValueError for an unknown kind.
 
     `kind` is a server kind or "llamacpp-router" (a llama-server router: its probe's readings
-    say "llamacpp"). Only the probes that can read a local model file get `facts_loader`.
+    say "llamacpp"). Only the probes that can read a local model file get `facts_loader`: not
+    those of the kinds that speak the OpenAI-compatible API alone (`core/server_kinds.py`).
     """
-    if kind == "llamacpp":
-        return LlamaCppProbe(url, api_key=api_key, facts_loader=facts_loader)
-    if kind == ROUTER_KIND:
-        return LlamaRouterProbe(url, api_key=api_key, facts_loader=facts_loader)
-    if kind == "ollama":
-        return OllamaProbe(url, api_key=api_key, facts_loader=facts_loader)
-    if kind == "lmstudio":
-        return LmStudioProbe(url, api_key=api_key, facts_loader=facts_loader)
-    if kind in _OPENAI_COMPATIBLE:
-        return _OPENAI_COMPATIBLE[kind](url, api_key=api_key)
-    raise ValueError(f"unknown server kind {kind!r}")
+    probe = _PROBES.get(kind)
+    if probe is None:
+        raise ValueError(f"unknown server kind {kind!r}")
+    row = server_kind_row(kind)
+    if row is not None and row.openai_compatible:
+        return probe(url, api_key=api_key)
+    return probe(url, api_key=api_key, facts_loader=facts_loader)
 
 
 def env_api_key(endpoint: Endpoint) -> str | None:
@@ -270,7 +258,7 @@ class Discovery:
         self._targets: list[_Target] = [_Target(endpoint, configured=True) for endpoint in endpoints]
         if scan_defaults:
             taken = {server_key(endpoint.url) for endpoint in endpoints}
-            ports = sorted(set(DEFAULT_PORTS.values()) if scan_ports is None else set(scan_ports))
+            ports = default_ports() if scan_ports is None else sorted(set(scan_ports))
             for port in ports:
                 url = f"http://{scan_host}:{port}"
                 if server_key(url) not in taken:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from trayapp.core.units import GB
+
 MIN_BUFFER_BYTES = 64 * 2**20
 MAX_BUFFER_BYTES = 256 * 2**20
 FALLBACK_LLC_BYTES = 32 * 2**20
@@ -126,7 +128,7 @@ def measure(
             if passes > 0:
                 best_s = min(best_s, elapsed)
             passes += 1
-    return data.nbytes / best_s / 1e9, passes - 1
+    return data.nbytes / best_s / GB, passes - 1
 
 
 def peak_rss_bytes(status_path: Path = Path("/proc/self/status")) -> int | None:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEd
 
 from trayapp.config.settings import ProxyConfig
 from trayapp.core.glance import kind_label
-from trayapp.core.model import SERVER_KINDS
+from trayapp.core.server_kinds import USER_SERVER_KINDS
 from trayapp.ui.list_editor import ListEditor
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"  # a new proxy stands in front of Ollama
@@ -48,8 +48,8 @@ class ProxiesTab(ListEditor[ProxyConfig]):
         self.proxy_upstream_edit.setPlaceholderText(DEFAULT_UPSTREAM)
         self.proxy_kind_combo = QComboBox()
         self.proxy_kind_combo.addItem("OpenAI-compatible", None)
-        for kind in SERVER_KINDS:
-            if kind not in ("unknown", "openai"):
+        for kind in USER_SERVER_KINDS:
+            if kind != "openai":  # the first item above
                 self.proxy_kind_combo.addItem(kind_label(kind), kind)
         self.proxy_address = QLabel()
         self.proxy_copy_button = QPushButton("Copy")

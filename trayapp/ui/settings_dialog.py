@@ -48,7 +48,7 @@ from trayapp.config.settings import (
 )
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
-from trayapp.core.model import SERVER_KINDS
+from trayapp.core.server_kinds import SERVER_KINDS
 from trayapp.core.thresholds import THRESHOLD_INFO
 from trayapp.ui.agents_tab import AgentsTab
 from trayapp.ui.list_editor import ListEditor, SecretField

@@ -32,7 +32,15 @@ from trayapp.core.glance import (
     paused_state,
     server_phase,
 )
-from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active, is_ready
+from trayapp.core.model import (
+    ModelStatus,
+    RemoteMachine,
+    ServerStatus,
+    Snapshot,
+    is_active,
+    is_loaded,
+    is_ready,
+)
 from trayapp.core.redact import redact_url
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_gb, format_pct, format_rate_marked, format_tokens
@@ -433,7 +441,7 @@ class TrayController(QObject):
         loaded = [
             (s, m)
             for s, m in self.snapshot.models()
-            if s.machine is None and s.status == "ok" and (is_ready(m.phase) or m.phase == "sleeping")
+            if s.machine is None and s.status == "ok" and is_loaded(m.phase)
         ]
         shown = self.tracker.state.model_key if self.tracker.state is not None else None
         return next((p for p in loaded if (p[0].url, p[1].name) == shown), loaded[0] if loaded else None)

@@ -43,7 +43,6 @@ class HttpProbe:
     """
 
     kind: str
-    default_port: int | None = None  # when the URL names no port; else the scheme's (80 / 443)
 
     def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
         self.url = url
@@ -109,6 +108,6 @@ class HttpProbe:
         if self._pid is None and (checked is None or now_mono_s - checked >= PID_RETRY_S):
             self._pid_checked_at = now_mono_s
             parts = urlsplit(self.url)
-            port = parts.port or self.default_port or (443 if parts.scheme == "https" else 80)
+            port = parts.port or (443 if parts.scheme == "https" else 80)  # the port the client connects to
             self._pid = find_listening_pid(port)
         return self._pid

@@ -75,7 +75,6 @@ class LlamaServerProbe(HttpProbe):
     """What both llama-server probes share (one model, or a router of many): settings and key hints."""
 
     kind = "llamacpp"
-    default_port = 8080
 
     def __init__(
         self,

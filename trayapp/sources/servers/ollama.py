@@ -177,7 +177,6 @@ class OllamaProbe(HttpProbe):
     """Polls one Ollama server (the `HttpProbe` skeleton maps failures, times and logs)."""
 
     kind = "ollama"
-    default_port = 11434
 
     def __init__(
         self,

@@ -9,8 +9,8 @@ from trayapp.core.glance import host_port, kind_label, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (
-    GB,
     format_gb,
+    format_gb_of,
     format_pct,
     format_rate,
     format_rate_marked,
@@ -70,7 +70,7 @@ class ModelCard(QFrame):
             details.append(f"{model.parameter_count / 1e9:.1f}B params")
         if model.bytes_per_token is not None:
             exact = "exact" if model.bytes_per_token_exact else "estimated"
-            details.append(f"{model.bytes_per_token / GB:.2f} GB/token ({exact})")
+            details.append(f"{format_gb(model.bytes_per_token, digits=2)}/token ({exact})")
         where = f"{kind_label(server.kind)} {host_port(server.url)}"
         self.details.setText(where + "\n" + " · ".join(details))
         self._update_gpu(model.gpu_fraction, no_gpu, offload_gpu_fraction)
@@ -110,7 +110,7 @@ def hardware_line(hardware: HardwareSnapshot) -> str:
     for gpu in hardware.gpus:
         text = f"GPU {gpu.name}"
         if gpu.vram_used_bytes is not None and gpu.vram_total_bytes:
-            text += f" · {gpu.vram_used_bytes / GB:.1f}/{gpu.vram_total_bytes / GB:.0f} GB"
+            text += f" · {format_gb_of(gpu.vram_used_bytes, gpu.vram_total_bytes)}"
         if gpu.util_gpu_pct is not None:
             text += f" · {gpu.util_gpu_pct:.0f} % busy"
         if gpu.temperature_c is not None:
@@ -123,7 +123,7 @@ def hardware_line(hardware: HardwareSnapshot) -> str:
     host = hardware.host
     if host.ram_total_bytes and host.ram_available_bytes is not None:
         used = host.ram_total_bytes - host.ram_available_bytes
-        parts.append(f"RAM {used / GB:.1f}/{host.ram_total_bytes / GB:.0f} GB")
+        parts.append(f"RAM {format_gb_of(used, host.ram_total_bytes)}")
     else:
         parts.append("RAM —")
     return "      ".join(parts)

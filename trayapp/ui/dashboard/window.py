@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (
 )
 
 from trayapp.core.glance import choose_model, host_port, kind_label, prefill_line
-from trayapp.core.history import History, ModelKey
+from trayapp.core.history import History
 from trayapp.core.loopback import is_this_machine_url
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import ModelKey, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import estimate_mark, format_pct, format_rate, format_rate_marked
 from trayapp.ui.dashboard.alerts import AlertsPanel

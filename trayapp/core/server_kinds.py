@@ -1,0 +1,57 @@
+"""The kinds of LLM server llm-tray knows, one row each: the one place a kind's facts are written.
+
+Discovery scans the default ports and builds probes from the rows, the settings check a kind
+against them, and every view names a kind by its label. Adding a kind: a row here, a probe class
+under `sources/servers/` whose `kind` is the row's name, and a line in `sources/discovery.py`'s
+`identify` and probe table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ServerKindName = Literal["ollama", "llamacpp", "lmstudio", "vllm", "sglang", "mlx", "openai", "unknown"]
+
+
+@dataclass(frozen=True)
+class ServerKindRow:
+    """`label`: what users call the kind. `default_port`: where it listens out of the box (a scan
+    tries it on loopback); None: no default. `openai_compatible`: read through the OpenAI-compatible
+    API alone (/v1/models, /metrics), with no native API that names a model's file, so its probe
+    gets no facts loader."""
+
+    label: str
+    default_port: int | None
+    openai_compatible: bool
+
+
+SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
+    "ollama": ServerKindRow("Ollama", 11434, openai_compatible=False),
+    "llamacpp": ServerKindRow("llama-server", 8080, openai_compatible=False),
+    "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
+    "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True),
+    "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True),
+    "mlx": ServerKindRow("MLX-LM", 8080, openai_compatible=True),  # the same port as llama-server
+    "openai": ServerKindRow("OpenAI-compatible server", None, openai_compatible=True),
+    "unknown": ServerKindRow("server", None, openai_compatible=False),  # a server not identified (yet)
+}
+
+# The kinds a user may name (`unknown` is what a reading says when identification failed).
+USER_SERVER_KINDS: tuple[ServerKindName, ...] = tuple(kind for kind in SERVER_KINDS if kind != "unknown")
+
+
+def server_kind_row(kind: str) -> ServerKindRow | None:
+    """The row of `kind`; None for a name that is no server kind (e.g. "llamacpp-router")."""
+    return next((row for name, row in SERVER_KINDS.items() if name == kind), None)
+
+
+def server_label(kind: str) -> str:
+    """What users call a kind of server: "llama-server", "LM Studio", "OpenAI-compatible server"."""
+    row = server_kind_row(kind)
+    return row.label if row is not None else kind
+
+
+def default_ports() -> list[int]:
+    """Every kind's default port, each once, ascending: the loopback ports a scan tries."""
+    return sorted({row.default_port for row in SERVER_KINDS.values() if row.default_port is not None})
