@@ -12,7 +12,8 @@ import pytest
 
 from tests.support.store_records import HARDWARE, T0, model, rows, session, snapshot
 from trayapp.core.model import Alert, HardwareSnapshot, RequestRecord
-from trayapp.sinks.store import Store, StoreError, StoreLockedError, redact_url, schema_version
+from trayapp.core.redact import redact_url
+from trayapp.sinks.store import Store, StoreError, StoreLockedError, schema_version
 from trayapp.sinks.store import rows as store_rows
 from trayapp.sinks.store import schema as store_mod
 

@@ -14,10 +14,15 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from trayapp import __version__
 from trayapp.core.quants import KV_TYPES
+
+if TYPE_CHECKING:  # the commands import what they need when they run: `llm-tray bar` starts fast
+    from trayapp.config.settings import EndpointConfig, Settings
+    from trayapp.core.model import HardwareProfile
+    from trayapp.services.monitor import Monitor
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- helpers
 
 
-def _profile(args: argparse.Namespace):
+def _profile(args: argparse.Namespace) -> HardwareProfile:
     from trayapp.core.model import HardwareProfile
     from trayapp.core.units import GB
 
@@ -221,7 +226,7 @@ def _profile(args: argparse.Namespace):
     )
 
 
-def _load_settings():
+def _load_settings() -> Settings:
     from trayapp.config.settings import load_settings
 
     result = load_settings()
@@ -235,7 +240,7 @@ def _load_settings():
     return result.settings
 
 
-def _extra_endpoints(args: argparse.Namespace) -> list:
+def _extra_endpoints(args: argparse.Namespace) -> list[EndpointConfig]:
     from trayapp.config.settings import endpoint_from_arg
 
     return [endpoint_from_arg(value) for value in args.endpoint]
@@ -248,7 +253,7 @@ def _check_gpu_name(args: argparse.Namespace) -> None:
         raise ValueError(f"unknown GPU {args.gpu!r}: give --bandwidth-gbps N [--vram-gb N] instead")
 
 
-def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool):
+def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool) -> Monitor:
     from trayapp.services.monitor import Monitor
 
     settings = _load_settings()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -38,6 +38,10 @@ from trayapp.core.server_kinds import SERVER_KINDS, USER_SERVER_KINDS
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 from trayapp.core.units import GB
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a settings dataclass built from its table
 DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"  # the proxy clients' bearer token (as `llm-tray proxy`)
 
 
@@ -259,7 +263,7 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
     raise ConfigError(f"{path}: unsupported value {value!r}")  # pragma: no cover
 
 
-def _build(cls: type, data: Any, prefix: str) -> Any:
+def _build(cls: type[T], data: Any, prefix: str) -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix}: expected a table, got {data!r}")
     known = {f.name: f for f in fields(cls)}

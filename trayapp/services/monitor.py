@@ -36,6 +36,7 @@ from trayapp.core.model import (
     is_active,
 )
 from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
+from trayapp.core.probe import ServerProbe
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy.inbox import RecordInbox
@@ -324,7 +325,9 @@ class Monitor:
 
     # ------------------------------------------------------------------ internals
 
-    def _poll_all(self, probes: Sequence, now_mono: float, budget_s: float) -> list[ServerReading]:
+    def _poll_all(
+        self, probes: Sequence[ServerProbe], now_mono: float, budget_s: float
+    ) -> list[ServerReading]:
         """Poll every server at once; wait at most `budget_s` for answers.
 
         A server still answering an earlier poll is not polled again. Until it has been
@@ -500,7 +503,9 @@ class Monitor:
                 self._last_status[server.url] = server.status
 
 
-def _safe_poll(probe, now_mono: float, clock: Callable[[], float], bugs: BugLog) -> ServerReading:
+def _safe_poll(
+    probe: ServerProbe, now_mono: float, clock: Callable[[], float], bugs: BugLog
+) -> ServerReading:
     try:
         reading = probe.poll(now_mono)
         return replace(reading, t_mono_s=clock())

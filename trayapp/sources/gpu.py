@@ -46,7 +46,7 @@ def host_memory_bytes() -> tuple[int, int]:
 def process_name(pid: int) -> str | None:
     """A process's name, or None when it is gone or hidden from us."""
     try:
-        return psutil.Process(pid).name()
+        return str(psutil.Process(pid).name())
     except psutil.Error:
         return None
 

@@ -83,7 +83,7 @@ def _error_message(body: str) -> str | None:
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"]
+            return str(err["message"])
         if isinstance(err, str):
             return err
     return None

@@ -86,9 +86,14 @@ class _Cursor:
         self.u32 = struct.Struct(endian + "I")
 
     def unpack(self, st: struct.Struct) -> int:
+        """An integer field (a count, a length, a type id)."""
+        return int(self.scalar(st))
+
+    def scalar(self, st: struct.Struct) -> int | float | bool:
+        """One scalar of the format `st` (an integer, a float or a bool)."""
         if self.pos + st.size > self.size:
             raise ModelFileError(f"truncated GGUF header at byte {self.pos}")
-        (value,) = st.unpack_from(self.buf, self.pos)
+        value: int | float | bool = st.unpack_from(self.buf, self.pos)[0]
         self.pos += st.size
         return value
 
@@ -125,7 +130,7 @@ class _Cursor:
 def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> object:
     """Read one typed value; long arrays are skipped and returned as None."""
     if vtype in _SCALAR_FORMATS:
-        return cur.unpack(struct.Struct(cur.endian + _SCALAR_FORMATS[vtype]))
+        return cur.scalar(struct.Struct(cur.endian + _SCALAR_FORMATS[vtype]))
     if vtype == _STRING:
         return cur.string()
     if vtype != _ARRAY:

@@ -67,7 +67,7 @@ def _is_llama_server(name: str | None, exe: str | None, cmdline: Sequence[str] |
 
 def _process_name(pid: int) -> str | None:
     try:
-        return psutil.Process(pid).name()
+        return str(psutil.Process(pid).name())
     except _PSUTIL_ERRORS:
         return None
 
@@ -125,7 +125,7 @@ def find_listening_pid(port: int) -> int | None:
             continue
         for conn in conns:
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-                return proc.pid
+                return int(proc.pid)
     return None
 
 

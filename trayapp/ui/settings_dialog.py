@@ -41,7 +41,6 @@ from trayapp.config.settings import (
     MonitorConfig,
     Settings,
     StoreConfig,
-    Thresholds,
     parse_settings,
     save_settings,
     settings_to_toml,
@@ -49,7 +48,7 @@ from trayapp.config.settings import (
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.glance import kind_label
 from trayapp.core.server_kinds import SERVER_KINDS
-from trayapp.core.thresholds import THRESHOLD_INFO
+from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 from trayapp.ui.agents_tab import AgentsTab
 from trayapp.ui.list_editor import ListEditor, SecretField
 from trayapp.ui.proxies_tab import ProxiesTab

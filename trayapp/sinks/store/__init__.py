@@ -2,7 +2,7 @@
 
 schema.py     tables, migrations (`PRAGMA user_version`), named-placeholder SQL, errors
 lock.py       the one-writer lock on `<db>.lock`
-rows.py       core records → rows (column → value dicts), `redact_url`
+rows.py       core records → rows (column → value dicts)
 writer.py     `Store`: opening and recovery, `record()` (one transaction a tick), retention
 reader.py     queries: rows for export, sessions, hardware and alerts in force
 baselines.py  `Store.baseline()`: the best comparable earlier session, cached
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from trayapp.core.model import Baseline
 from trayapp.sinks.store.baselines import BASELINE_CACHE_S
-from trayapp.sinks.store.rows import redact_url
 from trayapp.sinks.store.schema import (
     BOOL_COLUMNS,
     MIGRATIONS,
@@ -38,6 +37,5 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLockedError",
-    "redact_url",
     "schema_version",
 ]

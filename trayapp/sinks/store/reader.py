@@ -12,7 +12,8 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from trayapp.core.model import SessionRecord
-from trayapp.sinks.store.rows import redact_url, session_from_row
+from trayapp.core.redact import redact_url
+from trayapp.sinks.store.rows import session_from_row
 from trayapp.sinks.store.schema import TABLES, TIME_COLUMNS
 
 

@@ -311,7 +311,7 @@ class Store(StoreQueries, BaselineQueries):
         """Disk full: delete the oldest tenth of the samples so their pages can be reused."""
         try:
             with self._lock:
-                count = self._conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+                count = int(self._conn.execute("SELECT count(*) FROM samples").fetchone()[0])
                 if not count:
                     return 0
                 n = max(1, math.ceil(count / 10))

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from trayapp.config.bugs import BugLog
+from trayapp.core.loopback import is_loopback_url
 from trayapp.core.model import ServerReading, ServerState
 from trayapp.sources.http import (
     FetchError,
@@ -18,7 +19,6 @@ from trayapp.sources.http import (
     UnexpectedAnswer,
     auth_headers,
     fetch,
-    is_loopback_url,
     make_client,
 )
 from trayapp.sources.processes import find_listening_pid

@@ -63,7 +63,7 @@ def parse_parameter_size(text: object) -> int | None:
 def parse_version(data: Any) -> str | None:
     """`GET /api/version` -> '0.32.15'."""
     if isinstance(data, dict) and isinstance(data.get("version"), str):
-        return data["version"]
+        return str(data["version"])
     return None
 
 

@@ -127,7 +127,7 @@ def parse_openai_models(data: Any) -> list[ModelReading]:
 def parse_version_body(data: Any) -> str | None:
     """`GET /version` (vLLM, SGLang) -> '0.11.0'."""
     if isinstance(data, dict) and isinstance(data.get("version"), str):
-        return data["version"]
+        return str(data["version"])
     return None
 
 
