@@ -3,11 +3,8 @@ its token in the OS keyring (an in-memory backend here), never in the config fil
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
-import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
@@ -17,17 +14,6 @@ from trayapp.config.settings import Settings, load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog
 
 TOKEN = "tok-3f9a1c7e5b2d4a6c8e0f"
-
-
-@pytest.fixture
-def memory_keyring() -> Iterator[MemoryKeyring]:
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    try:
-        yield backend
-    finally:
-        keyring.set_keyring(previous)
 
 
 def type_into(edit: object, text: str) -> None:
