@@ -11,13 +11,12 @@ from trayapp.core.glance import (
     GlanceTracker,
     IconState,
     choose_model,
-    format_rate,
-    format_tokens,
     icon_state,
     wrap_lines,
 )
 from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
+from trayapp.core.units import format_rate_short, format_tokens
 
 HW = HardwareSnapshot(
     gpus=(),
@@ -235,7 +234,7 @@ def test_icon_state_equality_ignores_tooltip() -> None:
 
 
 def test_formatting() -> None:
-    assert [format_rate(r) for r in (0.04, 9.4, 9.96, 42.4, 142.6, 999.4, 1500.0)] == [
+    assert [format_rate_short(r) for r in (0.04, 9.4, 9.96, 42.4, 142.6, 999.4, 1500.0)] == [
         "0.0",
         "9.4",
         "10",
@@ -244,7 +243,7 @@ def test_formatting() -> None:
         "999",
         "2k",
     ]
-    assert all(len(format_rate(r)) <= 3 for r in (0.0, 5.55, 99.9, 999.6, 12_345.0, 10**7))
+    assert all(len(format_rate_short(r)) <= 3 for r in (0.0, 5.55, 99.9, 999.6, 12_345.0, 10**7))
     assert [format_tokens(n) for n in (850, 6246, 8192, 32768, 131072, 40_000)] == [
         "850",
         "6.2k",

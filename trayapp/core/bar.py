@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trayapp.core.alert_kinds import alert_label
-from trayapp.core.glance import IconState, active_alerts, host_port, kind_label, wrap_lines
+from trayapp.core.glance import IconState, active_alerts, host_port, wrap_lines
 from trayapp.core.model import Snapshot
+from trayapp.core.server_kinds import server_label
 from trayapp.core.units import estimate_mark, format_rate_marked, format_tokens_short
 
 GLANCE_SCHEMA = 1
@@ -219,7 +220,7 @@ def _menu(doc: Mapping[str, Any] | None, title: str, open_command: Sequence[str]
             rate = model.get("decode_tok_s")
             speed = f" · {format_rate_marked(rate, _exact(model), short=True)}" if rate is not None else ""
             item = (
-                f"{model['name']} · {model['phase']}{speed} · {kind_label(model['kind'])} {model['server']}"
+                f"{model['name']} · {model['phase']}{speed} · {server_label(model['kind'])} {model['server']}"
             )
             lines.append(_menu_safe(item))
         if not doc.get("models"):

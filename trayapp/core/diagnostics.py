@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from trayapp import __version__
-from trayapp.core.glance import kind_label
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact
+from trayapp.core.server_kinds import server_label
 from trayapp.core.units import estimate_mark, format_gb, format_pct, format_tokens, format_ttft
 
 
@@ -107,7 +107,7 @@ def _model_line(model: ModelStatus) -> str:
 
 
 def _server_lines(server: ServerStatus) -> list[str]:
-    head = f"  {kind_label(server.kind)} {server.url} — {server.status}"
+    head = f"  {server_label(server.kind)} {server.url} — {server.status}"
     if server.version:
         head += f" · version {server.version}"
     if server.reason:

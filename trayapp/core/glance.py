@@ -41,13 +41,11 @@ from trayapp.core.units import (
     estimate_mark,
     format_pct,
     format_rate_marked,
+    format_rate_short,
     format_tokens,
     format_tokens_short,
     format_ttft,
 )
-from trayapp.core.units import format_rate_short as format_rate
-
-kind_label = server_label  # what the tray, menu and tooltip call a kind of server
 
 Health = Literal["ok", "degraded", "alert", "idle", "none"]
 
@@ -181,7 +179,7 @@ def _number(rate: float, key: ModelKey, previous: IconState | None) -> tuple[str
         anchor = previous.rate_tok_s
         if abs(rate - anchor) <= max(0.1, NUMBER_HYSTERESIS * anchor):
             return previous.text, anchor
-    return format_rate(rate), rate
+    return format_rate_short(rate), rate
 
 
 def _is_offloaded(model: ModelStatus, t: Thresholds) -> bool:
@@ -219,7 +217,7 @@ def _rate_line(model: ModelStatus) -> str:
         line = format_rate_marked(model.decode_tok_s, model.decode_exact, short=True)
         if model.ceiling_tok_s:
             share = model.decode_tok_s / model.ceiling_tok_s
-            line += f" · {format_pct(share)} of {format_rate(model.ceiling_tok_s)} tok/s ceiling"
+            line += f" · {format_pct(share)} of {format_rate_short(model.ceiling_tok_s)} tok/s ceiling"
         else:
             line += " · ceiling unknown"
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
@@ -242,7 +240,7 @@ def _rate_line(model: ModelStatus) -> str:
     if model.ttft_s is not None:
         parts.append(format_ttft(model.ttft_s, model.ttft_exact))
     if model.ceiling_tok_s:
-        parts.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+        parts.append(f"ceiling {format_rate_short(model.ceiling_tok_s)} tok/s")
     return " · ".join(parts)
 
 
@@ -291,7 +289,7 @@ def model_title(server: ServerStatus, model: ModelStatus) -> str:
     name = model.name
     if model.quantization and model.quantization.lower() not in name.lower():
         name = f"{name} {model.quantization}"
-    return f"{name} · {kind_label(server.kind)}"
+    return f"{name} · {server_label(server.kind)}"
 
 
 def _alert_lines(alerts: tuple[Alert, ...]) -> list[str]:
@@ -314,7 +312,7 @@ def _no_server_lines(snapshot: Snapshot, discovery: bool | None) -> list[str]:
     blocked = [s for s in snapshot.servers if s.status in ("unauthorized", "error")]
     for server in blocked[:3]:
         why = "needs an API key" if server.status == "unauthorized" else (server.reason or "error")
-        lines.append(f"{kind_label(server.kind)} {host_port(server.url)}: {why}")
+        lines.append(f"{server_label(server.kind)} {host_port(server.url)}: {why}")
     if not snapshot.servers:  # no endpoint configured; the scan (if on) found nothing
         if discovery is None:
             lines.append("no endpoints configured and no server found")
@@ -347,7 +345,7 @@ def icon_state(
     if chosen is None:
         lines = _no_server_lines(snapshot, discovery) if not reachable else []
         for server in reachable[:3]:
-            lines.append(f"{kind_label(server.kind)} {host_port(server.url)} · no model loaded")
+            lines.append(f"{server_label(server.kind)} {host_port(server.url)} · no model loaded")
         lines += _alert_lines(alerts)
         health: Health = "alert" if alerting else ("idle" if reachable else "none")
         return IconState(health, tooltip_lines=tuple(lines))

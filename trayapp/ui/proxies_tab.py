@@ -13,8 +13,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from trayapp.config.settings import ProxyConfig
-from trayapp.core.glance import kind_label
-from trayapp.core.server_kinds import USER_SERVER_KINDS
+from trayapp.core.server_kinds import USER_SERVER_KINDS, server_label
 from trayapp.ui.list_editor import ListEditor
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"  # a new proxy stands in front of Ollama
@@ -50,7 +49,7 @@ class ProxiesTab(ListEditor[ProxyConfig]):
         self.proxy_kind_combo.addItem("OpenAI-compatible", None)
         for kind in USER_SERVER_KINDS:
             if kind != "openai":  # the first item above
-                self.proxy_kind_combo.addItem(kind_label(kind), kind)
+                self.proxy_kind_combo.addItem(server_label(kind), kind)
         self.proxy_address = QLabel()
         self.proxy_copy_button = QPushButton("Copy")
         self.proxy_copy_button.clicked.connect(self.copy_proxy_address)

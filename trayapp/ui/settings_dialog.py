@@ -46,8 +46,7 @@ from trayapp.config.settings import (
     settings_to_toml,
 )
 from trayapp.core.alert_kinds import ALERT_KINDS
-from trayapp.core.glance import kind_label
-from trayapp.core.server_kinds import SERVER_KINDS
+from trayapp.core.server_kinds import SERVER_KINDS, server_label
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 from trayapp.ui.agents_tab import AgentsTab
 from trayapp.ui.list_editor import ListEditor, SecretField
@@ -166,7 +165,7 @@ class SettingsDialog(QDialog):
         self.kind_combo.addItem("detect automatically", None)
         for kind in SERVER_KINDS:
             if kind != "unknown":
-                self.kind_combo.addItem(kind_label(kind), kind)
+                self.kind_combo.addItem(server_label(kind), kind)
         self.name_edit = QLineEdit()
         self.env_edit = QLineEdit()
         self.env_edit.setPlaceholderText("e.g. LLAMA_API_KEY")
@@ -305,7 +304,7 @@ class SettingsDialog(QDialog):
         def done(result: object) -> None:
             kind, why = cast(tuple[str | None, str], result)
             if kind:
-                finish(f"✓ {kind_label(kind)} ({why})")
+                finish(f"✓ {server_label(kind)} ({why})")
             else:
                 finish(f"✗ no LLM server recognised: {why}")
 

@@ -28,7 +28,6 @@ from trayapp.core.glance import (
     IconState,
     host_port,
     icon_state,
-    kind_label,
     paused_state,
     server_phase,
 )
@@ -42,6 +41,7 @@ from trayapp.core.model import (
     is_ready,
 )
 from trayapp.core.redact import redact_url
+from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_gb, format_pct, format_rate_marked, format_tokens
 from trayapp.ui.icons import make_icon
@@ -54,7 +54,7 @@ MIN_REDRAW_INTERVAL_S = 0.5
 
 def server_line(server: ServerStatus) -> str:
     """'● llama-server 127.0.0.1:8080 — decoding ~42 tok/s' ('~': estimated from polling)."""
-    name = f"{kind_label(server.kind)} {host_port(server.url)}"
+    name = f"{server_label(server.kind)} {host_port(server.url)}"
     if server.status == "unauthorized":
         return f"⚠ {name} — needs an API key (Settings…)"
     if server.status == "error":
@@ -114,7 +114,7 @@ def machine_line(machine: RemoteMachine) -> str:
 
 def proxy_line(proxy: ProxyConfig) -> str:
     """'Proxy 127.0.0.1:11435 → Ollama' (the upstream's address when its kind is not set)."""
-    target = kind_label(proxy.kind) if proxy.kind else host_port(proxy.upstream)
+    target = server_label(proxy.kind) if proxy.kind else host_port(proxy.upstream)
     return f"Proxy {host_port(proxy.client_url)} → {target}"
 
 

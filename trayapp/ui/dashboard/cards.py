@@ -5,8 +5,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
-from trayapp.core.glance import host_port, kind_label, prefill_line
+from trayapp.core.glance import host_port, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
+from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (
     format_gb,
@@ -71,7 +72,7 @@ class ModelCard(QFrame):
         if model.bytes_per_token is not None:
             exact = "exact" if model.bytes_per_token_exact else "estimated"
             details.append(f"{format_gb(model.bytes_per_token, digits=2)}/token ({exact})")
-        where = f"{kind_label(server.kind)} {host_port(server.url)}"
+        where = f"{server_label(server.kind)} {host_port(server.url)}"
         self.details.setText(where + "\n" + " · ".join(details))
         self._update_gpu(model.gpu_fraction, no_gpu, offload_gpu_fraction)
         if model.context_length and model.context_tokens is not None:

@@ -25,11 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from trayapp.core.glance import choose_model, host_port, kind_label, prefill_line
+from trayapp.core.glance import choose_model, host_port, prefill_line
 from trayapp.core.history import History
 from trayapp.core.loopback import is_this_machine_url
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import ModelKey, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import estimate_mark, format_pct, format_rate, format_rate_marked
 from trayapp.ui.dashboard.alerts import AlertsPanel
@@ -266,7 +267,7 @@ class Dashboard(QWidget):
             self.model_combo.removeItem(1)
         kinds = {s.url: s.kind for s in snapshot.servers}
         for url, name in keys:
-            self.model_combo.addItem(f"{kind_label(kinds.get(url, 'unknown'))} {host_port(url)} ▸ {name}")
+            self.model_combo.addItem(f"{server_label(kinds.get(url, 'unknown'))} {host_port(url)} ▸ {name}")
         self._combo_keys = keys
         self.model_combo.setCurrentIndex(keys.index(selected) + 1 if selected in keys else 0)
         self.model_combo.blockSignals(False)
