@@ -2,10 +2,11 @@
 
 The homes: units (`GB`, formatting) in `core/units.py`; KV-cache types in `core/quants.py`; server kinds
 (label, default port, OpenAI-compatible or not) in `core/server_kinds.py`; phases, their priority and
-`is_busy` / `is_active` / `is_ready`, and `ModelKey`, in `core/model.py`. As `test_logger_names.py`
-does for logger names, the scans read the source with `ast`: a tuple, list, set or dict that spells two
-names of a vocabulary outside its home is a second copy that will drift (the tray menu and the icon
-once ranked phases in different orders; four modules each listed the KV types).
+`is_busy` / `is_active` / `is_ready`, `ModelKey`, and the server states, severities and value sources, in
+`core/model.py`. As `test_logger_names.py` does for logger names, the scans read the source with `ast`: a
+tuple, list, set or dict that spells two names of a vocabulary (all of them, for the states, severities and
+value sources, whose words are common) outside its home is a second copy that will drift (the tray menu and
+the icon once ranked phases in different orders; four modules each listed the KV types).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from trayapp.core.model import (
     BUSY_PHASES,
     PHASE_PRIORITY,
     PHASES,
+    SERVER_STATES,
+    SEVERITIES,
+    VALUE_SOURCES,
     Phase,
     ServerStatus,
     is_active,
@@ -74,9 +78,9 @@ def gb_literals(tree: ast.AST) -> list[int]:
     return sorted(lines)
 
 
-def spelt_lists(tree: ast.AST, names: frozenset[str]) -> list[int]:
-    """Lines where a tuple, list or set (a `Literal[...]` included), or a dict's keys, spell two or
-    more of `names`."""
+def spelt_lists(tree: ast.AST, names: frozenset[str], at_least: int = 2) -> list[int]:
+    """Lines where a tuple, list or set (a `Literal[...]` included), or a dict's keys, spell `at_least`
+    of `names`."""
     lines = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -86,7 +90,7 @@ def spelt_lists(tree: ast.AST, names: frozenset[str]) -> list[int]:
         else:
             continue
         spelt = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
-        if len(spelt & names) >= 2:
+        if len(spelt & names) >= at_least:
             lines.append(node.lineno)
     return sorted(lines)
 
@@ -119,6 +123,7 @@ def test_the_scanners_find_re_spellings() -> None:
     assert spelt_lists(parse('KV = ("f16", "q8_0")\nif t in {"f32", "bf16"}: pass'), kv) == [1, 2]
     assert spelt_lists(parse('T = Literal["q4_0", "q8_0"]\nD = {"f16": 2.0, "q8_0": 1.06}'), kv) == [1, 2]
     assert spelt_lists(parse('one = ("f16",)\nother = ("F16", "Q8_0")\nkind = "f16"'), kv) == []
+    assert spelt_lists(parse('A = ("f16", "q8_0")\nB = ("f32", "f16", "q8_0")'), kv, at_least=3) == [2]
     names = "GB = 1\nclass P:\n    default_port: int = 80\ndef f():\n    ModelKey = 0"
     assert assigned_names(parse(names)) == {"GB", "default_port", "ModelKey"}
 
@@ -143,6 +148,9 @@ HOMES = {
     "PHASE_PRIORITY": "core/model.py",
     "BUSY_PHASES": "core/model.py",
     "ModelKey": "core/model.py",
+    "SERVER_STATES": "core/model.py",
+    "SEVERITIES": "core/model.py",
+    "VALUE_SOURCES": "core/model.py",
 }
 
 
@@ -268,6 +276,17 @@ PHASE_WORDS_ELSEWHERE = {
 
 def test_phases_are_listed_only_in_core_model() -> None:
     assert set(spellings_outside("core/model.py", frozenset(PHASES))) == set(PHASE_WORDS_ELSEWHERE)
+
+
+# Words common enough that a subset is a choice ("ok" or "loading": reachable), not a copy: only the
+# whole list spelt again is one.
+@pytest.mark.parametrize("vocabulary", [SERVER_STATES, SEVERITIES, VALUE_SOURCES])
+def test_server_states_severities_and_value_sources_are_listed_whole_only_in_core_model(
+    vocabulary: tuple[str, ...],
+) -> None:
+    names = frozenset(vocabulary)
+    found = {path: spelt_lists(tree, names, at_least=len(names)) for path, tree in _trees().items()}
+    assert {path for path, lines in found.items() if lines} == {"core/model.py"}
 
 
 def _models(*phases: str) -> ServerStatus:

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 from trayapp.core.alert_kinds import is_instant
-from trayapp.core.model import Alert, Finding, Severity
+from trayapp.core.model import SEVERITIES, Alert, Finding, Severity
 
 
 @dataclass
@@ -108,7 +108,7 @@ def _new_alert(finding: Finding, since_wall_s: float, peak: float) -> Alert:
     )
 
 
-_RANK = {"info": 0, "warning": 1, "critical": 2}
+_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}  # info 0, warning 1, critical 2
 
 
 def _worse(a: Severity, b: Severity) -> Severity:

@@ -28,6 +28,9 @@ BaselineSource = Literal["bench", "session"]
 ModelKey = tuple[str, str]  # (server url, model name): one model on one server
 
 PHASES: tuple[Phase, ...] = get_args(Phase)
+SERVER_STATES: tuple[ServerState, ...] = get_args(ServerState)
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # ascending: the last is the worst
+VALUE_SOURCES: tuple[ValueSource, ...] = get_args(ValueSource)
 
 # Which phase speaks for several models (the tray icon's model, a server's menu line) or for the
 # streams of one model: the first of these that any of them is in. What the user is waiting on comes

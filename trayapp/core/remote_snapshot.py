@@ -21,6 +21,9 @@ from trayapp.core.alert_kinds import alert_kind_name
 from trayapp.core.loopback import is_this_machine
 from trayapp.core.model import (
     PHASES,
+    SERVER_STATES,
+    SEVERITIES,
+    VALUE_SOURCES,
     Alert,
     GpuReading,
     HardwareSnapshot,
@@ -34,10 +37,6 @@ from trayapp.core.model import (
     Severity,
     ValueSource,
 )
-
-SERVER_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
-SEVERITIES = ("info", "warning", "critical")
-VALUE_SOURCES = ("measured", "spec", "nvml", "given", "table", "unknown")
 
 
 class RemoteDocError(ValueError):

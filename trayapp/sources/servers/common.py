@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback_url
-from trayapp.core.model import ServerReading, ServerState
+from trayapp.core.model import SERVER_STATES, ServerReading, ServerState
 from trayapp.sources.http import (
     FetchError,
     Response,
@@ -26,7 +26,6 @@ from trayapp.sources.processes import find_listening_pid
 log = logging.getLogger(__name__)
 
 PID_RETRY_S = 30.0  # look for the listening process again at most this often while none is found
-_STATES = ("ok", "loading", "unreachable", "unauthorized", "error")
 
 
 class HttpProbe:
@@ -84,7 +83,7 @@ class HttpProbe:
         """The reading for a failed request or an unexpected answer (what `poll` gives for them)."""
         if isinstance(exc, FetchError):
             self._pid = None  # a restarted server gets a new pid
-            status = cast(ServerState, exc.status if exc.status in _STATES else "error")
+            status: ServerState = exc.status if exc.status in SERVER_STATES else "error"
             return ServerReading(self.kind, self.url, status, exc.reason)
         return ServerReading(self.kind, self.url, "error", f"unexpected answer: {exc}")
 
