@@ -168,19 +168,42 @@ def test_a_store_that_stops_recording_shows_in_the_menu_and_diagnostics(
         qtbot.waitUntil(lambda: tray_app.store_error is not None, timeout=5000)
         tray_app.tray.rebuild_menu()
         lines = [a.text() for a in tray_app.tray.menu.actions()]
-        assert lines[0] == "⚠ Not recording: could not write: database or disk is full"
-        assert "not recording: could not write: database or disk is full" in tray_app.diagnostics(None)
+        assert lines[0] == "⚠ Session log: could not write: database or disk is full"
+        assert "session log: could not write: database or disk is full" in tray_app.diagnostics(None)
         monitors[0].store_error = None
         qtbot.waitUntil(lambda: tray_app.store_error is None, timeout=5000)
         tray_app.tray.rebuild_menu()
-        assert not [a.text() for a in tray_app.tray.menu.actions() if "Not recording" in a.text()]
-        assert "not recording" not in tray_app.diagnostics(None)
+        assert not [a.text() for a in tray_app.tray.menu.actions() if "Session log" in a.text()]
+        assert "session log" not in tray_app.diagnostics(None)
     finally:
         tray_app.shutdown()
         qapp.aboutToQuit.disconnect(tray_app.shutdown)
     events = _events(tmp_path / "events.jsonl")
     states = [e.get("error", "?") for e in events if e.get("event") == "store_state"]
     assert states == ["could not write: database or disk is full", None]
+
+
+def test_the_session_log_notifies_when_a_failure_starts_and_ends_not_when_its_text_changes(
+    qtbot: QtBot, qapp: QApplication, tmp_path: Path, restore_globals: None
+) -> None:
+    tray_app = _make(qapp, tmp_path, [])
+    shown: list[tuple[str, str, bool]] = []
+    tray_app.tray.show_message = lambda title, body, critical=False: shown.append((title, body, critical))
+    try:
+        dropped = "the store x is full: dropped the 300 oldest samples to make room"
+        lost = "the store x is full: kept sessions and requests, lost samples"
+        for state in (dropped, lost, dropped, None, lost):
+            tray_app.on_store_state(state)
+        assert shown == [
+            ("llm-tray: session log", dropped, True),
+            ("llm-tray: session log", "recording again", False),
+            ("llm-tray: session log", lost, True),
+        ]
+        tray_app.tray.rebuild_menu()
+        assert tray_app.tray.menu.actions()[0].text() == f"⚠ Session log: {lost}"  # the latest text
+    finally:
+        tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
 
 
 def test_second_start_asks_the_first_and_exits_0(qtbot: QtBot, restore_globals: None) -> None:

@@ -565,6 +565,24 @@ def test_a_full_store_keeps_the_monitor_alive_and_says_why(db: Path) -> None:
         assert store.last_error is None and len(rows(store, "samples")) == 300
 
 
+def test_a_tick_with_nothing_to_write_does_not_clear_a_full_stores_error(db: Path) -> None:
+    """An idle monitor on a full disk: the ticks between two failed writes write nothing (no sample
+    due, hardware unchanged within its minute), which proves nothing: the error stands until a
+    write succeeds (it used to flap to 'recording again' and back)."""
+    with Store(db) as store:
+        assert store.record(snapshot(T0), [session()]) is None
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        crowd = tuple(model(f"m{i}", session_id="s1") for i in range(300))
+        error = store.record(snapshot(T0 + 1, crowd), [session(requests=9)])
+        assert error is not None and "full" in error
+        assert store.record(snapshot(T0 + 2)) == error  # nothing due: no sample, no hardware, no session
+        assert store.last_error == error
+        store._conn.execute(f"PRAGMA max_page_count = {pages * 100}")
+        assert store.record(snapshot(T0 + 3, crowd)) is None  # a real write clears it
+        assert store.last_error is None
+
+
 def test_a_full_store_drops_its_oldest_samples_to_keep_recording(db: Path) -> None:
     with Store(db) as store:
         models = tuple(model(f"m{i}") for i in range(60))

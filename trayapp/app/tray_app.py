@@ -279,15 +279,17 @@ class TrayApp(QObject):
         self.tray.show_message("llm-tray", message, critical=True)
 
     def on_store_state(self, error: str | None) -> None:
-        """The store stopped recording (a full disk, a locked or broken file, a bug) or records again:
-        the menu says so while it lasts, a notification says it once, Copy diagnostics carries it."""
+        """The session log failed to record (a full disk, a locked or broken file, a bug), or records
+        again: the menu says what is wrong while it lasts (the text follows the store's), Copy
+        diagnostics carries it, and a notification marks each start and end of a failure."""
+        failing_before = self.store_error is not None
         self.store_error = error
         self.tray.set_store_error(error)
         self.events.emit("store_state", error=error)
-        if error:
-            self.tray.show_message("llm-tray: not recording", error, critical=True)
-        else:
-            self.tray.show_message("llm-tray", "recording again")
+        if error and not failing_before:
+            self.tray.show_message("llm-tray: session log", error, critical=True)
+        elif not error and failing_before:
+            self.tray.show_message("llm-tray: session log", "recording again")
 
     def _on_icon_changed(self, state: IconState) -> None:
         if self._stopped:
@@ -360,7 +362,7 @@ class TrayApp(QObject):
         if self.last_error:
             text += f"last monitoring error: {self.last_error}\n"
         if self.store_error:
-            text += f"not recording: {self.store_error}\n"
+            text += f"session log: {self.store_error}\n"
         for warning in self.warnings[-5:]:
             text += f"monitor warning: {warning}\n"
         return text

@@ -340,7 +340,7 @@ class TrayController(QObject):
     def _add_server_lines(self, menu: QMenu) -> None:
         snapshot = self.snapshot
         if self.store_error:
-            self._info(menu, f"⚠ Not recording: {self.store_error}")
+            self._info(menu, f"⚠ Session log: {self.store_error}")
         if self.paused:
             self._info(menu, "Monitoring paused")
         if snapshot is None:

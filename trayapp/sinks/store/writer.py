@@ -229,7 +229,9 @@ class Store(StoreQueries, BaselineQueries):
         One committed transaction. Never raises on a write error (a full disk, a locked or
         broken file): it returns the error, keeps it in `last_error`, and keeps what it can
         — on a full disk it drops the oldest samples to make room, or else at least the
-        sessions, requests and alerts. Returns None when everything was written.
+        sessions, requests and alerts. Returns None when everything was written. A tick with
+        nothing to write proves nothing about the disk: the last error stands (an idle monitor
+        on a full disk would otherwise say "recording again" between two failed ticks).
         """
         if not self.writer:
             raise StoreError(f"the store {self.path} was opened read-only")
@@ -243,6 +245,8 @@ class Store(StoreQueries, BaselineQueries):
             "alerts": alerts,
         }
         everything = {"samples": samples, "hardware": hardware, **essential}
+        if self.last_error is not None and not any(everything.values()):
+            return self.last_error
 
         error: str | None = None
         wrote_all = wrote_rest = False
