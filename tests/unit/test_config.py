@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from trayapp.config import paths
-from trayapp.config.settings import EndpointConfig, Settings, load_settings, save_settings
+from trayapp.config.settings import EndpointConfig, Settings, load_settings, parse_settings, save_settings
 from trayapp.core.thresholds import Thresholds
 
 
@@ -73,6 +75,34 @@ def test_unknown_keys_and_kinds_are_reported(tmp_path: Path) -> None:
     errors = "\n".join(load_settings(path).errors)
     assert "monitor.poll_fast: unknown setting" in errors
     assert "endpoints[0].kind" in errors and "tgi" in errors
+
+
+KINDS_TO_NAME = "use one of ollama, llamacpp, lmstudio, vllm, sglang, mlx, openai"
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        # what a reading says when identification failed: no probe serves it (make_probe refused it)
+        ("unknown", f"unknown server kind 'unknown': {KINDS_TO_NAME}"),
+        ("llamcpp", f"unknown server kind 'llamcpp' (did you mean 'llamacpp'?): {KINDS_TO_NAME}"),
+        ("LMStudio", f"unknown server kind 'LMStudio' (did you mean 'lmstudio'?): {KINDS_TO_NAME}"),
+        ("llamacpp-router", "unknown server kind 'llamacpp-router' (did you mean 'llamacpp'?)"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("section", "entry"),
+    [
+        ("endpoints", {"url": "http://127.0.0.1:8080"}),
+        ("proxies", {"listen": "127.0.0.1:11435", "upstream": "http://127.0.0.1:11434"}),
+    ],
+)
+def test_a_kind_is_one_a_user_may_name_as_on_the_command_line(
+    section: str, entry: dict[str, object], kind: str, why: str
+) -> None:
+    settings, errors = parse_settings({section: [{**entry, "kind": kind}]})
+    assert len(errors) == 1 and errors[0].startswith(f"{section}[0].kind: {why}"), errors
+    assert getattr(settings, section) == ()
 
 
 def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
 from trayapp.core.loopback import host_key, is_loopback, server_key
 from trayapp.core.model import HardwareProfile
 from trayapp.core.quants import KV_TYPES
-from trayapp.core.server_kinds import SERVER_KINDS, USER_SERVER_KINDS
+from trayapp.core.server_kinds import USER_SERVER_KINDS
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 from trayapp.core.units import GB
 
@@ -282,9 +282,17 @@ def _build_endpoint(data: Any, prefix: str, _earlier: Sequence[EndpointConfig]) 
         raise ConfigError(f"{prefix}.url: every endpoint needs a url")
     if not endpoint.url.startswith(("http://", "https://")):
         raise ConfigError(f"{prefix}.url: expected http:// or https://, got {endpoint.url!r}")
-    if endpoint.kind is not None and endpoint.kind not in SERVER_KINDS:
-        raise ConfigError(f"{prefix}.kind: unknown server kind {endpoint.kind!r}")
+    if endpoint.kind is not None:
+        _check_kind(prefix, endpoint.kind)
     return endpoint
+
+
+def _check_kind(prefix: str, kind: str) -> None:
+    """A kind a user may name, as on the command line ("unknown" is no kind to name)."""
+    try:
+        check_server_kind(kind)
+    except ValueError as exc:
+        raise ConfigError(f"{prefix}.kind: {exc}") from None
 
 
 def _check_listen(prefix: str, listen: str) -> None:
@@ -323,8 +331,8 @@ def _build_proxy(data: Any, prefix: str, earlier: Sequence[ProxyConfig]) -> Prox
             f"{prefix}.upstream: expected http://HOST:PORT (local servers speak plain HTTP), "
             f"got {proxy.upstream!r}"
         )
-    if proxy.kind is not None and proxy.kind not in SERVER_KINDS:
-        raise ConfigError(f"{prefix}.kind: unknown server kind {proxy.kind!r}")
+    if proxy.kind is not None:
+        _check_kind(prefix, proxy.kind)
     if not ENV_NAME.match(proxy.token_env):
         raise ConfigError(f"{prefix}.token_env: {proxy.token_env!r} is not an environment variable name")
     if proxy.remote and not proxy.allow_remote:

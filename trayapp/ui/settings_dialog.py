@@ -46,7 +46,7 @@ from trayapp.config.settings import (
     settings_to_toml,
 )
 from trayapp.core.alert_kinds import ALERT_KINDS
-from trayapp.core.server_kinds import SERVER_KINDS, server_label
+from trayapp.core.server_kinds import USER_SERVER_KINDS, server_label
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
 from trayapp.ui.agents_tab import AgentsTab
 from trayapp.ui.list_editor import ListEditor, SecretField
@@ -163,9 +163,8 @@ class SettingsDialog(QDialog):
         self.url_edit.setPlaceholderText("http://127.0.0.1:8080")
         self.kind_combo = QComboBox()
         self.kind_combo.addItem("detect automatically", None)
-        for kind in SERVER_KINDS:
-            if kind != "unknown":
-                self.kind_combo.addItem(server_label(kind), kind)
+        for kind in USER_SERVER_KINDS:
+            self.kind_combo.addItem(server_label(kind), kind)
         self.name_edit = QLineEdit()
         self.env_edit = QLineEdit()
         self.env_edit.setPlaceholderText("e.g. LLAMA_API_KEY")
