@@ -111,7 +111,7 @@ def test_the_menu_groups_models_by_machine(qtbot: QtBot) -> None:
     assert tray.server_lines() == [
         "○ llama-server 127.0.0.1:8080 — idle",  # this machine first
         "   llama3.1:8b Q4_K_M  ·  6.1k/8k ctx",
-        "gpu-box — NVIDIA GeForce RTX 4090 · 21.3 GB/24.0 GB",  # s.HW's GPU
+        "gpu-box — NVIDIA GeForce RTX 4090 · 21.3/24 GB",  # s.HW's GPU: 21.3e9 of 24e9 bytes
         "● Ollama gpu-box:11434 — decoding ~30 tok/s",
         "   qwen3:30b Q4_K_M  ·  6.1k/8k ctx",
         "⚠ rack-2: unreachable — connection refused",
@@ -119,3 +119,15 @@ def test_the_menu_groups_models_by_machine(qtbot: QtBot) -> None:
     tray.update_snapshot(replace(s.snap(2.0), machines=(gone,)))  # no local server, one machine
     tray.menu.aboutToShow.emit()
     assert tray.server_lines() == ["⚠ rack-2: unreachable — connection refused"]
+
+
+def test_a_machine_line_leaves_out_a_memory_it_does_not_know() -> None:
+    from dataclasses import replace
+
+    from tests.support import snapshots as s
+    from trayapp.core.model import RemoteMachine
+    from trayapp.ui.tray import machine_line
+
+    gpu = replace(s.HW.gpus[0], vram_used_bytes=None)
+    box = RemoteMachine("gpu-box", "http://gpu-box:9465", "ok", hardware=replace(s.HW, gpus=(gpu, gpu)))
+    assert machine_line(box) == "gpu-box — NVIDIA GeForce RTX 4090 (+1)"  # once '—/— GB'

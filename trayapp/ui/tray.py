@@ -43,7 +43,7 @@ from trayapp.core.model import (
 from trayapp.core.redact import redact_url
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
-from trayapp.core.units import format_gb, format_pct, format_rate_marked, format_tokens
+from trayapp.core.units import format_gb_of, format_pct, format_rate_marked, format_tokens
 from trayapp.ui.icons import make_icon
 from trayapp.ui.worker import run_in_background
 
@@ -100,7 +100,8 @@ def model_line(model: ModelStatus, offload_gpu_fraction: float = Thresholds.offl
 
 
 def machine_line(machine: RemoteMachine) -> str:
-    """'gpu-box — NVIDIA RTX 4090 · 20.0/24.0 GB', or 'gpu-box: unreachable — connection refused'."""
+    """'gpu-box — NVIDIA RTX 4090 · 20.0/24 GB' (the dashboard's GPU line), or
+    '⚠ gpu-box: unreachable — connection refused'."""
     if machine.status != "ok" or machine.hardware is None:
         return f"⚠ {machine.name}: {machine.status} — {machine.reason or 'no snapshot'}"
     gpus = machine.hardware.gpus
@@ -108,8 +109,10 @@ def machine_line(machine: RemoteMachine) -> str:
         return f"{machine.name} — no GPU"
     gpu = gpus[0]
     more = f" (+{len(gpus) - 1})" if len(gpus) > 1 else ""
-    memory = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
-    return f"{machine.name} — {gpu.name}{more} · {memory}"
+    line = f"{machine.name} — {gpu.name}{more}"
+    if gpu.vram_used_bytes is not None and gpu.vram_total_bytes:
+        line += f" · {format_gb_of(gpu.vram_used_bytes, gpu.vram_total_bytes)}"
+    return line
 
 
 def proxy_line(proxy: ProxyConfig) -> str:
