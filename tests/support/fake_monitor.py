@@ -7,6 +7,7 @@ import threading
 
 from tests.support.snapshots import alert, model, server, snap
 from trayapp.config.settings import Settings
+from trayapp.core.bench import BenchResult
 from trayapp.core.model import Snapshot
 
 
@@ -34,3 +35,6 @@ class FakeMonitor:
 
     def close(self) -> None:
         self.closed = True
+
+    def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
+        return None  # records nothing, as a monitor with no store

@@ -17,6 +17,7 @@ from trayapp.core.bench import BenchOptions, BenchOutcome, BenchResult
 from trayapp.core.loopback import same_server
 from trayapp.services.bench_job import BenchError, ProgressSink, find_target, run_job
 from trayapp.services.bench_report import format_result
+from trayapp.ui.worker import MonitorLike
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +60,14 @@ def make_bench_runner(
     return run
 
 
-def store_through(monitor: Callable[[], object | None]) -> StoreResult:
+def store_through(monitor: Callable[[], MonitorLike | None]) -> StoreResult:
     """Store a bench's result through the tray's own monitor (`monitor()`: the one it runs now),
     the store's writer; a bench opens a writer of its own only when that monitor records nothing."""
     from trayapp.services.bench_report import store_baseline
 
     def store(result: BenchResult) -> tuple[bool, str | None]:
         current = monitor()
-        record = getattr(current, "record_bench", None)
-        done = record(result) if record is not None else None
+        done = current.record_bench(result) if current is not None else None
         return done if done is not None else store_baseline(result)
 
     return store

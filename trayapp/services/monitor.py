@@ -50,6 +50,7 @@ from trayapp.sources.remote_agent import RemoteAgents
 if TYPE_CHECKING:
     from trayapp.core.bench import BenchResult
     from trayapp.sinks.store import Store
+    from trayapp.sources.host import RamBandwidthKeeper
 
 log = logging.getLogger("trayapp.services.monitor")
 
@@ -91,6 +92,7 @@ class Monitor:
         self.warnings: list[str] = []
         self.last_snapshot: Snapshot | None = None
         self._hardware = hardware_probe or HardwareProbe()
+        self._ram_keeper: RamBandwidthKeeper | None = None  # None: the bandwidth is given, or not measured
         if measure_ram and self._profile().ram_bandwidth_gbps is None:
             self._measure_ram_bandwidth()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="llm-tray-poll")
@@ -148,7 +150,7 @@ class Monitor:
     def _recheck_ram_bandwidth(self, snapshot: Snapshot) -> None:
         """Keep the one stored RAM bandwidth: adopt a higher figure another process stored, and measure
         again in the background on a provisional figure or on evidence (hardware changed, contradicted)."""
-        keeper = getattr(self, "_ram_keeper", None)
+        keeper = self._ram_keeper
         if keeper is not None and keeper.current is not None and not self.options.one_shot:
             keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)
 
@@ -281,7 +283,7 @@ class Monitor:
     def store_error(self) -> str | None:
         if self._store is None:
             return None
-        return self._record_bug or getattr(self._store, "last_error", None)
+        return self._record_bug or self._store.last_error
 
     def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
         """Keep a bench's result as the baseline through this monitor's store, whose writer it is

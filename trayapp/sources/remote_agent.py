@@ -86,13 +86,15 @@ class RemoteAgent:
         self._client = httpx.Client(timeout=timeout_s, trust_env=False, verify=tls_context())
         self._last_status: str | None = None
         self._token_checked_s = -TOKEN_RECHECK_S
+        self.token: str | None = None
+        self.token_why = ""  # why there is no token
         self._load_token()
 
     def _load_token(self) -> bool:
         """Look the token up (again); True when it changed."""
         self._token_checked_s = time.monotonic()
         token, self.token_why = agent_token(self.config)
-        changed = token != getattr(self, "token", None)
+        changed = token != self.token
         self.token = token
         self._client.headers.pop("Authorization", None)
         if token:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
@@ -159,6 +160,12 @@ def settings_summary(settings: Settings) -> str:
     return "\n".join(lines)
 
 
+class Pausable(Protocol):
+    """What the tray pauses: the sampler (ui/worker.py WorkerThread)."""
+
+    def set_paused(self, paused: bool) -> None: ...
+
+
 class TrayController(QObject):
     """Owns the QSystemTrayIcon: icon and tooltip from snapshots, the menu, the menu's actions."""
 
@@ -173,7 +180,7 @@ class TrayController(QObject):
 
     def __init__(
         self,
-        worker: object | None = None,
+        worker: Pausable | None = None,
         *,
         export_callback: Callable[[Path], object] | None = None,
         diagnostics: Callable[[Snapshot | None], str] | None = None,
@@ -186,7 +193,7 @@ class TrayController(QObject):
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
-        self._worker = worker  # anything with set_paused(bool) (WorkerThread)
+        self._worker = worker
         self._export_callback = export_callback
         self._diagnostics = diagnostics or (lambda snapshot: diagnostics_text(snapshot, "(not given)"))
         self._set_autostart = set_autostart
@@ -400,9 +407,8 @@ class TrayController(QObject):
         if paused == self.paused:
             return
         self.paused = paused
-        setter = getattr(self._worker, "set_paused", None)
-        if setter is not None:
-            setter(paused)
+        if self._worker is not None:
+            self._worker.set_paused(paused)
         self.pause_changed.emit(paused)
         if paused:
             self._show(paused_state(self.shown_state))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from shiboken6 import Shiboken
@@ -22,6 +22,9 @@ from shiboken6 import Shiboken
 from trayapp.config.bugs import BugLog, is_known_failure
 from trayapp.config.settings import Settings
 from trayapp.core.model import Snapshot
+
+if TYPE_CHECKING:
+    from trayapp.core.bench import BenchResult
 
 log = logging.getLogger("trayapp.worker")
 
@@ -38,6 +41,9 @@ class MonitorLike(Protocol):
     def close(self) -> None: ...
     @property
     def store_error(self) -> str | None: ...  # why the last tick was not recorded (a full disk, a bug)
+    # A bench's result kept as the baseline through this monitor's store: (stored, a note); None when
+    # it records nothing (trayapp/services/monitor.py).
+    def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None: ...
 
 
 class MonitorWorker(QObject):
