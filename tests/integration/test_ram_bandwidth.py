@@ -227,7 +227,7 @@ def test_corrupt_cache_is_measured_again_with_a_log_line(
     cache = tmp_path / "ram_bandwidth.json"
     cache.write_text(content)
     keeper = RamBandwidthKeeper(cache, measure=Script(BenchResult(13.2, 1.0, 20)), wall_clock=Clock(200.0))
-    with caplog.at_level(logging.WARNING, logger="trayapp.host"):
+    with caplog.at_level(logging.WARNING, logger="trayapp.sources.host"):
         assert keeper.load_or_measure().gbps == 13.2
     assert any("unreadable" in r.getMessage() for r in caplog.records)
     assert json.loads(cache.read_text())["confidence"] == "quiet"

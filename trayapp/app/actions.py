@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trayapp.config import paths
 
-log = logging.getLogger("trayapp.app.actions")
+log = logging.getLogger(__name__)
 
 
 def export_session_log(path: Path) -> str:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("trayapp.app.tray_app")
+log = logging.getLogger(__name__)
 
 
 class TestEvents:

@@ -10,7 +10,7 @@ from types import TracebackType
 
 from trayapp.config import paths
 
-log = logging.getLogger("trayapp.app.tray_app")
+log = logging.getLogger(__name__)
 
 
 def setup_logging(log_path: Path | None = None) -> Path:

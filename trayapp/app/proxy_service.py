@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # loaded when a proxy is turned on: asyncio and the HTTP stac
     from trayapp.services.proxy.runner import ProxyThread
     from trayapp.services.proxy.server import Route
 
-log = logging.getLogger("trayapp.app.tray_app")
+log = logging.getLogger(__name__)
 
 
 class ProxyService:

@@ -55,7 +55,7 @@ from trayapp.ui.tray import TrayController, settings_summary
 from trayapp.ui.versions import collect_versions
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
 
-log = logging.getLogger("trayapp.app.tray_app")
+log = logging.getLogger(__name__)
 
 TRAY_WAIT_S = 60.0  # how long to wait for the panel's system tray (at login, and at a normal start)
 TRAY_POLL_MS = 1000

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # loaded when the agent runs: `llm-tray --help` and the tray'
     from trayapp.services.monitor import Monitor
     from trayapp.sinks.snapshot_server import SnapshotServer
 
-log = logging.getLogger("trayapp.agent")
+log = logging.getLogger(__name__)
 
 
 def token_path() -> Path:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (
     from trayapp.services.proxy.server import Route
     from trayapp.sinks.sampler_file import SamplerInfo
 
-log = logging.getLogger("trayapp.proxy")
+log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_ENV = "LLM_TRAY_TOKEN"
 TOKEN_FILE = "proxy-token"

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from trayapp.sinks.store import Store
     from trayapp.sources.host import RamBandwidthKeeper
 
-log = logging.getLogger("trayapp.services.monitor")
+log = logging.getLogger(__name__)
 
 POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
 HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung

@@ -48,7 +48,7 @@ __all__ = [
     "write_cached",
 ]
 
-log = logging.getLogger("trayapp.host")
+log = logging.getLogger(__name__)
 
 Confidence = Literal["quiet", "provisional", "suspect"]
 BUSY_CPU_PCT = 25.0  # other processes using more than this share of all cores: not a quiet machine

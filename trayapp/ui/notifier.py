@@ -21,7 +21,7 @@ from trayapp.config.settings import NotificationConfig
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.model import Alert, Snapshot
 
-log = logging.getLogger("trayapp.notifier")
+log = logging.getLogger(__name__)
 
 NOTIFY_SEVERITIES = ("warning", "critical")  # "info" alerts stay in the dashboard
 MAX_REMEMBERED = 2000

@@ -18,7 +18,7 @@ import sys
 
 from PySide6.QtCore import QObject
 
-log = logging.getLogger("trayapp.qtcompat")
+log = logging.getLogger(__name__)
 
 _applied = False
 _BOOST = 1 << 40  # references; a leak of 1000 per second takes 35 years to spend them

@@ -58,7 +58,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-log = logging.getLogger("trayapp.settings")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtNetwork import QAbstractSocket, QLocalServer, QLocalSocket
 
-log = logging.getLogger("trayapp.instance")
+log = logging.getLogger(__name__)
 
 MESSAGE_SHOW = b"show\n"
 

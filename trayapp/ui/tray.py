@@ -48,7 +48,7 @@ from trayapp.core.units import format_gb_of, format_pct, format_rate_marked, for
 from trayapp.ui.icons import make_icon
 from trayapp.ui.worker import run_in_background
 
-log = logging.getLogger("trayapp.tray")
+log = logging.getLogger(__name__)
 
 MIN_REDRAW_INTERVAL_S = 0.5
 

@@ -26,7 +26,7 @@ from trayapp.core.model import Snapshot
 if TYPE_CHECKING:
     from trayapp.core.bench import BenchResult
 
-log = logging.getLogger("trayapp.worker")
+log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S = 0.2

@@ -39,7 +39,7 @@ from trayapp.ui.dashboard.context_plot import RateContextPlot
 from trayapp.ui.dashboard.empty_state import EmptyState
 from trayapp.ui.dashboard.time_plot import RateTimePlot
 
-log = logging.getLogger("trayapp.dashboard")
+log = logging.getLogger(__name__)
 
 WINDOW_S = 600.0
 
