@@ -11,12 +11,9 @@ import pytest
 from trayapp.core.model import GpuReading
 from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
 from trayapp.sources.hardware import HardwareProbe
-from trayapp.sources.host import (
-    HostProbe,
-    cached_ram_bandwidth,
-    last_level_cache_bytes,
-    measure_ram_bandwidth_gbps,
-)
+from trayapp.sources.host import HostProbe
+from trayapp.sources.ram_bandwidth import cached_ram_bandwidth, measure_ram_bandwidth_gbps
+from trayapp.sources.rambench import last_level_cache_bytes
 
 GIB = 2**30
 

@@ -25,10 +25,10 @@ from trayapp.config.settings import Settings
 from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.sources.hardware import HardwareProbe
-from trayapp.sources.host import (
+from trayapp.sources.host import HostProbe
+from trayapp.sources.ram_bandwidth import (
     BUSY_CPU_PCT,
     BenchResult,
-    HostProbe,
     RamBandwidth,
     RamBandwidthKeeper,
     load_cached,
@@ -135,7 +135,7 @@ def test_the_reported_peak_is_the_benchmarks_own_not_its_parents() -> None:
 def test_numpy_never_loads_in_the_app_process() -> None:
     code = (
         "import sys\n"
-        "from trayapp.sources.host import measure_ram_bandwidth_gbps\n"
+        "from trayapp.sources.ram_bandwidth import measure_ram_bandwidth_gbps\n"
         "import trayapp.services.monitor\n"
         "gbps = measure_ram_bandwidth_gbps(budget_s=0.1)\n"
         "print(gbps, 'numpy' in sys.modules)\n"
@@ -227,7 +227,7 @@ def test_corrupt_cache_is_measured_again_with_a_log_line(
     cache = tmp_path / "ram_bandwidth.json"
     cache.write_text(content)
     keeper = RamBandwidthKeeper(cache, measure=Script(BenchResult(13.2, 1.0, 20)), wall_clock=Clock(200.0))
-    with caplog.at_level(logging.WARNING, logger="trayapp.sources.host"):
+    with caplog.at_level(logging.WARNING, logger="trayapp.sources.ram_bandwidth"):
         assert keeper.load_or_measure().gbps == 13.2
     assert any("unreadable" in r.getMessage() for r in caplog.records)
     assert json.loads(cache.read_text())["confidence"] == "quiet"
@@ -436,7 +436,7 @@ def test_status_text_and_json_say_the_ceiling_changed() -> None:
     from tests.support.cli import run_cli
     from trayapp.config import paths
     from trayapp.core.model import RamBandwidthChange
-    from trayapp.sources.host import RamBandwidth, _fingerprint, write_cached
+    from trayapp.sources.ram_bandwidth import RamBandwidth, _fingerprint, write_cached
 
     now_s = time.time()
     at_s = float(int(now_s) - 3600)  # whole seconds: "at" has no fraction

@@ -27,9 +27,9 @@ from trayapp.core.model import (
     Snapshot,
 )
 from trayapp.sources.hardware import HardwareProbe
-from trayapp.sources.host import (
+from trayapp.sources.host import HostProbe
+from trayapp.sources.ram_bandwidth import (
     BenchResult,
-    HostProbe,
     RamBandwidth,
     RamBandwidthKeeper,
     load_cached,

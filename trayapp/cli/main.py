@@ -370,8 +370,8 @@ def run_ceiling(args: argparse.Namespace) -> int:
     from trayapp.core.model import HardwareSnapshot, HostReading, ValueSource
     from trayapp.core.modelfacts import facts_from_params
     from trayapp.sources.hardware import HardwareProbe
-    from trayapp.sources.host import default_ram_bandwidth
     from trayapp.sources.hwtable import gpu_lookup
+    from trayapp.sources.ram_bandwidth import default_ram_bandwidth
 
     if args.model:
         from trayapp.sources.modelfile import ModelFileError, read_model_facts

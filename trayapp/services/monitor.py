@@ -50,7 +50,7 @@ from trayapp.sources.remote_agent import RemoteAgents
 if TYPE_CHECKING:
     from trayapp.core.bench import BenchResult
     from trayapp.sinks.store import Store
-    from trayapp.sources.host import RamBandwidthKeeper
+    from trayapp.sources.ram_bandwidth import RamBandwidthKeeper
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Monitor:
         )
 
     def _measure_ram_bandwidth(self) -> None:
-        from trayapp.sources.host import RamBandwidthKeeper, default_cache_path
+        from trayapp.sources.ram_bandwidth import RamBandwidthKeeper, default_cache_path
 
         self._ram_keeper = RamBandwidthKeeper(default_cache_path(), clock=self._clock, wall_clock=self._wall)
         try:

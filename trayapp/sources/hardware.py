@@ -1,7 +1,7 @@
 """One `HardwareSnapshot` from every GPU probe and the host probe.
 
 The RAM bandwidth is not measured here: a worker measures it (see
-`trayapp.sources.host.RamBandwidthKeeper`) and calls `set_measured_ram_bandwidth()`,
+`trayapp.sources.ram_bandwidth.RamBandwidthKeeper`) and calls `set_measured_ram_bandwidth()`,
 again whenever the stored figure changes (with its `RamBandwidthChange`).
 Owned by the sampler thread; `set_ram_bandwidth()` may be called from another.
 """
@@ -12,7 +12,8 @@ import dataclasses
 
 from trayapp.core.model import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
 from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
-from trayapp.sources.host import HostProbe, RamBandwidth
+from trayapp.sources.host import HostProbe
+from trayapp.sources.ram_bandwidth import RamBandwidth
 
 _RamFigure = tuple[float | None, ValueSource, float | None, str | None, RamBandwidthChange | None]
 

@@ -6,7 +6,7 @@ prints one JSON line: {"gbps", "busy_cpu_pct", "runs", "buffer_bytes",
 "threads", "peak_rss_bytes"} ("gbps" is null when the machine was busy and
 --skip-if-busy-pct asked to skip). numpy is imported only here, so it never
 loads in the app, and the buffer's memory goes back to the OS when this
-process ends. `trayapp.sources.host.run_rambench` starts it.
+process ends. `trayapp.sources.ram_bandwidth.run_rambench` starts it.
 """
 
 from __future__ import annotations
