@@ -163,10 +163,12 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
         if m.decode_tok_s
     ]
     server_drop = 100 * (1 - deep_timings["predicted_per_second"] / short_rate)
+    session_ids = sorted({m.session_id for s in snapshots for _, m in s.models() if m.session_id})
     observed = (
         f"server: {short_rate:.1f} → {deep_timings['predicted_per_second']:.1f} tok/s "
         f"({server_drop:.0f} % drop); "
-        f"polled (context, tok/s): {trend}"
+        f"polled (context, tok/s): {trend}; sessions: {session_ids}; "
+        f"statuses: {sorted({s.servers[0].status for s in snapshots})}"
     )
     if server_drop < threshold_pct - JUDGE_MARGIN_PCT:
         assert not kv_alerts, f"kv_slowdown raised though the server itself did not slow down; {observed}"

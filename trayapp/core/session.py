@@ -46,6 +46,7 @@ class _Track:
     ttft_sum: float = 0.0
     last_activity_mono_s: float | None = None
     last_activity_wall_s: float | None = None
+    busy_when_last_seen: bool = False  # the model's phase at the server's last answer
 
 
 class SessionTracker:
@@ -69,6 +70,13 @@ class SessionTracker:
         listed = {m.name for m in models}
         for (url, name), track in list(self._tracks.items()):
             if url != reading.url or name in listed:
+                continue
+            if reading.status == "error" and track.session is not None and track.busy_when_last_seen:
+                # No answer in time (or an error) in the middle of a request: a long prompt batch on a
+                # busy CPU keeps llama-server from answering for minutes. Not idleness: the session
+                # goes on, so a long prompt's request stays in the conversation it belongs to.
+                track.last_activity_mono_s = now_mono_s
+                track.last_activity_wall_s = now_wall_s
                 continue
             if reading.status in ("unreachable", "error"):
                 # Keep the session across a short outage; the idle gap still ends it.
@@ -110,6 +118,7 @@ class SessionTracker:
         if ended is not None:
             changes.append(ended)
         requests = model.requests
+        track.busy_when_last_seen = is_busy(model.rate.phase)
         if not (is_busy(model.rate.phase) or requests):
             return changes
         if track.session is None:
