@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -207,12 +208,16 @@ def test_waybar_follows_the_real_servers_live_rate(llama_server: LlamaServer, tm
         data = check_waybar(lines_of()[live])
         assert data["class"] in ("ok", "degraded", "alert") and data["tooltip"]
         server_rate = reply.result(timeout=180)["timings"]["predicted_per_second"]
-        number = re.search(r" ~?(\d+(?:\.\d)?) tok/s", data["text"])  # ~: polled
-        assert number is not None
-        assert 0.5 * server_rate <= float(number.group(1)) <= 1.5 * server_rate  # polled, same decode
-        wait_until(lambda: seen(r" idle( ⚠|$)", live), WAIT_S, 0.05)  # back to idle after the request
+        idle = wait_until(lambda: seen(r" idle( ⚠|$)", live), WAIT_S, 0.05)  # back to idle after the request
         lines = lines_of()
         assert all(a != b for a, b in itertools.pairwise(lines))  # a line only on a change
+        # Each line's rate is a polled window of ~1 s (marked ~): on a busy host one window may run at
+        # half the request's speed or double it. Their median follows the server's own mean rate.
+        texts = [check_waybar(line)["text"] for line in lines[live:idle]]
+        shown = [re.search(r" ~?(\d+(?:\.\d)?) tok/s", text) for text in texts]
+        rates = [float(m.group(1)) for m in shown if m is not None]
+        assert rates, lines[live:idle]
+        assert 0.5 * server_rate <= statistics.median(rates) <= 1.5 * server_rate, (rates, server_rate)
     finally:
         if follow is not None:
             follow.stop()
