@@ -7,6 +7,7 @@ driven by a *separate* client, exactly as a user's editor would.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import statistics
 from collections.abc import Iterator, Mapping
@@ -21,9 +22,10 @@ from tests.support.llama import (
     generate,
     generate_in_background,
     monitor_for,
+    tick_until,
     tick_until_done,
 )
-from trayapp.config.settings import Settings
+from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp
@@ -207,3 +209,33 @@ def test_a_finished_request_gets_the_servers_own_rate_at_once(llama_server: Llam
     first_idle = after[0]  # the poll that saw the request end
     assert first_idle.decode_exact is True
     assert first_idle.last_decode_tok_s == pytest.approx(counted_tok_s, rel=1e-3)
+
+
+def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_server: LlamaServer) -> None:
+    """A long prompt batch on a busy CPU keeps llama-server from answering polls for minutes; here
+    the server is stopped for real (SIGSTOP) for 15 s in the middle of a request, with a 6 s idle gap:
+    the polls time out (`error`), yet the request's session goes on when it answers again (it used
+    to end, and the rest of the request began a new session, losing the conversation's KV trend).
+    ~30 s."""
+    assert llama_server.pid is not None
+    monitor = monitor_for(llama_server.url, settings=Settings(monitor=MonitorConfig(session_idle_gap_s=6.0)))
+    try:
+        monitor.tick()
+        future = generate_in_background(llama_server.url, "Tell me a long story.", 400, ignore_eos=True)
+        before = tick_until(
+            monitor, lambda s: any(m.phase == "decoding" for _, m in s.models()), limit_s=120, interval_s=0.25
+        )
+        if not any(m.phase == "decoding" for _, m in before[-1].models()):
+            pytest.fail("no poll saw the request decode")
+        os.kill(llama_server.pid, signal.SIGSTOP)
+        try:
+            silent = tick_until(monitor, lambda _: False, limit_s=15.0)
+        finally:
+            os.kill(llama_server.pid, signal.SIGCONT)
+        after = tick_until_done(monitor, future)
+    finally:
+        monitor.close()
+    assert "error" in {s.servers[0].status for s in silent}  # the polls got no answer in time
+    assert future.result()["timings"]["predicted_n"] == 400  # the request went on after the pause
+    sessions = {m.session_id for s in before + silent + after for _, m in s.models() if m.session_id}
+    assert len(sessions) == 1, sessions
