@@ -257,6 +257,6 @@ def _tray_diagnostics(settings: Settings, snapshot: Snapshot, warnings: list[str
     from trayapp.ui.versions import collect_versions
 
     app_like = SimpleNamespace(
-        settings=settings, versions=collect_versions(), last_error=None, warnings=warnings
+        settings=settings, versions=collect_versions(), last_error=None, warnings=warnings, store_error=None
     )
     return TrayApp.diagnostics(app_like, snapshot)  # type: ignore[arg-type]
