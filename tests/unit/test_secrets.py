@@ -7,7 +7,9 @@ import pytest
 from keyring.backends import fail
 
 from tests.support.memory_keyring import MemoryKeyring
+from trayapp.config.agents import AgentConfig
 from trayapp.sources import secrets
+from trayapp.sources.remote_agent import agent_token, store_agent_token
 
 
 @pytest.fixture
@@ -51,3 +53,31 @@ def test_environment_variable_wins_and_is_named_when_missing(monkeypatch: pytest
 
 def test_no_key_configured_is_not_an_error() -> None:
     assert secrets.resolve_api_key(URL, api_key_env=None, use_keyring=False) == (None, None)
+
+
+def test_read_secret_says_why_in_the_callers_words(memory_keyring: MemoryKeyring, no_keyring: None) -> None:
+    words = {"no_backend": "no keyring, use an env var", "not_stored": "nothing saved"}
+    assert secrets.read_secret("agent http://box:9465", **words) == (None, "no keyring, use an env var")
+    keyring.set_keyring(memory_keyring)  # the fixtures restore the previous backend
+    assert secrets.read_secret("agent http://box:9465", **words) == (None, "nothing saved")
+    memory_keyring.store[("llm-tray", "agent http://box:9465")] = "tok-1"
+    assert secrets.read_secret("agent http://box:9465", **words) == ("tok-1", "")
+
+
+def test_an_agent_token_comes_through_secrets_with_the_agents_wording(
+    memory_keyring: MemoryKeyring, no_keyring: None
+) -> None:
+    agent = AgentConfig("http://box:9465", "box", token_env="BOX_TOKEN")
+    assert agent_token(agent, {"BOX_TOKEN": "from-env"}) == ("from-env", "")
+    assert agent_token(agent, {}) == (
+        None,
+        "$BOX_TOKEN is not set; no OS keyring here (name an environment variable with token_env)",
+    )
+    keyring.set_keyring(memory_keyring)
+    assert agent_token(agent, {}) == (
+        None,
+        "$BOX_TOKEN is not set; none is stored in the OS keyring (Settings → Remote machines)",
+    )
+    store_agent_token("http://box:9465", "tok-2")
+    assert memory_keyring.store == {("llm-tray", "agent http://box:9465"): "tok-2"}
+    assert agent_token(agent, {}) == ("tok-2", "")

@@ -1,4 +1,4 @@
-"""HTTP plumbing shared by the server probes.
+"""HTTP plumbing shared by the server probes and the remote-agent poller.
 
 Every request is bounded in time and size, never follows a proxy set in the
 environment for loopback traffic, and turns every failure into a short,
@@ -59,13 +59,17 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=True)
 
 
-def make_client(base_url: str = "", timeout: httpx.Timeout | float | None = None) -> httpx.Client:
-    """A client for one server. Loopback traffic never goes through an env-configured proxy."""
+def make_client(
+    base_url: str = "", timeout: httpx.Timeout | float | None = None, *, trust_env: bool = True
+) -> httpx.Client:
+    """A client for one server. Loopback traffic never goes through an env-configured proxy, and with
+    `trust_env=False` no traffic does (nothing from the environment: a remote agent's token goes to
+    the agent only)."""
     return httpx.Client(
         base_url=base_url,
         verify=tls_context(),
         timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-        trust_env=not is_loopback_url(base_url) if base_url else False,
+        trust_env=trust_env and bool(base_url) and not is_loopback_url(base_url),
         headers={"User-Agent": USER_AGENT},
         follow_redirects=False,
     )

@@ -1,7 +1,9 @@
 """The tray's side of a remote `llm-tray agent`: one `GET /v1/snapshot` per tick (docs/remote.md).
 
 `RemoteAgent.poll()` never raises: every failure becomes the machine's status and reason
-(unreachable, unauthorized, error), which the tray shows on that machine's entry. The token is
+(unreachable, unauthorized, error), which the tray shows on that machine's entry; the request and
+its failures are sources/http.py's `fetch`, and a bug is logged once with its traceback
+(`config.bugs`, status "internal error: …") as at every poll boundary. The token is
 sent as `Authorization: Bearer …` and comes from the environment variable the entry names
 (`token_env`) or else the OS keyring (sources/secrets.py; user `agent_keyring_user(url)`);
 it is read when the entry is made and again after a 401 (at most every TOKEN_RECHECK_S, so a token
@@ -17,21 +19,27 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
-import httpx
-import keyring
-import keyring.errors
-
 from trayapp.config.agents import AgentConfig, agent_keyring_user
-from trayapp.core.model import Alert, HardwareSnapshot, RemoteMachine, ServerState, ServerStatus, Snapshot
+from trayapp.config.bugs import BugLog
+from trayapp.core.model import (
+    SERVER_STATES,
+    Alert,
+    HardwareSnapshot,
+    RemoteMachine,
+    ServerState,
+    ServerStatus,
+    Snapshot,
+)
 from trayapp.core.redact import redact
 from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag_remote
 from trayapp.sources import secrets
-from trayapp.sources.http import tls_context
+from trayapp.sources.http import FetchError, auth_headers, fetch, make_client
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 2.0  # a remote agent answers from memory: slower than this is a network problem
 TOKEN_RECHECK_S = 10.0  # after a 401, the token is looked up again at most this often
+SNAPSHOT_PATH = "/v1/snapshot"
 
 
 @dataclass(frozen=True)
@@ -49,16 +57,14 @@ def agent_token(agent: AgentConfig, environ: Mapping[str, str] = os.environ) -> 
         if value:
             return value, ""
         missing.append(f"${agent.token_env} is not set")
-    try:
-        value = keyring.get_password(secrets.SERVICE, agent_keyring_user(agent.url))
-    except keyring.errors.NoKeyringError:
-        missing.append("no OS keyring here (name an environment variable with token_env)")
-    except keyring.errors.KeyringError as exc:
-        missing.append(f"keyring error: {exc}")
-    else:
-        if value:
-            return value, ""
-        missing.append("none is stored in the OS keyring (Settings → Remote machines)")
+    stored, why = secrets.read_secret(
+        agent_keyring_user(agent.url),
+        no_backend="no OS keyring here (name an environment variable with token_env)",
+        not_stored="none is stored in the OS keyring (Settings → Remote machines)",
+    )
+    if stored:
+        return stored, ""
+    missing.append(why)
     return None, "; ".join(missing)
 
 
@@ -71,20 +77,15 @@ def delete_agent_token(url: str) -> None:
     secrets.delete_api_key(agent_keyring_user(url))
 
 
-def has_keyring_token(url: str) -> bool:
-    try:
-        return bool(keyring.get_password(secrets.SERVICE, agent_keyring_user(url)))
-    except keyring.errors.KeyringError:
-        return False
-
-
 class RemoteAgent:
     """One `[[agents]]` entry; `poll()` from a worker thread (it blocks up to `timeout_s`)."""
 
     def __init__(self, config: AgentConfig, timeout_s: float = TIMEOUT_S) -> None:
         self.config = config
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False, verify=tls_context())
+        self._client = make_client(config.url, timeout_s, trust_env=False)  # the token goes to the agent only
+        self._headers: dict[str, str] = {}
         self._last_status: str | None = None
+        self._bugs = BugLog(log)
         self._token_checked_s = -TOKEN_RECHECK_S
         self.token: str | None = None
         self.token_why = ""  # why there is no token
@@ -96,9 +97,7 @@ class RemoteAgent:
         token, self.token_why = agent_token(self.config)
         changed = token != self.token
         self.token = token
-        self._client.headers.pop("Authorization", None)
-        if token:
-            self._client.headers["Authorization"] = f"Bearer {token}"
+        self._headers = auth_headers(token)
         return changed
 
     def close(self) -> None:
@@ -116,9 +115,9 @@ class RemoteAgent:
     def poll(self) -> RemotePoll:
         try:
             result = self._poll()
-        except Exception as exc:  # the boundary of this thread: a bug is reported, never raised
-            log.exception("agent %s: poll crashed", self.config.name)
-            result = RemotePoll(self._machine("error", f"internal error: {type(exc).__name__}"))
+        except Exception as exc:  # the one boundary of this thread: a bug, reported and logged once
+            reason = self._bugs.report(exc, f"agent {self.config.name}: poll")
+            result = RemotePoll(self._machine("error", reason))
         status = result.machine.status
         if status != self._last_status:
             detail = f" ({result.machine.reason})" if result.machine.reason else ""
@@ -127,32 +126,34 @@ class RemoteAgent:
         return result
 
     def _poll(self, retry: bool = True) -> RemotePoll:
-        url = f"{self.config.url}/v1/snapshot"
         try:
-            response = self._client.get(url)
-        except httpx.TimeoutException:
-            return RemotePoll(self._machine("unreachable", "no answer (timed out)"))
-        except httpx.HTTPError as exc:
-            return RemotePoll(self._machine("unreachable", _connect_reason(exc)))
-        recheck = time.monotonic() - self._token_checked_s >= TOKEN_RECHECK_S
-        if response.status_code == 401 and retry and recheck and self._load_token():
-            return self._poll(retry=False)  # a new token (saved in the settings meanwhile)
-        if response.status_code == 401:
-            if self.token:
-                why = "wrong token (401): the agent refused it"
-            else:
-                why = f"the agent wants a token (401): {self.token_why}"
-            return RemotePoll(self._machine("unauthorized", why))
-        if response.status_code == 503:
-            return RemotePoll(self._machine("loading", "the agent has no snapshot yet"))
-        if response.status_code != 200:
-            return RemotePoll(self._machine("error", f"HTTP {response.status_code} from the agent"))
+            response = fetch(self._client, SNAPSHOT_PATH, headers=self._headers)
+        except FetchError as exc:
+            recheck = time.monotonic() - self._token_checked_s >= TOKEN_RECHECK_S
+            if exc.http_status == 401 and retry and recheck and self._load_token():
+                return self._poll(retry=False)  # a new token (saved in the settings meanwhile)
+            return RemotePoll(self._machine(*self._failure(exc)))
         try:
             doc = snapshot_from_json(response.json())
-        except (ValueError, RemoteDocError) as exc:
+        except (FetchError, RemoteDocError) as exc:  # not JSON, or not the document
             return RemotePoll(self._machine("error", f"not a snapshot document: {redact(str(exc))[:200]}"))
         servers, alerts = tag_remote(doc, self.config.name)
         return RemotePoll(self._machine("ok", None, doc.hardware, doc.t_wall_s), servers, alerts)
+
+    def _failure(self, exc: FetchError) -> tuple[ServerState, str]:
+        """The machine's status and reason for a failed request: fetch's when there was no answer,
+        the agent's meaning of its HTTP status otherwise."""
+        if exc.http_status is None:
+            status: ServerState = exc.status if exc.status in SERVER_STATES else "error"
+            hint = " — is `llm-tray agent` running there?" if status == "unreachable" else ""
+            return status, exc.reason + hint
+        if exc.http_status == 401:
+            if self.token:
+                return "unauthorized", "wrong token (401): the agent refused it"
+            return "unauthorized", f"the agent wants a token (401): {self.token_why}"
+        if exc.http_status == 503:
+            return "loading", "the agent has no snapshot yet"
+        return "error", f"HTTP {exc.http_status} from the agent"
 
 
 class RemoteAgents:
@@ -206,14 +207,3 @@ class RemoteAgents:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-def _connect_reason(exc: httpx.HTTPError) -> str:
-    if isinstance(exc, httpx.ConnectError):
-        text = str(exc).lower()
-        if "refused" in text:
-            return "connection refused (is `llm-tray agent` running there?)"
-        if "name" in text or "resolve" in text or "nodename" in text:
-            return "host name not found"
-        return "cannot connect"
-    return f"{type(exc).__name__}"

@@ -1,9 +1,9 @@
-"""API keys: the OS keyring first, an environment variable as the alternative.
+"""API keys and agent tokens: the OS keyring first, an environment variable as the alternative.
 
-Never a plaintext file. Where no keyring backend exists (a headless Linux box
-without Secret Service) storing a key fails with a message that says so and
-offers the alternative: name an environment variable in the endpoint's
-`api_key_env` setting.
+The one module that talks to the OS keyring (tests/unit/test_keyring_home.py). Never a plaintext
+file. Where no keyring backend exists (a headless Linux box without Secret Service) storing a key
+fails with a message that says so and offers the alternative: name an environment variable in the
+endpoint's `api_key_env` setting (an agent's `token_env`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,21 @@ def delete_api_key(url: str) -> None:
         raise SecretStoreError(f"the OS keyring refused: {exc}") from exc
 
 
+def read_secret(user: str, *, no_backend: str, not_stored: str) -> tuple[str | None, str]:
+    """The secret the OS keyring keeps for `user`, or None and why: `no_backend` where this machine
+    has no keyring, `not_stored` where it keeps none for `user` (each caller words these two for its
+    own setting), the keyring's own error otherwise. The why never holds the secret."""
+    try:
+        value = keyring.get_password(SERVICE, user)
+    except keyring.errors.NoKeyringError:
+        return None, no_backend
+    except keyring.errors.KeyringError as exc:
+        return None, f"keyring error: {exc}"
+    if value:
+        return value, ""
+    return None, not_stored
+
+
 def resolve_api_key(url: str, *, api_key_env: str | None, use_keyring: bool) -> tuple[str | None, str | None]:
     """The key for an endpoint and, when it cannot be had, why (never the key itself)."""
     if api_key_env:
@@ -54,13 +69,8 @@ def resolve_api_key(url: str, *, api_key_env: str | None, use_keyring: bool) -> 
         if not use_keyring:
             return None, f"environment variable {api_key_env} is not set"
     if use_keyring:
-        try:
-            value = keyring.get_password(SERVICE, url)
-        except keyring.errors.NoKeyringError:
-            return None, _NO_BACKEND
-        except keyring.errors.KeyringError as exc:
-            return None, f"keyring error: {exc}"
-        if value:
-            return value, None
-        return None, "no key stored in the OS keyring for this endpoint"
+        key, why = read_secret(
+            url, no_backend=_NO_BACKEND, not_stored="no key stored in the OS keyring for this endpoint"
+        )
+        return key, why or None
     return None, None
