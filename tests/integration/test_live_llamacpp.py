@@ -214,9 +214,9 @@ def test_a_finished_request_gets_the_servers_own_rate_at_once(llama_server: Llam
 def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_server: LlamaServer) -> None:
     """A long prompt batch on a busy CPU keeps llama-server from answering polls for minutes; here
     the server is stopped for real (SIGSTOP) for 15 s in the middle of a request, with a 6 s idle gap:
-    the polls time out (`error`), yet the request's session goes on when it answers again (it used
-    to end, and the rest of the request began a new session, losing the conversation's KV trend).
-    ~30 s."""
+    the polls time out (read timeouts, then connect timeouts once its listen queue is full: `error`,
+    then `unreachable`), yet the request's session goes on when it answers again (it used to end,
+    and the rest of the request began a new session, losing the conversation's KV trend). ~30 s."""
     assert llama_server.pid is not None
     monitor = monitor_for(llama_server.url, settings=Settings(monitor=MonitorConfig(session_idle_gap_s=6.0)))
     try:
@@ -235,7 +235,7 @@ def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_serv
         after = tick_until_done(monitor, future)
     finally:
         monitor.close()
-    assert "error" in {s.servers[0].status for s in silent}  # the polls got no answer in time
+    assert {s.servers[0].status for s in silent} & {"error", "unreachable"}  # no answer in time
     assert future.result()["timings"]["predicted_n"] == 400  # the request went on after the pause
     sessions = {m.session_id for s in before + silent + after for _, m in s.models() if m.session_id}
     assert len(sessions) == 1, sessions

@@ -499,28 +499,43 @@ def test_sglang_acceptance_gauge_becomes_draft_acceptance() -> None:
 
 
 def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session() -> None:
-    """A long prompt on a busy CPU: llama-server answers no poll while it computes a batch (a read
-    timeout is an `error` reading), here for 150 s, longer than the idle gap. The request goes on:
-    one session, so its decode is compared with the same conversation's earlier, shorter one."""
+    """A long prompt on a busy CPU: llama-server answers no poll while it computes a batch, here for
+    150 s, longer than the idle gap: read timeouts (`error`), then connect timeouts once its listen
+    queue is full (`unreachable`). The request goes on: one session, so its decode is compared with
+    the same conversation's earlier, shorter one."""
     engine = Stages(idle_gap_s=60.0)
     decode_run(engine, 0.0, 5, 50.0, task=1)
     first = only(tick(engine, reading(slot(250, task=1, processing=False)), 6.0)).session_id
     tick(engine, reading(slot(0, task=2, ctx=2048, prompt_done=0)), 8.0)  # the long prompt starts
-    silent = [tick(engine, reading(status="error"), float(t)) for t in range(10, 160, 5)]
+    silent = [tick(engine, reading(status="error"), float(t)) for t in range(10, 80, 5)]
+    silent += [tick(engine, reading(status="unreachable"), float(t)) for t in range(80, 160, 5)]
     assert not [s for r in silent for s in r.sessions if s.ended_wall_s is not None]
     resumed = tick(engine, reading(slot(3, task=2, ctx=6003)), 161.0)
     assert only(resumed).session_id == first
 
 
 def test_a_server_silent_after_its_requests_ended_ends_its_session_after_the_idle_gap() -> None:
-    """The same silence after the model was last seen idle (or a refused connection at any time)
-    is no activity: the idle gap ends the session, timed at the last activity."""
-    cases = ((slot(250, task=1, processing=False), "error"), (slot(260, task=1), "unreachable"))
-    for last_slot, status in cases:
+    """The same silence after the model was last seen idle is no activity: the idle gap ends the
+    session, timed at the last activity."""
+    for status in ("error", "unreachable"):
         engine = Stages(idle_gap_s=60.0)
         decode_run(engine, 0.0, 5, 50.0, task=1)
-        first = only(tick(engine, reading(last_slot), 6.0)).session_id
+        first = only(tick(engine, reading(slot(250, task=1, processing=False)), 6.0)).session_id
         silent = [tick(engine, reading(status=status), float(t)) for t in range(10, 80, 5)]
         ended = [s for r in silent for s in r.sessions if s.ended_wall_s is not None]
         assert [s.id for s in ended] == [first], status
         assert ended[0].ended_wall_s == pytest.approx(WALL0 + 6.0)
+
+
+def test_a_server_dead_in_the_middle_of_a_request_ends_its_session_after_ten_minutes_and_the_gap() -> None:
+    """Silence mid-request keeps the session 600 s (SILENT_REQUEST_MAX_S: no prompt batch takes
+    longer); past that the server is taken for dead mid-request, and the session ends at its last
+    answer."""
+    engine = Stages(idle_gap_s=60.0)
+    decode_run(engine, 0.0, 5, 50.0, task=1)  # the last answer at 5 s: decoding
+    silent = [tick(engine, reading(status="unreachable"), float(t)) for t in range(10, 700, 10)]
+    times = range(10, 700, 10)
+    ended_at = [t for t, r in zip(times, silent, strict=True) if any(s.ended_wall_s for s in r.sessions)]
+    assert ended_at == [610]  # silent since 10 s: kept while under 600 s of silence
+    ended = [s for r in silent for s in r.sessions if s.ended_wall_s is not None]
+    assert ended[0].ended_wall_s == pytest.approx(WALL0 + 5.0)

@@ -35,6 +35,9 @@ class SessionTick:
     sessions: tuple[SessionRecord, ...]  # sessions that started, changed or ended at this tick
 
 
+SILENT_REQUEST_MAX_S = 600.0  # longest a server may go unanswered mid-request and keep its session
+
+
 @dataclass
 class _Track:
     session: SessionRecord | None = None
@@ -47,6 +50,7 @@ class _Track:
     last_activity_mono_s: float | None = None
     last_activity_wall_s: float | None = None
     busy_when_last_seen: bool = False  # the model's phase at the server's last answer
+    silent_since_mono_s: float | None = None  # the first unanswered poll since that answer
 
 
 class SessionTracker:
@@ -71,15 +75,11 @@ class SessionTracker:
         for (url, name), track in list(self._tracks.items()):
             if url != reading.url or name in listed:
                 continue
-            if reading.status == "error" and track.session is not None and track.busy_when_last_seen:
-                # No answer in time (or an error) in the middle of a request: a long prompt batch on a
-                # busy CPU keeps llama-server from answering for minutes. Not idleness: the session
-                # goes on, so a long prompt's request stays in the conversation it belongs to.
-                track.last_activity_mono_s = now_mono_s
-                track.last_activity_wall_s = now_wall_s
-                continue
             if reading.status in ("unreachable", "error"):
-                # Keep the session across a short outage; the idle gap still ends it.
+                # Keep the session across a short outage; the idle gap still ends it, unless the
+                # model was busy at the last answer (`_silent_mid_request`).
+                if track.busy_when_last_seen and track.silent_since_mono_s is None:
+                    track.silent_since_mono_s = now_mono_s
                 ended = self._maybe_end(track, now_mono_s)
                 if ended is not None:
                     changes.append(ended)
@@ -114,11 +114,14 @@ class SessionTracker:
         self, reading: ServerReading, model: SessionInput, track: _Track, now_mono_s: float, now_wall_s: float
     ) -> list[SessionRecord]:
         changes: list[SessionRecord] = []
+        if self._silent_mid_request(track, now_mono_s):  # it answers again: it was busy all along
+            track.last_activity_mono_s, track.last_activity_wall_s = now_mono_s, now_wall_s
         ended = self._maybe_end(track, now_mono_s)  # the idle gap passed (even unpolled)
         if ended is not None:
             changes.append(ended)
         requests = model.requests
         track.busy_when_last_seen = is_busy(model.rate.phase)
+        track.silent_since_mono_s = None
         if not (is_busy(model.rate.phase) or requests):
             return changes
         if track.session is None:
@@ -182,8 +185,21 @@ class SessionTracker:
         changes.append(changed)
         return changes
 
+    def _silent_mid_request(self, track: _Track, now_mono_s: float) -> bool:
+        """Polls have gone unanswered since an answer that showed this model busy, for less than
+        SILENT_REQUEST_MAX_S: a long prompt batch on a busy CPU keeps llama-server from answering
+        for minutes (its HTTP threads wait on the batch, then its listen queue fills: read, then
+        connect timeouts). Not idleness: the session goes on, so the long request stays in the
+        conversation it belongs to. Longer, it is a server dead mid-request: the idle gap ends the
+        session at its last answer. (An unpolled gap — the monitor paused — proves nothing either way
+        and is left to the idle gap.)"""
+        since = track.silent_since_mono_s
+        return since is not None and now_mono_s - since < SILENT_REQUEST_MAX_S
+
     def _maybe_end(self, track: _Track, now_mono_s: float) -> SessionRecord | None:
         if track.session is None or track.last_activity_mono_s is None:
+            return None
+        if self._silent_mid_request(track, now_mono_s):
             return None
         if now_mono_s - track.last_activity_mono_s < self.idle_gap_s:
             return None
