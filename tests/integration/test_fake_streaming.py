@@ -84,9 +84,9 @@ def test_ollama_chat_streams_ndjson_by_default_token_by_token() -> None:
     assert final["load_duration"] == 0
     assert final["total_duration"] == 100_000_000
     assert (final["eval_count"], final["prompt_eval_count"]) == (5, 1416)
-    # Token by token: one chunk per line, spread over the 5 × 0.01 s of decoding.
+    # Token by token: one chunk per line, written over the 5 × 0.01 s of decoding. (When the client
+    # reads them is the scheduler's business: beside a CPU hog it once read all five at once.)
     assert cap.payload_writes == [line + b"\n" for line in lines[:-1]]
-    assert pieces[-1][0] - pieces[0][0] >= 0.04
     assert len(cap.write_times) == 6 and cap.write_times[-1] - cap.write_times[0] >= 0.05
     assert cap.first_token_at is not None and cap.first_token_at - cap.started_at >= 0.05
     # The capture is what httpx received, and its wire bytes are the chunks as framed.
