@@ -17,6 +17,7 @@ AlertKindName = Literal[
     "offload",
     "kv_slowdown",
     "context_full",
+    "context_overflow",
     "below_floor",
     "low_efficiency",
     "draft_acceptance",
@@ -61,7 +62,17 @@ ALERT_KINDS: dict[AlertKindName, AlertKind] = {
             instant=True,
         ),
         AlertKind(
-            "context_full", "the context is nearly full", "{model}'s context is nearly full", instant=True
+            "context_full",
+            "the context is nearly full",
+            "{model}'s context is nearly full",
+            instant=True,
+            suppressed_by=frozenset({"context_overflow"}),  # it already overflowed: that alert says how far
+        ),
+        AlertKind(
+            "context_overflow",
+            "a prompt or an answer did not fit the context",
+            "{model} did not get your whole prompt",
+            instant=True,
         ),
         AlertKind(
             "below_floor",

@@ -222,6 +222,12 @@ class CounterReading:
     process_start_s: float | None = None  # llama-server Process-Start-Time-Unix header
 
 
+# Why an answer ended: "stop" (the model ended it, or a stop word), "length" (a length limit: the
+# client's max_tokens, or the context; `max_tokens_requested` and the context size tell which),
+# "context" (the server says it ran out of context: llama-server's `truncated`), "other".
+StopReason = Literal["stop", "length", "context", "other"]
+
+
 @dataclass(frozen=True)
 class FinishedRequest:
     """Exact statistics of one finished request, as a server reported them.
@@ -247,6 +253,12 @@ class FinishedRequest:
     aborted: bool = False  # the client hung up, or the upstream died, before the response ended
     decode_exact: bool = True  # False: decode tok/s from token counts over the proxy's clock
     prompt_rate_upper_bound: bool = False  # cached tokens unknown (Ollama): prompt tok/s may be high
+    # Did the prompt and the answer fit the context? (#20; counts only, never text)
+    prompt_tokens_sent: int | None = None  # the prompt as the client sent it, in tokens
+    prompt_sent_exact: bool = False  # counted by the server's own tokenizer (or its log); False: estimated
+    context_limit_tokens: int | None = None  # the context size the server named when it refused or cut
+    stop_reason: StopReason | None = None  # why the answer ended (a fixed vocabulary, never server text)
+    max_tokens_requested: int | None = None  # the answer's length limit the client asked for
 
 
 @dataclass(frozen=True)
@@ -389,6 +401,7 @@ class Finding:
     evidence: Mapping[str, object] = field(default_factory=dict)
     cause: str | None = None
     score: float = 0.0  # how bad, for an episode's peak (kind-specific, larger = worse)
+    fix_commands: tuple[str, ...] = ()  # the fix as exact text to copy (flags, env, a command), if any
 
 
 @dataclass(frozen=True)
@@ -408,6 +421,7 @@ class Alert:
     peak: float = 0.0
     ended_wall_s: float | None = None
     machine: str | None = None  # raised by that remote machine's agent; None: by this one
+    fix_commands: tuple[str, ...] = ()  # the fix as exact text to copy (flags, env, a command), if any
 
 
 @dataclass(frozen=True)
@@ -437,6 +451,12 @@ class RequestRecord:
     http_status: int | None = None
     aborted: bool = False
     prompt_rate_upper_bound: bool = False
+    # Did the prompt and the answer fit the context? (#20; counts only, never text)
+    prompt_tokens_sent: int | None = None  # the prompt as the client sent it, in tokens
+    prompt_sent_exact: bool = False  # counted by the server's own tokenizer (or its log); False: estimated
+    context_limit_tokens: int | None = None  # the context size the server named when it refused or cut
+    stop_reason: StopReason | None = None  # why the answer ended (a fixed vocabulary, never server text)
+    max_tokens_requested: int | None = None  # the answer's length limit the client asked for
 
 
 @dataclass(frozen=True)

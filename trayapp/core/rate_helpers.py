@@ -162,6 +162,11 @@ def record_from_finished(reading: ServerReading, fin: FinishedRequest) -> Reques
         http_status=fin.http_status,
         aborted=fin.aborted,
         prompt_rate_upper_bound=fin.prompt_rate_upper_bound,
+        prompt_tokens_sent=fin.prompt_tokens_sent,
+        prompt_sent_exact=fin.prompt_sent_exact,
+        context_limit_tokens=fin.context_limit_tokens,
+        stop_reason=fin.stop_reason,
+        max_tokens_requested=fin.max_tokens_requested,
     )
 
 

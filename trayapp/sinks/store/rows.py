@@ -109,6 +109,7 @@ def alert_row(alert: Alert) -> Row:
         "ended_wall_s": alert.ended_wall_s,
         "peak": finite(alert.peak),
         "evidence_json": evidence,
+        "fix_commands_json": json.dumps(list(alert.fix_commands)) if alert.fix_commands else None,
     }
 
 

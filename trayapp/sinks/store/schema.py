@@ -24,7 +24,15 @@ TIME_COLUMNS = {
     "bench": "finished_wall_s",
 }
 BOOL_COLUMNS = frozenset(
-    {"decode_exact", "ttft_exact", "exact", "aborted", "prompt_rate_upper_bound", "judged"}
+    {
+        "decode_exact",
+        "ttft_exact",
+        "exact",
+        "aborted",
+        "prompt_rate_upper_bound",
+        "judged",
+        "prompt_sent_exact",
+    }
 )
 KEY_COLUMNS = {"sessions": "session_id", "alerts": "alert_id"}  # rows replaced in place, by this key
 
@@ -201,8 +209,31 @@ def _migration_5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX bench_key ON bench (model, hardware, finished_wall_s)")
 
 
+def _migration_6(conn: sqlite3.Connection) -> None:
+    """Did a request fit its context (#20): the prompt's tokens as sent (and whether counted by the
+    server's tokenizer), the context size a server named when it refused or cut a request, why the
+    answer ended, and the length limit the client asked for; and each alert's fix as commands to
+    copy (a JSON list). Counts only, no text."""
+    for column in (
+        "prompt_tokens_sent INTEGER",
+        "prompt_sent_exact INTEGER NOT NULL DEFAULT 0",
+        "context_limit_tokens INTEGER",
+        "stop_reason TEXT",
+        "max_tokens_requested INTEGER",
+    ):
+        conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+    conn.execute("ALTER TABLE alerts ADD COLUMN fix_commands_json TEXT")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
+MIGRATIONS: list[Migration] = [
+    _migration_1,
+    _migration_2,
+    _migration_3,
+    _migration_4,
+    _migration_5,
+    _migration_6,
+]
 
 
 def schema_version() -> int:
