@@ -36,6 +36,7 @@ from trayapp.core.model import (
     RequestRecord,
     ServerStatus,
 )
+from trayapp.core.overflow import OverflowWatch, overflow_finding
 from trayapp.core.thresholds import Thresholds
 
 TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
@@ -65,12 +66,14 @@ class DiagnosisTracker:
         self._last_status: dict[ModelKey, ModelStatus] = {}
         self._before_change: dict[ModelKey, ModelStatus] = {}
         self._was_up: dict[str, bool] = {}  # by server URL
+        self._overflows = OverflowWatch()
 
     def update(
         self,
         servers: Sequence[ServerDiagnosisInput],
         hardware: HardwareSnapshot,
         baselines: Mapping[ModelKey, Baseline],
+        now_wall_s: float,
     ) -> Diagnosis:
         """This tick's findings on every server, model and GPU. `baselines` are the store's
         comparable baselines of the models that were decoding (`Priors.baselines`)."""
@@ -78,7 +81,7 @@ class DiagnosisTracker:
         resolved: set[EpisodeKey] = set()
         local_kinds: set[AlertKindName] = set()
         for server in servers:
-            found = self._server(server, hardware, baselines, resolved)
+            found = self._server(server, hardware, baselines, resolved, now_wall_s)
             findings.extend(found)
             if server.local:
                 local_kinds.update(f.kind for f in found)
@@ -91,6 +94,7 @@ class DiagnosisTracker:
         hardware: HardwareSnapshot,
         baselines: Mapping[ModelKey, Baseline],
         resolved: set[EpisodeKey],
+        now_wall_s: float,
     ) -> list[Finding]:
         server = server_input.status
         findings = diagnose_server(server, self._was_up.get(server.url, False))
@@ -115,7 +119,18 @@ class DiagnosisTracker:
                 cpu_percent=hardware.host.cpu_percent,
                 throttle_reasons=throttles,
             )
-            findings.extend(diagnose_model(view, self.thresholds))
+            found = diagnose_model(view, self.thresholds)
+            had_overflow = self._overflows.known(key)
+            overflow = self._overflows.update(key, status, own, now_wall_s)
+            if overflow is not None:
+                local_hardware = hardware if server_input.local else None
+                found.append(
+                    overflow_finding(server, status, *overflow, server_input.machine, local_hardware)
+                )
+                found = without_explained(found, {f.kind for f in found})
+            elif had_overflow:
+                resolved.add(("context_overflow", server.url, status.name))  # a request fitted: over now
+            findings.extend(found)
             resolved.update((kind, server.url, status.name) for kind in resolved_kinds(view))
         return findings
 

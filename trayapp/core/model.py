@@ -337,7 +337,8 @@ class ModelStatus:
     vram_bytes: int | None = None
     gpu_fraction: float | None = None
     gpu_fraction_source: str | None = None  # "server" (its own sizes) | "nvml"; None when unknown
-    context_length: int | None = None
+    context_length: int | None = None  # per request (a llama-server slot's n_ctx)
+    parallel_slots: int | None = None  # requests served at once (llama-server slots), when the server says
     context_tokens: int | None = None
     quantization: str | None = None
     parameter_count: int | None = None

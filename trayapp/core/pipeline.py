@@ -111,7 +111,7 @@ class Pipeline:
             local = reading.url not in machines
             to_diagnose.append(ServerDiagnosisInput(tick.status, tick.requests, machine, local))
 
-        diagnosis = self.diagnosis.update(to_diagnose, hardware, priors.baselines)
+        diagnosis = self.diagnosis.update(to_diagnose, hardware, priors.baselines, now_wall_s)
         ended: tuple[Alert, ...] = ()
         if self.one_shot:
             alerts = alerts_now(diagnosis.findings, now_wall_s)
@@ -242,6 +242,7 @@ def model_status(
         gpu_fraction=placement.gpu_fraction,
         gpu_fraction_source=placement.gpu_fraction_source,
         context_length=model.context_length,
+        parallel_slots=len(model.slots) or None,
         context_tokens=rate.context_tokens,
         quantization=_quantization(model),
         parameter_count=model.parameter_count or (file_facts.parameter_count if file_facts else None),
@@ -308,4 +309,3 @@ def _complete_request(
         ceiling_tok_s=ceiling_for(placement.facts, record.context_tokens, machine, placement.gpu_fraction),
         gpu_fraction=placement.gpu_fraction,
     )
-

@@ -19,19 +19,21 @@ class ServerKindRow:
     """`label`: what users call the kind. `default_port`: where it listens out of the box (a scan
     tries it on loopback); None: no default. `openai_compatible`: read through the OpenAI-compatible
     API alone (/v1/models, /metrics), with no native API that names a model's file, so its probe
-    gets no facts loader."""
+    gets no facts loader. `context_flag`: how the server's own settings name the context size of a
+    request (None: it has no such setting of one word)."""
 
     label: str
     default_port: int | None
     openai_compatible: bool
+    context_flag: str | None = None
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
-    "ollama": ServerKindRow("Ollama", 11434, openai_compatible=False),
-    "llamacpp": ServerKindRow("llama-server", 8080, openai_compatible=False),
+    "ollama": ServerKindRow("Ollama", 11434, openai_compatible=False, context_flag="num_ctx"),
+    "llamacpp": ServerKindRow("llama-server", 8080, openai_compatible=False, context_flag="-c"),
     "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
-    "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True),
-    "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True),
+    "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
+    "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True, context_flag="--context-length"),
     "mlx": ServerKindRow("MLX-LM", 8080, openai_compatible=True),  # the same port as llama-server
     "openai": ServerKindRow("OpenAI-compatible server", None, openai_compatible=True),
     "unknown": ServerKindRow("server", None, openai_compatible=False),  # a server not identified (yet)
@@ -55,3 +57,9 @@ def server_label(kind: str) -> str:
 def default_ports() -> list[int]:
     """Every kind's default port, each once, ascending: the loopback ports a scan tries."""
     return sorted({row.default_port for row in SERVER_KINDS.values() if row.default_port is not None})
+
+
+def context_flag(kind: str) -> str | None:
+    """How a kind of server names a request's context size: 'num_ctx', '-c'; None when it has no flag."""
+    row = server_kind_row(kind)
+    return row.context_flag if row is not None else None

@@ -147,6 +147,8 @@ class PromptCounter:
         headers = {"Authorization": authorization} if authorization else {}
         tokens = await count_prompt_tokens(self._client, self._upstream_url, tap.family, doc, headers)
         del doc
+        if tokens is not None:
+            tap.prompt_tokens_sent = tokens  # the record says how long the prompt was, counted exactly
         if tokens is not None and self._board is not None and tap.first_text_mono_s is None:
             self._board.prompt_started(id(tap), self._upstream_url, model, tokens)
             self._posted.add(id(tap))

@@ -26,7 +26,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from trayapp.core.model import FinishedRequest
-from trayapp.services.proxy.recorder_parse import JsonScan, build_record, merge_found, scan_line, wants_model
+from trayapp.services.proxy.recorder_parse import (
+    JsonScan,
+    build_record,
+    estimated_tokens,
+    max_tokens_of,
+    merge_found,
+    overflow_from_error,
+    prompt_chars_of,
+    scan_line,
+    stop_reason_of,
+    wants_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,9 @@ def recorded_endpoint(method: str, path: str) -> str | None:
     if method.upper() != "POST":
         return None
     return ENDPOINTS.get(path.rstrip("/") if len(path) > 1 else path)
+
+
+ERROR_BODY_LIMIT_BYTES = 16 * 1024  # an error answer longer than this is not a short JSON refusal
 
 
 class RequestTap:
@@ -74,6 +88,10 @@ class RequestTap:
         self.request_model: str | None = None
         self.request_stream: bool | None = None  # what the request asked for (None: unknown)
         self.include_usage = False
+        self.max_tokens: int | None = None  # the answer's length limit the request asked for
+        self.prompt_chars = 0  # characters of the prompt (for an estimate where no count exists)
+        self.prompt_tokens_sent: int | None = None  # the server's own count (services/proxy/prompt_length.py)
+        self._error_body: bytearray | None = None  # an error answer (small), to read a context refusal
         self.status: int | None = None
         self.content_type = ""
         self.compressed = False
@@ -129,6 +147,8 @@ class RequestTap:
         self.request_stream = stream if isinstance(stream, bool) else None
         options = body.get("stream_options")
         self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        self.max_tokens = max_tokens_of(body)
+        self.prompt_chars = prompt_chars_of(body)
 
     def _expects_stream(self) -> bool:
         if self.family in ("ollama-generate", "ollama-chat"):
@@ -145,7 +165,10 @@ class RequestTap:
         self.content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         encoding = headers.get("content-encoding", "").strip().lower()
         self.compressed = encoding not in ("", "identity")
-        if self.compressed or status >= 400:
+        if status >= 400 and not self.compressed:
+            self.mode = "error"
+            self._error_body = bytearray()
+        elif self.compressed or status >= 400:
             self.mode = "skip"
         elif self.content_type == "text/event-stream":
             self.mode = "sse"
@@ -168,6 +191,12 @@ class RequestTap:
             self.response_head(200, {}, now_mono_s)
         if self.mode == "json" and self._doc is not None:
             self._doc.feed(payload)
+            return
+        if self._error_body is not None:
+            if len(self._error_body) + len(payload) <= ERROR_BODY_LIMIT_BYTES:
+                self._error_body += payload
+            else:
+                self._error_body = None  # not a short error document
             return
         if self.mode not in ("sse", "ndjson"):
             return
@@ -268,6 +297,7 @@ class RequestTap:
             merge_found(self.found, self._doc.found)
             self._doc = None
         found, self.found = self.found, {}
+        fit = self._context_fit(found)
         model = found.get("model") or found.get("model_instance_id")  # LM Studio /api/v1 names it so
         record = build_record(
             found,
@@ -286,5 +316,24 @@ class RequestTap:
                 "endpoint": self.path,
                 "http_status": self.status,
                 "aborted": aborted,
+                **fit,
             }
         )
+
+    def _context_fit(self, found: dict[str, Any]) -> dict[str, Any]:
+        """Did the prompt and the answer fit the context: the prompt's tokens as sent (a refusal's
+        exact numbers, the server's own count, or an estimate from the text), the context size a
+        refusal named, why the answer ended, and the client's length limit. Counts only."""
+        fit: dict[str, Any] = {"stop_reason": stop_reason_of(found), "max_tokens_requested": self.max_tokens}
+        error, self._error_body = self._error_body, None
+        refused = overflow_from_error(bytes(error)) if error else None
+        if refused is not None:
+            sent, limit = refused
+            fit.update(
+                context_limit_tokens=limit, prompt_tokens_sent=sent, prompt_sent_exact=sent is not None
+            )
+        elif self.prompt_tokens_sent is not None:
+            fit.update(prompt_tokens_sent=self.prompt_tokens_sent, prompt_sent_exact=True)
+        elif self.prompt_chars and self.server_kind != "llamacpp":  # llama-server never cuts a prompt
+            fit.update(prompt_tokens_sent=estimated_tokens(self.prompt_chars), prompt_sent_exact=False)
+        return fit

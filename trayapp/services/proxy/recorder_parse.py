@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trayapp.core.model import FinishedRequest
+from trayapp.core.model import FinishedRequest, StopReason
 from trayapp.sources.servers.llamacpp_parse import parse_timings
 from trayapp.sources.servers.lmstudio import parse_chat_stats
 
@@ -44,6 +44,8 @@ STAT_KEYS = frozenset(
     }
 )
 WANTED_KEYS = STAT_KEYS | {"model", "model_instance_id", "load_time_seconds"}
+# Why the answer ended, read at any depth (OpenAI nests `finish_reason` in `choices`): scalars only.
+STOP_KEYS = frozenset({"finish_reason", "done_reason", "stop_type", "truncated"})
 NESTS = frozenset({"response", "result"})  # /v1/responses events, LM Studio's chat.end
 MAX_CAPTURE_BYTES = 64 * 1024  # a statistics value larger than this is not statistics: dropped
 
@@ -53,6 +55,9 @@ _STAT_RE = re.compile(
     rb'|eval_duration|load_duration|total_duration|load_time_seconds)"\s*:'
 )
 _MODEL_RE = re.compile(rb'"model(?:_instance_id)?"\s*:')
+_STOP_VALUE_RE = re.compile(
+    rb'"(finish_reason|done_reason|stop_type|truncated)"\s*:\s*("[a-z_]{1,32}"|true|false)'
+)
 _MODEL_KEYS = ("model", "model_instance_id")
 _STR_STOP = re.compile(rb'["\\]')
 _QUOTE, _BACKSLASH = 0x22, 0x5C
@@ -89,16 +94,30 @@ def _wanted_of(obj: Any, want_model: bool) -> dict[str, Any]:
     return out
 
 
+def _stops_of(payload: bytes) -> dict[str, Any]:
+    """`STOP_KEYS` at any depth of one line: a key in unescaped quotes is never inside a string."""
+    found: dict[str, Any] = {}
+    for match in _STOP_VALUE_RE.finditer(payload):
+        key = match.group(1).decode("ascii")
+        value = match.group(2)
+        if value.startswith(b'"'):
+            found[key] = value[1:-1].decode("ascii", "replace")
+        else:
+            found[key] = value == b"true"
+    return found
+
+
 def scan_line(payload: bytes, *, want_model: bool) -> tuple[bool, dict[str, Any]]:
     """One whole JSON line → (carries generated text, captured statistics). Nothing is kept."""
     has_text = _TEXT_RE.search(payload) is not None
+    stops = _stops_of(payload)
     if _STAT_RE.search(payload) is None and not (want_model and _MODEL_RE.search(payload)):
-        return has_text, {}
+        return has_text, stops
     try:
         obj = json.loads(payload)
     except ValueError:
-        return has_text, {}
-    return has_text, _wanted_of(obj, want_model)
+        return has_text, stops
+    return has_text, {**stops, **_wanted_of(obj, want_model)}
 
 
 class JsonScan:
@@ -142,6 +161,8 @@ class JsonScan:
         self.found: dict[str, Any] = {}
 
     def _wants(self, key: str) -> bool:
+        if key in STOP_KEYS:
+            return True
         if key not in WANTED_KEYS or (key in _MODEL_KEYS and (not self.want_model or key in self.found)):
             return False
         depth = len(self._stack)
@@ -156,6 +177,8 @@ class JsonScan:
             value = json.loads(bytes(cap + tail))
         except ValueError:
             return
+        if value is None and self._cap_key in STOP_KEYS:
+            return  # a stream's `"finish_reason": null` before the last chunk names it
         merge_found(self.found, {self._cap_key: value})
 
     def feed(self, data: bytes) -> None:
@@ -377,3 +400,100 @@ _RECORD_FIELDS = (
 
 def _fields_of(record: FinishedRequest) -> dict[str, Any]:
     return {name: getattr(record, name) for name in _RECORD_FIELDS}
+
+
+# --------------------------------------------------------------------------- did it fit the context (#20)
+
+CHARS_PER_TOKEN_ESTIMATE = 4.0  # English prose and code average 3.5–4.5 characters a token
+_LENGTH_WORDS = frozenset({"length", "limit"})  # OpenAI/Ollama `length`, llama-server `stop_type: limit`
+_STOP_WORDS = frozenset({"stop", "eos", "word", "tool_calls", "function_call", "end_turn"})
+_MAX_TOKENS_KEYS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
+_VLLM_LIMIT_RE = re.compile(r"maximum context length is (\d+) tokens")
+# the prompt's size, best first ("you requested" may count the answer's max_tokens too)
+_VLLM_SENT_RES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"(\d+) in the messages",
+        r"your request has (\d+) input tokens",
+        r"you requested (\d+) tokens",
+    )
+)
+
+
+def stop_reason_of(found: Mapping[str, Any]) -> StopReason | None:
+    """Why the answer ended, from the captured `STOP_KEYS`: "context" when llama-server says the
+    context ran out (`truncated: true`), else the server's own word in the fixed vocabulary."""
+    if found.get("truncated") is True:
+        return "context"
+    for key in ("stop_type", "done_reason", "finish_reason"):
+        word = found.get(key)
+        if isinstance(word, str) and word and word != "none":
+            if word in _LENGTH_WORDS:
+                return "length"
+            return "stop" if word in _STOP_WORDS else "other"
+    return None
+
+
+def max_tokens_of(body: Mapping[str, Any]) -> int | None:
+    """The answer's length limit a request asked for (OpenAI, llama-server, /v1/responses, Ollama's
+    `options.num_predict`); None when unset or unlimited (-1)."""
+    options = body.get("options")
+    values = [body.get(key) for key in _MAX_TOKENS_KEYS]
+    if isinstance(options, dict):
+        values.append(options.get("num_predict"))
+    for value in values:
+        if type(value) is int and value > 0:
+            return value
+    return None
+
+
+def _text_chars(value: Any, depth: int = 0) -> int:
+    """Characters of every string inside `value` (bounded depth): what a template turns into tokens."""
+    if isinstance(value, str):
+        return len(value)
+    if depth > 8:
+        return 0
+    if isinstance(value, list):
+        return sum(_text_chars(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return sum(_text_chars(item, depth + 1) for key, item in value.items() if key != "images")
+    return 0
+
+
+def prompt_chars_of(body: Mapping[str, Any]) -> int:
+    """Characters of a request's prompt: its messages (or prompt, system, suffix, input) and the tool
+    schemas an agent sends with them. Only the count is kept, never the text."""
+    total = 0
+    for key in ("messages", "prompt", "system", "suffix", "input", "instructions"):
+        total += _text_chars(body.get(key))
+    tools = body.get("tools")
+    if tools:  # parsed from JSON, so it dumps back: the schema's keys are template text too
+        total += len(json.dumps(tools, separators=(",", ":")))
+    return total
+
+
+def estimated_tokens(chars: int) -> int:
+    """A prompt's tokens estimated from its characters (`CHARS_PER_TOKEN_ESTIMATE`): rough, marked so."""
+    return max(1, round(chars / CHARS_PER_TOKEN_ESTIMATE))
+
+
+def overflow_from_error(body: bytes) -> tuple[int | None, int] | None:
+    """(prompt tokens, context size) from a server's refusal of a prompt too long for its context:
+    llama-server's `exceed_context_size_error` (both exact numbers), vLLM's "maximum context length
+    is N tokens" message (the prompt's size when it says it); None for any other error."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+        sent, limit = _as_int(error.get("n_prompt_tokens")), _as_int(error.get("n_ctx"))
+        return (sent, limit) if limit is not None else None
+    where = error if isinstance(error, dict) else doc if isinstance(doc, dict) else {}
+    message = where.get("message")
+    limit_match = _VLLM_LIMIT_RE.search(message) if isinstance(message, str) else None
+    if isinstance(message, str) and limit_match is not None:
+        sizes = (m.group(1) for m in (pattern.search(message) for pattern in _VLLM_SENT_RES) if m)
+        size = next(sizes, None)
+        return (int(size) if size is not None else None), int(limit_match.group(1))
+    return None
