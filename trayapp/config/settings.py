@@ -142,6 +142,9 @@ class MonitorConfig:
     rediscover_s: float = 30.0
     session_idle_gap_s: float = 60.0
     metrics_interval_s: float = 10.0  # llama-server /metrics scrapes (they reset its gauges)
+    # Ollama's server log, read for its silent prompt truncations (#20): "auto" (this OS's place for
+    # it, sources/ollama_log.py), "off", or a path; the environment variable LLM_TRAY_OLLAMA_LOG wins
+    ollama_log: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,8 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
             raise ConfigError(f"{path}: expected a string, got {value!r}")
         if path.endswith("kv_type") and value not in KV_TYPES:
             raise ConfigError(f"{path}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPES)})")
+        if path == "monitor.ollama_log" and not value.strip():
+            raise ConfigError(f'{path}: expected "auto", "off" or the path of Ollama\'s server log')
         return value
     if annotation.startswith("tuple[str"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

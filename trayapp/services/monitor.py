@@ -12,6 +12,7 @@ parallel with the probes; their servers and alerts join this machine's after the
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
@@ -41,7 +42,7 @@ from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources import secrets
-from trayapp.sources.discovery import Discovery, Endpoint
+from trayapp.sources.discovery import Discovery, Endpoint, make_probe
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.hwtable import gpu_lookup
@@ -212,6 +213,7 @@ class Monitor:
             endpoints,
             scan_defaults=discover,
             reprobe_interval_s=self.settings.monitor.rediscover_s,
+            probe_factory=functools.partial(make_probe, ollama_log=self.settings.monitor.ollama_log),
             facts_loader=ModelFactsLoader(),
             api_key_lookup=api_key_lookup,
         )
@@ -220,10 +222,16 @@ class Monitor:
 
     def apply_settings(self, settings: Settings) -> None:
         """Take new settings without a restart (endpoints, thresholds, intervals)."""
-        endpoints_changed = (settings.endpoints, settings.monitor.discover, settings.hardware) != (
+        endpoints_changed = (
+            settings.endpoints,
+            settings.monitor.discover,
+            settings.hardware,
+            settings.monitor.ollama_log,
+        ) != (
             self.settings.endpoints,
             self.settings.monitor.discover,
             self.settings.hardware,
+            self.settings.monitor.ollama_log,
         )
         if settings.agents != self.settings.agents:
             self._remote.close()

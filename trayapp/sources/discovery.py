@@ -184,17 +184,25 @@ _PROBES: dict[str, ProbeFactory] = {
 
 
 def make_probe(
-    kind: str, url: str, api_key: str | None = None, facts_loader: ModelFactsLoader | None = None
+    kind: str,
+    url: str,
+    api_key: str | None = None,
+    facts_loader: ModelFactsLoader | None = None,
+    *,
+    ollama_log: str = "auto",
 ) -> ServerProbe:
     """A probe for a server of `kind` at `url`. Raises ValueError for an unknown kind.
 
     `kind` is a server kind or "llamacpp-router" (a llama-server router: its probe's readings
     say "llamacpp"). Only the probes that can read a local model file get `facts_loader`: not
     those of the kinds that speak the OpenAI-compatible API alone (`core/server_kinds.py`).
+    An Ollama probe gets `ollama_log` (the setting `monitor.ollama_log`).
     """
     probe = _PROBES.get(kind)
     if probe is None:
         raise ValueError(f"unknown server kind {kind!r}")
+    if probe is OllamaProbe:
+        return OllamaProbe(url, api_key=api_key, facts_loader=facts_loader, ollama_log=ollama_log)
     row = server_kind_row(kind)
     if row is not None and row.openai_compatible:
         return probe(url, api_key=api_key)

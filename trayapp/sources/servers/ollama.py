@@ -11,21 +11,29 @@ Note: `/api/ps` `digest` is the *manifest* digest, while the child's
 `--model` is the GGUF *blob* (`.../blobs/sha256-<hex>`). `/api/show`'s
 `modelfile` names that blob in its `FROM` line, which is how children are
 matched to models (with a one-model/one-child fallback).
+
+Silent prompt truncation (#20): Ollama cuts a prompt longer than `num_ctx`, answers HTTP 200 and
+says so only in its server log. For a local Ollama the probe reads that log
+(`trayapp/sources/ollama_log.py`, docs/ollama-log.md) and reports each `truncating input prompt`
+warning as a `FinishedRequest` (`truncation_record`, source "ollama-log").
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from trayapp.core.model import ModelFacts, ModelReading, ServerReading
+from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.http import FetchError, UnexpectedAnswer, fetch, make_client
+from trayapp.sources.ollama_log import OllamaLogReader, TruncationLine, attribute_truncation, log_location
 from trayapp.sources.processes import ChildServer, find_ollama_children
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.jsonvals import as_dict, as_int, as_str
@@ -39,6 +47,10 @@ REMOTE_REASON = (
     "so there is no live rate (llm-tray's recording proxy is planned)"
 )
 SHOW_RETRY_S = 30.0  # after a failed /api/show
+LOG_SOURCE = "ollama-log"  # FinishedRequest.source of a truncation read from Ollama's log
+UNKNOWN_MODEL = "unknown"  # FinishedRequest.model when the log's warning fits no single loaded model
+
+log = logging.getLogger(__name__)
 CHILD_RESCAN_S = 10.0  # look for children again at most this often while some model has none
 
 _SIZE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -170,6 +182,33 @@ def match_children(
     return matched
 
 
+def truncation_record(
+    line: TruncationLine,
+    loaded: Sequence[tuple[str, int | None]],
+    version: str | None,
+    now_wall_s: float,
+) -> FinishedRequest:
+    """A `truncating input prompt` warning as the request record it stands for (counts only).
+
+    `loaded` are the loaded models `(name, /api/ps context_length)` at the poll that read it; the
+    model is the one the warning's numbers fit (`attribute_truncation`), else `UNKNOWN_MODEL`.
+    `prompt_tokens` is what the model read (`new`, which is also what Ollama reports as
+    `prompt_eval_count`), `prompt_tokens_sent` the prompt as sent (`prompt`), both counted by
+    Ollama's tokenizer; `context_limit_tokens` the model's `num_ctx`. The time is the line's (when
+    Ollama began reading the prompt), else `now_wall_s`. Why the answer ended, the log does not say.
+    """
+    model, num_ctx = attribute_truncation(line, loaded, version)
+    return FinishedRequest(
+        model=model or UNKNOWN_MODEL,
+        finished_wall_s=line.time_wall_s if line.time_wall_s is not None else now_wall_s,
+        prompt_tokens=line.new,
+        prompt_tokens_sent=line.prompt,
+        prompt_sent_exact=True,
+        context_limit_tokens=num_ctx,
+        source=LOG_SOURCE,
+    )
+
+
 # --------------------------------------------------------------------------- probe
 
 
@@ -186,8 +225,15 @@ class OllamaProbe(HttpProbe):
         api_key: str | None = None,
         facts_loader: ModelFactsLoader | None = None,
         find_children: Callable[[], list[ChildServer]] | None = None,
+        ollama_log: str = "auto",
+        log_reader: Callable[[], OllamaLogReader] | None = None,
     ) -> None:
+        """`ollama_log` is the setting `monitor.ollama_log` ("auto" | "off" | a path; the environment
+        variable LLM_TRAY_OLLAMA_LOG wins over it); `log_reader` makes the reader instead (tests)."""
         super().__init__(url, client=client, api_key=api_key)  # a key is for a reverse proxy in front
+        self._make_log_reader = log_reader or (lambda: OllamaLogReader(log_location(ollama_log)))
+        self._log_reader: OllamaLogReader | None = None  # made at the first poll, for a local server only
+        self._log_reason_said: str | None = None
         self._facts_loader = facts_loader
         self._find_children = find_children or find_ollama_children
         self._facts: dict[tuple[str, str | None], ModelFacts | None] = {}
@@ -204,6 +250,17 @@ class OllamaProbe(HttpProbe):
             client.close()
         self._child_clients.clear()
         super().close()
+
+    @property
+    def log_reason(self) -> str | None:
+        """Why truncation warnings cannot be read from Ollama's log now (None while they can, and for
+        a server on another machine, whose log is out of reach)."""
+        return self._log_reader.reason if self._log_reader is not None else None
+
+    @property
+    def log_where(self) -> str | None:
+        """What is read for them: the log file's path, `journalctl -u ollama`, or "nothing"."""
+        return self._log_reader.where if self._log_reader is not None else None
 
     # -- internals
 
@@ -233,7 +290,28 @@ class OllamaProbe(HttpProbe):
             models.append(reading)
 
         pid = next((c.parent_pid for c in children.values() if c.parent_pid), None) or self._server_pid(now)
-        return ServerReading(self.kind, self.url, "ok", version=version, models=tuple(models), pid=pid)
+        finished = self._truncations(models, version) if self._local else ()
+        return ServerReading(
+            self.kind, self.url, "ok", version=version, models=tuple(models), finished=finished, pid=pid
+        )
+
+    def _truncations(
+        self, models: Sequence[ModelReading], version: str | None
+    ) -> tuple[FinishedRequest, ...]:
+        """The warnings Ollama's log gained since the last poll, as request records (local servers only)."""
+        if self._log_reader is None:
+            self._log_reader = self._make_log_reader()
+        lines = self._log_reader.poll()
+        reason = self._log_reader.reason
+        if reason != self._log_reason_said:
+            self._log_reason_said = reason
+            where = self._log_reader.where
+            log.info("ollama %s: prompt truncation from %s: %s", self.url, where, reason or "reading")
+        if not lines:
+            return ()
+        loaded = [(m.name, m.context_length) for m in models]
+        now_wall_s = time.time()
+        return tuple(truncation_record(line, loaded, version, now_wall_s) for line in lines)
 
     def _load_facts(self, keys: list[tuple[str, str | None]], now: float) -> None:
         missing = [k for k in keys if k not in self._facts and self._show_retry_at.get(k, -1e18) <= now]
