@@ -325,3 +325,39 @@ def test_other_client_errors_are_no_overflow(status: int) -> None:
     ticks = Ticks()
     ticks.tick(llama_reading(at(1, model=GEMMA_NAME, http_status=status)), CPU_HOST)
     assert ticks.overflow_alerts() == []
+
+
+def test_a_proxied_ollama_keeps_the_logs_exact_count_and_stores_one_row() -> None:
+    log_record = at(
+        1, model="llama3.1:8b", source="ollama-log", prompt_tokens=4096, prompt_tokens_sent=7268,
+        prompt_sent_exact=True, context_limit_tokens=4096,
+    )  # fmt: skip
+    # The same request as the proxy saw it when it ended: prompt_eval_count 4,096, ~7,700 estimated.
+    proxy_record = at(
+        9, model="llama3.1:8b", source="proxy", http_status=200, prompt_tokens=4096, decode_tokens=120,
+        prompt_tokens_sent=7700, prompt_sent_exact=False, stop_reason="stop",
+    )  # fmt: skip
+    hw = hardware(10_000_000_000)
+    ticks = Ticks()
+    first = ticks.tick(replace(ollama_reading(log_record), proxied=True), hw)
+    assert first.requests == ()  # the proxy stores the request: the log line only informs the alert
+    last = ticks.tick(replace(ollama_reading(proxy_record), proxied=True), hw)
+    assert [r.source for r in last.requests] == ["proxy"]
+    alerts = ticks.overflow_alerts()
+    assert len({a.id for a in alerts}) == 1
+    assert alerts[-1].evidence["tokens_sent"] == 7268 and alerts[-1].evidence["tokens_sent_exact"] is True
+
+
+def test_an_unproxied_ollamas_log_line_is_the_requests_record() -> None:
+    log_record = at(
+        1, model="llama3.1:8b", source="ollama-log", prompt_tokens=4096, prompt_tokens_sent=7268,
+        prompt_sent_exact=True, context_limit_tokens=4096,
+    )  # fmt: skip
+    snap = Ticks().tick(ollama_reading(log_record), hardware(10_000_000_000))
+    (row,) = snap.requests
+    assert (row.source, row.prompt_tokens_sent, row.prompt_tokens, row.context_limit_tokens) == (
+        "ollama-log",
+        7268,
+        4096,
+        4096,
+    )

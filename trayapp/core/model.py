@@ -222,6 +222,11 @@ class CounterReading:
     process_start_s: float | None = None  # llama-server Process-Start-Time-Unix header
 
 
+# Records read from a server's own log lines: a request's context numbers, no rates. Where a recording
+# proxy also records the server's requests, they only inform the diagnosis (the proxy's record is the
+# request's row).
+LOG_SOURCES = frozenset({"ollama-log", "llamacpp-log"})
+
 # Why an answer ended: "stop" (the model ended it, or a stop word), "length" (a length limit: the
 # client's max_tokens, or the context; `max_tokens_requested` and the context size tell which),
 # "context" (the server says it ran out of context: llama-server's `truncated`), "other".

@@ -126,6 +126,17 @@ def _overflow(record: RequestRecord, cause: OverflowCause, limit: int, *, kept: 
     )
 
 
+def _same_request_less_exact(remembered: _Remembered, overflow: Overflow) -> bool:
+    known = remembered.overflow
+    return (
+        known.sent_exact
+        and not overflow.sent_exact
+        and known.cause == overflow.cause
+        and known.tokens_kept == overflow.tokens_kept
+        and 0 <= overflow.finished_wall_s - known.finished_wall_s <= OVERFLOW_HOLD_S
+    )
+
+
 def _fits(record: RequestRecord) -> bool:
     """A request that shows it fitted: answered, nothing cut, its counts known."""
     ok = record.http_status is None or 200 <= record.http_status < 300
@@ -157,6 +168,12 @@ class OverflowWatch:
         remembered = self._by_model.get(key)
         for record in sorted(requests, key=lambda r: r.finished_wall_s):
             overflow = overflow_of(record, status.context_length)
+            if (
+                overflow is not None
+                and remembered is not None
+                and _same_request_less_exact(remembered, overflow)
+            ):
+                continue  # the proxy's estimate of a request the server's log counted exactly
             if overflow is not None:
                 needed = overflow.tokens_needed()
                 if remembered is not None:

@@ -21,6 +21,7 @@ from trayapp.core.diagnosis_tracker import DiagnosisTracker, ServerDiagnosisInpu
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
+    LOG_SOURCES,
     Alert,
     Baseline,
     HardwareSnapshot,
@@ -106,7 +107,8 @@ class Pipeline:
             machine = machines.get(reading.url, default_machine)
             tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, priors)
             servers.append(tick.status)
-            requests.extend(tick.requests)
+            # a proxy records every request of its server: the log's account of one only informs diagnosis
+            requests.extend(r for r in tick.requests if not (reading.proxied and r.source in LOG_SOURCES))
             sessions.extend(tick.sessions)
             local = reading.url not in machines
             to_diagnose.append(ServerDiagnosisInput(tick.status, tick.requests, machine, local))
