@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from trayapp.core.model import FinishedRequest
+from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.runner import ProxyThread
 from trayapp.services.proxy.server import Route
@@ -45,11 +46,22 @@ class RunningProxy:
 
 @contextmanager
 def running_proxy(
-    upstream_url: str, kind: str = "openai", token: str | None = None, prompts: PromptBoard | None = None
+    upstream_url: str,
+    kind: str = "openai",
+    token: str | None = None,
+    prompts: PromptBoard | None = None,
+    inbox: RecordInbox | None = None,
 ) -> Iterator[RunningProxy]:
-    """`prompts`: where the lengths of the prompts being read go (a monitor's RecordInbox)."""
+    """`prompts`: where the lengths of the prompts being read go (a monitor's RecordInbox); `inbox`: a
+    monitor's inbox that also gets every record and every prompt length, as the tray wires its proxy."""
     records = Records()
-    thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], records.add, prompts)
+
+    def sink(route: Route, record: FinishedRequest) -> None:
+        if inbox is not None:
+            inbox.put(route.upstream_url, record)
+        records.add(route, record)
+
+    thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], sink, prompts or inbox)
     (url,) = thread.start()
     try:
         yield RunningProxy(url, records)
