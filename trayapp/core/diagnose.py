@@ -15,7 +15,20 @@ from dataclasses import dataclass
 from statistics import median
 from typing import NamedTuple
 
+from trayapp.core import physics
 from trayapp.core.alert_kinds import ALERT_KINDS, AlertKindName
+from trayapp.core.fixes import (
+    CONTEXT_STEP_TOKENS,
+    KV_FIX_TYPE,
+    NVIDIA_SMI_PERFORMANCE,
+    context_size_commands,
+    kv_cache_commands,
+    kv_cache_where,
+    no_speculation_commands,
+    report_command,
+    round_up_context,
+    unload_commands,
+)
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Baseline,
@@ -26,7 +39,7 @@ from trayapp.core.model import (
     ServerStatus,
     Severity,
 )
-from trayapp.core.offload import offload_finding
+from trayapp.core.offload import free_gpu_bytes, offload_finding, parallel_slots
 from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.placement import ceiling_for
 from trayapp.core.quants import kv_is_full_precision
@@ -193,13 +206,26 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
         f"({format_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
     )
     fix = "Start a fresh conversation or trim the context"
+    commands: tuple[str, ...] = ()
     if kv_is_full_precision(view.machine.kv_type):
+        commands = kv_cache_commands(view.server.kind, model.name, KV_FIX_TYPE)
+        where = "" if commands else f" ({kv_cache_where(view.server.kind, KV_FIX_TYPE)})"
         fix += (
-            "; or enable flash attention and a q8_0 KV cache (--cache-type-k/v q8_0, "
-            "OLLAMA_KV_CACHE_TYPE=q8_0), which about halves the KV bytes read per token"
+            f"; or enable flash attention and a {KV_FIX_TYPE} KV cache{where}, "
+            "which about halves the KV bytes read per token"
         )
     fix += "."
-    return Finding("kv_slowdown", "warning", view.server.url, model.name, message, fix, evidence, score=drop)
+    return Finding(
+        "kv_slowdown",
+        "warning",
+        view.server.url,
+        model.name,
+        message,
+        fix,
+        evidence,
+        score=drop,
+        fix_commands=commands,
+    )
 
 
 def _context_full(view: ModelView, t: Thresholds) -> Finding | None:
@@ -214,13 +240,56 @@ def _context_full(view: ModelView, t: Thresholds) -> Finding | None:
         f"{model.name}'s context is {fill * 100:.0f} % full ({format_tokens(model.context_tokens)} of "
         f"{format_tokens(model.context_length)} tokens): the server will truncate or shift it soon."
     )
-    fix = "Start a new conversation, or raise the context size (num_ctx / -c) if memory allows."
+    fix, commands = _raise_context_fix(view)
     evidence = {
         "context_tokens": model.context_tokens,
         "context_length": model.context_length,
         "fill": round(fill, 3),
     }
-    return Finding("context_full", severity, view.server.url, model.name, message, fix, evidence, score=fill)
+    return Finding(
+        "context_full",
+        severity,
+        view.server.url,
+        model.name,
+        message,
+        fix,
+        evidence,
+        score=fill,
+        fix_commands=commands,
+    )
+
+
+def _raise_context_fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
+    """A new conversation, or a context twice as large (in whole 1k steps), capped by the model's
+    training and by what fits in GPU memory beside the weights when both are known; the commands
+    that set that context on this server (the same number)."""
+    model, machine = view.model, view.machine
+    current = model.context_length or 0
+    target = round_up_context(2 * current)
+    limit = ""
+    facts = model.facts
+    if facts is not None and facts.context_train and facts.context_train < target:
+        target = facts.context_train
+        limit = f"the model was trained on {format_tokens(target)} tokens"
+    free = free_gpu_bytes(view)
+    checked = False
+    if facts is not None and facts.kv is not None and free is not None and facts.source != "size":
+        fits = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free, machine.kv_type)
+        if fits is not None:
+            checked = True
+            fits_per_request = fits // parallel_slots(view) // CONTEXT_STEP_TOKENS * CONTEXT_STEP_TOKENS
+            if fits_per_request < target:
+                target = fits_per_request
+                limit = "a larger context does not fit in GPU memory beside the model"
+    if target <= current:
+        return f"Start a new conversation: {limit or 'the context cannot grow'}.", ()
+    slots = parallel_slots(view)
+    commands = context_size_commands(view.server.kind, model.name, target, parallel_slots=slots)
+    memory = "it fits in GPU memory" if checked else "if memory allows"
+    return (
+        f"Start a new conversation, or raise the context to {format_tokens(target)} tokens ({memory}).",
+        commands,
+    )
 
 
 def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
@@ -241,6 +310,9 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
             "a drafter whose drafts are rejected slows every step"
         )
         fix += " Or compare without speculative decoding (--spec-type none)."
+        commands = no_speculation_commands(view.server.kind, model.name)
+    else:
+        commands = ()
     evidence = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
     return Finding(
         "below_floor",
@@ -252,6 +324,7 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
         evidence,
         cause=cause,
         score=-rate,
+        fix_commands=commands,
     )
 
 
@@ -292,8 +365,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     if cause:
         message += f" Likely: {cause}."
     fix = (
-        "Check cooling and power limits (nvidia-smi -q -d PERFORMANCE), close other GPU work, "
-        "update the server."
+        f"Check cooling and power limits ({NVIDIA_SMI_PERFORMANCE}), close other GPU work, update the server."
     )
     evidence = {
         "decode_tok_s": round(rate, 2),
@@ -304,7 +376,16 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         "cpu_percent": view.cpu_percent,
     }
     return Finding(
-        "low_efficiency", "warning", view.server.url, model.name, message, fix, evidence, cause, 1 - share
+        "low_efficiency",
+        "warning",
+        view.server.url,
+        model.name,
+        message,
+        fix,
+        evidence,
+        cause,
+        1 - share,
+        fix_commands=(NVIDIA_SMI_PERFORMANCE,),
     )
 
 
@@ -346,6 +427,7 @@ def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
         _spec_fix(kind),
         evidence,
         score=score,
+        fix_commands=no_speculation_commands(view.server.kind, model.name),
     )
 
 
@@ -410,6 +492,7 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         if versions
         else f"Check what changed since the baseline {kind}: drivers, server flags, other GPU work."
     )
+    commands = (report_command(model.session_id),) if versions else ()
     evidence = {
         "decode_tok_s": round(now_rate, 2),
         "baseline_tok_s": round(base.decode_tok_s, 2),
@@ -421,7 +504,17 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         "baseline_version": old_v,
         "version": new_v,
     }
-    return Finding("regression", "warning", view.server.url, model.name, message, fix, evidence, score=drop)
+    return Finding(
+        "regression",
+        "warning",
+        view.server.url,
+        model.name,
+        message,
+        fix,
+        evidence,
+        score=drop,
+        fix_commands=commands,
+    )
 
 
 def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
@@ -453,8 +546,13 @@ def diagnose_server(server: ServerStatus, was_up: bool) -> list[Finding]:
     return []
 
 
-def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding]:
+def diagnose_hardware(
+    hardware: HardwareSnapshot, t: Thresholds, servers: Sequence[ServerStatus] = ()
+) -> list[Finding]:
+    """GPU-wide findings. `servers`: this machine's servers, whose idle models a `vram_pressure` fix
+    names (and unloads, where the server has a command for it)."""
     findings: list[Finding] = []
+    idle = _idle_models(servers)
     for gpu in hardware.gpus:
         if not gpu.vram_total_bytes or gpu.vram_used_bytes is None or gpu.unified_memory:
             continue
@@ -471,6 +569,11 @@ def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding
         if who:
             message += f" Largest users: {who}."
         fix = "Unload idle models (ollama stop, LM Studio eject) or close other GPU programs."
+        commands: tuple[str, ...] = ()
+        if idle:
+            names = ", ".join(name for _, name in idle)
+            fix = f"Unload idle models ({names}) or close other GPU programs."
+            commands = tuple(c for kind, name in idle for c in unload_commands(kind, name))
         evidence = {
             "vram_free_bytes": free,
             "vram_total_bytes": gpu.vram_total_bytes,
@@ -478,7 +581,34 @@ def diagnose_hardware(hardware: HardwareSnapshot, t: Thresholds) -> list[Finding
         }
         findings.append(
             Finding(
-                "vram_pressure", "warning", f"gpu:{gpu.index}", None, message, fix, evidence, score=-free_pct
+                "vram_pressure",
+                "warning",
+                f"gpu:{gpu.index}",
+                None,
+                message,
+                fix,
+                evidence,
+                score=-free_pct,
+                fix_commands=commands,
             )
         )
     return findings
+
+
+IDLE_MODELS_NAMED = 3  # a vram_pressure fix names at most this many idle models, the largest first
+
+
+def _idle_models(servers: Sequence[ServerStatus]) -> list[tuple[str, str]]:
+    """(server kind, model name) of the idle models in GPU memory that their server can unload
+    (Ollama, LM Studio: a llama-server's one model goes only with the server), largest first."""
+    idle = [
+        (model.vram_bytes or 0, server.kind, model.name)
+        for server in servers
+        if server.status == "ok"
+        for model in server.models
+        if model.phase == "idle"
+        and (model.vram_bytes is None or model.vram_bytes > 0)
+        and unload_commands(server.kind, model.name)  # a server that can unload one and keep running
+    ]
+    idle.sort(key=lambda entry: -entry[0])
+    return [(kind, name) for _, kind, name in idle[:IDLE_MODELS_NAMED]]

@@ -10,6 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trayapp.core import physics
+from trayapp.core.fixes import (
+    KV_FIX_TYPE,
+    cpu_moe_commands,
+    gpu_fit_commands,
+    joined,
+    kv_cache_commands,
+    unload_commands,
+)
 from trayapp.core.model import Finding, GpuProcess, ModelFacts, Severity
 from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
@@ -50,7 +58,7 @@ def offload_finding(view: ModelView, t: Thresholds) -> Finding | None:
             "fully in GPU memory"
         )
     cause = _cause(view)
-    fix = _fix(view)
+    fix, commands = _fix(view)
     slowdown = (full / split) if full and split else None
     severity: Severity = (
         "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
@@ -70,6 +78,7 @@ def offload_finding(view: ModelView, t: Thresholds) -> Finding | None:
         evidence=evidence,
         cause=cause,
         score=cpu_share,
+        fix_commands=commands,
     )
 
 
@@ -129,9 +138,28 @@ def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
     return [(m.name, m.vram_bytes, True) for m in siblings if m.vram_bytes]
 
 
-def _fix(view: ModelView) -> str:
-    """The cheapest change that puts the whole model back in GPU memory, computed."""
+def parallel_slots(view: ModelView) -> int:
+    """How many requests share the model's context: llama-server's slots (each has the per-request
+    context, `-c` is their sum); 1 for the other kinds (their context is per request)."""
+    if view.server.kind != "llamacpp":
+        return 1
+    return max(view.model.parallel_slots or 1, 1)
+
+
+def free_gpu_bytes(view: ModelView) -> int | None:
+    """GPU memory this model may use: the machine's, less what other models and processes hold.
+    None without a GPU's capacity (or on unified memory, shared with everything else)."""
+    machine = view.machine
+    if not machine.has_gpu or machine.unified_memory or machine.fast_capacity_bytes is None:
+        return None
+    return machine.fast_capacity_bytes - sum(held for _, held, _ in _vram_holders(view))
+
+
+def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
+    """The cheapest change that puts the whole model back in GPU memory, computed, and the commands
+    that make it on this server (the same numbers: each option computes its figure once)."""
     model, machine = view.model, view.machine
+    kind, name = view.server.kind, model.name
     facts = model.facts
     capacity = machine.fast_capacity_bytes
     generic = (
@@ -139,31 +167,49 @@ def _fix(view: ModelView) -> str:
         "fits in GPU memory."
     )
     if facts is None or capacity is None or facts.source == "size":
-        return generic  # no real weights size: any number computed here would be a guess
+        return generic, ()  # no real weights size: any number computed here would be a guess
     holders = _vram_holders(view)
     free_for_model = capacity - sum(held for _, held, _ in holders)
-    context = model.context_length or 4096
+    slots = parallel_slots(view)
+    context = model.context_length or 4096  # per request
+    total = context * slots  # the KV cache holds every slot's context
     kv_type = machine.kv_type
     options: list[str] = []
+    commands: list[tuple[str, ...]] = []
 
     big = [h for h in holders if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
     if big:
-        name, held, is_model = max(big, key=lambda h: h[1])
+        holder, held, is_model = max(big, key=lambda h: h[1])
         verb = "unload" if is_model else "close"
-        options.append(f"{verb} {name}, which holds {format_gb(held)} of VRAM")
+        options.append(f"{verb} {holder}, which holds {format_gb(held)} of VRAM")
+        commands.append(unload_commands(kind, holder) if is_model else ())
     max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
-    if max_ctx is not None and 2048 <= max_ctx < context:
-        options.append(f"lower the context to {format_tokens(_round_down_ctx(max_ctx))} tokens")
+    if max_ctx is not None and 2048 <= max_ctx < total:
+        shorter = _round_down_ctx(max_ctx // slots)
+        options.append(f"lower the context to {format_tokens(shorter)} tokens")
+        commands.append(gpu_fit_commands(kind, name, shorter, parallel_slots=slots))
     if kv_type == "f16" and facts.kv is not None:
-        kv_q8 = physics.kv_cache_bytes(facts.kv, context, "q8_0")
+        kv_q8 = physics.kv_cache_bytes(facts.kv, total, KV_FIX_TYPE)
         if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
-            options.append("a q8_0 KV cache (with flash attention) keeps this context in GPU memory")
-    quant = _nearest_quant_that_fits(facts, context, kv_type, free_for_model)
+            options.append(
+                f"a {KV_FIX_TYPE} KV cache (with flash attention) keeps this context in GPU memory"
+            )
+            commands.append(kv_cache_commands(kind, name, KV_FIX_TYPE))
+    experts = cpu_moe_layers(facts, total, kv_type, free_for_model) if kind == "llamacpp" else None
+    if experts is not None:
+        layers, moved = experts
+        options.append(
+            f"keep the experts of the first {layers} layers ({format_gb(moved)}) in system RAM "
+            "and the rest of the model on the GPU"
+        )
+        commands.append(cpu_moe_commands(kind, name, layers))
+    quant = _nearest_quant_that_fits(facts, total, kv_type, free_for_model)
     if quant is None or (effective_bpw(quant) or 0) < Q4_BPW:
         # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.
-        shorter = _q4_with_shorter_context(facts, context, kv_type, free_for_model)
-        if shorter is not None:
-            options.append(f"{shorter[0]} with a context of {format_tokens(shorter[1])} tokens fits")
+        q4 = _q4_with_shorter_context(facts, total, kv_type, free_for_model)
+        if q4 is not None:
+            q4_context = _round_down_ctx(q4[1] // slots)
+            options.append(f"{q4[0]} with a context of {format_tokens(q4_context)} tokens fits")
     if quant is not None:
         text = f"{quant} fits at this context"
         note = quant_note(quant)
@@ -173,10 +219,39 @@ def _fix(view: ModelView) -> str:
     if not options:
         return (
             f"No common quantization of this model fits in the {format_gb(free_for_model)} of GPU memory "
-            "available at this context: use a smaller model (or accept the CPU speed)."
+            "available at this context: use a smaller model (or accept the CPU speed).",
+            (),
         )
     text = "; or ".join(options) + "."
-    return text[0].upper() + text[1:]
+    return text[0].upper() + text[1:], joined(*commands)
+
+
+def cpu_moe_layers(facts: ModelFacts, context: int, kv_type: str, capacity: int) -> tuple[int, int] | None:
+    """For an MoE model that does not fit: the fewest leading layers whose experts, moved to system
+    RAM (llama-server `--n-cpu-moe N`), leave the rest fitting in `capacity` beside the KV cache of
+    `context` tokens; and the bytes moved. None for a dense model, one that fits, or facts too thin.
+
+    Expert parameters = (total − active) ÷ (1 − used/count) (only used/count of them are read per
+    token); their bytes are that share of the weights, spread evenly over the layers (a leading
+    dense layer makes the share per layer a little larger than assumed: N errs on the side of fitting).
+    """
+    total, active = facts.parameter_count, facts.active_parameter_count
+    count, used = facts.expert_count, facts.expert_used_count
+    layers = facts.kv.n_layers if facts.kv is not None else None
+    if not (total and active and count and used and layers) or used >= count or active >= total:
+        return None
+    expert_params = (total - active) / (1 - used / count)
+    if not 0 < expert_params < total:
+        return None
+    per_layer = facts.weights_bytes * expert_params / total / layers
+    kv = physics.kv_cache_bytes(facts.kv, context, kv_type)
+    if physics.required_bytes(facts.weights_bytes, kv) <= capacity:
+        return None
+    for n in range(1, layers + 1):
+        moved = round(per_layer * n)
+        if physics.required_bytes(facts.weights_bytes - moved, kv) <= capacity:
+            return n, moved
+    return None
 
 
 def _process_name(process: GpuProcess) -> str:

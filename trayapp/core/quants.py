@@ -150,6 +150,9 @@ EFFECTIVE_BPW: dict[str, float] = {
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 KV_TYPES: tuple[KvType, ...] = get_args(KvType)
 
+# The types Ollama's OLLAMA_KV_CACHE_TYPE takes (its docs/faq): a fix offers no other there.
+OLLAMA_KV_TYPES: tuple[KvType, ...] = ("f16", "q8_0", "q4_0")
+
 # KV-cache bytes per element by cache type.
 KV_BYTES_PER_ELEMENT: dict[KvType, float] = {
     "f32": 4.0,
