@@ -28,10 +28,12 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.llama import LlamaServer, free_port, generate_in_background
 from tests.support.memory_keyring import SEED_ENV, SeededMemoryKeyring
+from tests.support.proxy import running_proxy
 from trayapp.config import paths
 from trayapp.config.settings import Settings, load_settings
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.services.monitor import Monitor
+from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources.secrets import SERVICE
 
 pytestmark = pytest.mark.llamacpp
@@ -130,6 +132,26 @@ def _generate_while_ticking(monitor: Monitor, server: LlamaServer, canaries: Can
     return snapshots
 
 
+def _overflow_through_proxy(
+    monitor: Monitor, server: LlamaServer, inbox: RecordInbox, canaries: Canaries
+) -> list[Snapshot]:
+    """A canary prompt longer than the context, through the recording proxy (#20): refused, recorded
+    with its counts, alerted on with a fix — and its text kept nowhere."""
+    inbox.set_upstreams([server.url])
+    prompt = f"{canaries.prompt} " * (server.ctx_size // 8)  # ~20 tokens each: well over the context
+    headers = {"Authorization": f"Bearer {canaries.env_key}"}
+    with running_proxy(server.url, "llamacpp", inbox=inbox) as proxy:
+        with httpx.Client(trust_env=False, timeout=120) as client:
+            answer = client.post(
+                proxy.url + "/completion", json={"prompt": prompt, "n_predict": 8}, headers=headers
+            )
+        assert answer.status_code == 400, answer.text[:300]
+        proxy.records.wait_for(1)
+        snapshots = [monitor.tick()]
+    assert any(a.kind == "context_overflow" for a in snapshots[-1].alerts), snapshots[-1].alerts
+    return snapshots
+
+
 def _home_files(home: Path) -> dict[Path, bytes]:
     """Every file under LLM_TRAY_HOME but the user's own config.toml, as raw bytes."""
     own = paths.config_file().resolve()
@@ -197,15 +219,18 @@ def test_no_canary_anywhere(
         for error in loaded.errors:
             logging.getLogger("trayapp.app.tray_app").warning("config: %s", error)  # as the tray logs them
 
+        inbox = RecordInbox()  # the tray's proxy inbox: upstreams set when the proxy starts, below
         monitor = Monitor(
             loaded.settings,
             discover=False,
             record=True,
             measure_ram=False,
             profile=HardwareProfile(ram_bandwidth_gbps=float(RAM_GBPS)),
+            proxy_inbox=inbox,
         )
         try:
             snapshots = _generate_while_ticking(monitor, server, canaries)
+            snapshots += _overflow_through_proxy(monitor, server, inbox, canaries)
             live = next(s for s in reversed(snapshots) if any(m.decode_tok_s for _, m in s.models()))
             statuses = {s.url: s.status for s in live.servers}
             assert statuses == {server.url: "ok", keyring_url: "ok"}, statuses  # both keys really used
