@@ -77,9 +77,15 @@ def llama_reading(*finished: FinishedRequest, slots: int = 1, n_ctx: int = 256) 
     )
 
 
-def ollama_reading(*finished: FinishedRequest, n_ctx: int = 4096) -> ServerReading:
+OLD_OLLAMA = "0.12.3"  # its runner keeps num_ctx tokens of a longer prompt (limit = new = num_ctx)
+NEW_OLLAMA = "0.31.0"  # v0.30.11+ keeps about half the context for the answer (limit = new ≈ num_ctx / 2)
+
+
+def ollama_reading(*finished: FinishedRequest, n_ctx: int = 4096, version: str = OLD_OLLAMA) -> ServerReading:
     model = ModelReading(name="llama3.1:8b", context_length=n_ctx, facts=LLAMA_8B, vram_bytes=6_000_000_000)
-    return ServerReading(kind="ollama", url=OLLAMA_URL, status="ok", models=(model,), finished=finished)
+    return ServerReading(
+        kind="ollama", url=OLLAMA_URL, status="ok", version=version, models=(model,), finished=finished
+    )
 
 
 class Ticks:
@@ -158,6 +164,36 @@ def test_a_bigger_context_that_does_not_fit_says_what_spills() -> None:
     assert "only 5.8 GB of VRAM is free, so about" in alert.fix and "would move to the CPU" in alert.fix
     now, then = alert.evidence["ceiling_tok_s_now"], alert.evidence["ceiling_tok_s_then"]
     assert isinstance(now, float) and isinstance(then, float) and then < now
+
+
+def test_a_new_ollama_needs_twice_the_prompt() -> None:
+    # v0.31's log line for num_ctx 4096 and keep 4: limit = 4096 − max((4096 − 4) // 2, 1) = 2050,
+    # as in a user's log: `limit=2050 prompt=8707 keep=4 new=2050`.
+    log_record = at(
+        1, model="llama3.1:8b", source="ollama-log", prompt_tokens=2050, prompt_tokens_sent=8707,
+        prompt_sent_exact=True, context_limit_tokens=4096,
+    )  # fmt: skip
+    ticks = Ticks()
+    ticks.tick(ollama_reading(log_record, version=NEW_OLLAMA), hardware(10_000_000_000))
+    (alert,) = ticks.overflow_alerts()
+    assert alert.message.startswith("Ollama kept 2,050 of your 8,707 prompt tokens (num_ctx 4096)")
+    # 8,707 + 1,024 → 10,240, but that keeps only 10,240 − 5,118 = 5,122 of a prompt; the first whole
+    # 1,024 that keeps 8,707: 17,408 keeps 17,408 − 8,702 = 8,706 (one short); 18,432 keeps 9,218.
+    assert alert.evidence["context_needed_tokens"] == 18_432
+    assert alert.evidence["kv_extra_bytes"] == (18_432 - 4096) * 131_072 == 1_879_048_192
+    assert "OLLAMA_CONTEXT_LENGTH=18432 ollama serve" in alert.fix_commands
+
+
+def test_an_estimate_counts_when_a_new_ollama_cut_it_to_half_the_context() -> None:
+    record = at(1, model="llama3.1:8b", prompt_tokens=2050, decode_tokens=9, prompt_tokens_sent=3000)
+    ticks = Ticks()
+    ticks.tick(ollama_reading(record, version=NEW_OLLAMA), hardware(10_000_000_000))
+    (alert,) = ticks.overflow_alerts()
+    assert "kept 2,050 of your ~3,000 prompt tokens" in alert.message
+    # the same counts on the old runner (which would have kept 4,096): a prompt that fitted
+    ticks = Ticks()
+    ticks.tick(ollama_reading(record, version=OLD_OLLAMA), hardware(10_000_000_000))
+    assert ticks.overflow_alerts() == []
 
 
 def test_an_estimated_prompt_counts_only_when_the_kept_tokens_fill_the_context() -> None:

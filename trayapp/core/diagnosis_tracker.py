@@ -121,7 +121,7 @@ class DiagnosisTracker:
             )
             found = diagnose_model(view, self.thresholds)
             had_overflow = self._overflows.known(key)
-            overflow = self._overflows.update(key, status, own, now_wall_s)
+            overflow = self._overflows.update(server, status, own, now_wall_s)
             if overflow is not None:
                 local_hardware = hardware if server_input.local else None
                 found.append(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trayapp.core import physics
-from trayapp.core.fixes import context_size_commands, round_up_context
+from trayapp.core.fixes import CONTEXT_STEP_TOKENS, context_size_commands, round_up_context
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Finding,
@@ -46,6 +46,7 @@ OverflowCause = Literal["rejected", "truncated", "cut_short"]
 OVERFLOW_HOLD_S = 600.0  # an overflow not seen again for this long is no longer news
 ANSWER_ROOM_TOKENS = 1024  # room for an answer when the client set no max_tokens
 FULL_CONTEXT_SHARE = 0.98  # an estimated prompt counts as truncated when the kept tokens fill this much
+OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep (api/types.go): the head of a prompt it always keeps
 
 
 def context_setting(kind: str, per_request_tokens: int, parallel_slots: int = 1) -> str:
@@ -72,8 +73,9 @@ class Overflow:
     source: str  # where the record came from: "proxy", "ollama-log", "server", …
     finished_wall_s: float
 
-    def tokens_needed(self) -> int:
-        """The context this request needed: its prompt and room for its answer."""
+    def prompt_and_answer(self) -> tuple[int, int]:
+        """What this request needed room for: its prompt, and its answer (the client's max_tokens;
+        else twice what came before a cut, at least `ANSWER_ROOM_TOKENS`)."""
         prompt = self.tokens_sent or self.tokens_kept or self.context_tokens
         if self.max_tokens is not None:
             room = self.max_tokens
@@ -81,11 +83,61 @@ class Overflow:
             room = max(2 * self.answer_tokens, ANSWER_ROOM_TOKENS)
         else:
             room = ANSWER_ROOM_TOKENS
-        return prompt + room
+        return prompt, room
 
 
-def overflow_of(record: RequestRecord, context_length: int | None) -> Overflow | None:
-    """The overflow this finished request shows, or None when it fit (or nothing says)."""
+# --------------------------------------------------------------------------- Ollama's cut, by version
+
+
+def _version(version: str | None) -> tuple[int, int, int] | None:
+    """'0.30.9-rc2' → (0, 30, 9); None for an unknown or development version."""
+    parts = (version or "").lstrip("v").split("-")[0].split(".")
+    if len(parts) < 3 or not all(p.isdigit() for p in parts[:3]):
+        return None
+    numbers = (int(parts[0]), int(parts[1]), int(parts[2]))
+    return None if numbers == (0, 0, 0) else numbers
+
+
+def ollama_whole_prompt_tokens(num_ctx: int, version: str | None, keep: int = OLLAMA_NUM_KEEP) -> int:
+    """The longest prompt an Ollama of `version` keeps whole in a context of `num_ctx` (what it cuts a
+    longer one to). v0.30.11+ leaves about half the context to the answer
+    (llm/llama_server.go `contextShiftPromptLimit`: num_ctx − max((num_ctx − keep) // 2, 1));
+    v0.30.0–v0.30.10 keep num_ctx − 1; the older Go runners num_ctx. Unknown: the newest rule (the
+    smallest room, so a fix computed with it holds on every version)."""
+    v = _version(version)
+    if v is not None and v < (0, 30, 0):
+        return num_ctx
+    if v is not None and v < (0, 30, 11):
+        return num_ctx - 1
+    keep = max(0, min(keep, num_ctx - 1))
+    return num_ctx - max((num_ctx - keep) // 2, 1) if num_ctx > 1 else 0
+
+
+def _cut_sizes(kind: str, num_ctx: int, version: str | None) -> frozenset[int]:
+    """What a server keeps of a prompt it cuts: the sizes a truncated prompt is left with."""
+    if kind != "ollama":
+        return frozenset({num_ctx, num_ctx - 1})
+    if _version(version) is not None:
+        keeps = (OLLAMA_NUM_KEEP, OLLAMA_NUM_KEEP + 1)  # +1: a BOS token the tokenizer adds
+        return frozenset(ollama_whole_prompt_tokens(num_ctx, version, k) for k in keeps)
+    return frozenset({num_ctx, num_ctx - 1, *(ollama_whole_prompt_tokens(num_ctx, None, k) for k in (4, 5))})
+
+
+def context_needed(kind: str, version: str | None, prompt_tokens: int, answer_tokens: int) -> int:
+    """The context size (a whole 1,024) that holds this prompt and answer on this server: Ollama
+    v0.30.11+ must be given about twice the prompt, as it keeps half the context for the answer."""
+    target = round_up_context(prompt_tokens + answer_tokens)
+    if kind == "ollama":
+        while ollama_whole_prompt_tokens(target, version) < prompt_tokens:
+            target += CONTEXT_STEP_TOKENS
+    return target
+
+
+def overflow_of(
+    record: RequestRecord, context_length: int | None, version: str | None = None
+) -> Overflow | None:
+    """The overflow this finished request shows, or None when it fit (or nothing says). `version`:
+    the server's, for what an Ollama keeps of a prompt it cuts."""
     limit = record.context_limit_tokens or context_length
     status = record.http_status
     if status is not None and 400 <= status < 500:
@@ -96,8 +148,11 @@ def overflow_of(record: RequestRecord, context_length: int | None) -> Overflow |
         return None
     sent, kept = record.prompt_tokens_sent, record.prompt_tokens
     if sent is not None and kept is not None and kept < sent:
-        fills_context = kept >= FULL_CONTEXT_SHARE * limit and sent > limit  # what an estimate needs
-        if record.prompt_sent_exact or fills_context:
+        # what an estimate needs: the kept tokens are what this server cuts a prompt to
+        cut_to_size = kept >= FULL_CONTEXT_SHARE * limit or kept in _cut_sizes(
+            record.server_kind, limit, version
+        )
+        if record.prompt_sent_exact or cut_to_size:
             return _overflow(record, "truncated", limit, kept=kept)
     if record.stop_reason == "context":
         return _overflow(record, "cut_short", limit, kept=kept)
@@ -146,7 +201,9 @@ def _fits(record: RequestRecord) -> bool:
 @dataclass
 class _Remembered:
     overflow: Overflow  # the latest
-    needed_tokens: int  # the most any overflow of this episode needed
+    prompt_tokens: int  # the longest prompt of this episode
+    answer_tokens: int  # the most answer room any request of it needed
+    context_needed: int  # the context that holds both on this server
     context_length: int | None  # the model's context when it overflowed
 
 
@@ -158,16 +215,17 @@ class OverflowWatch:
 
     def update(
         self,
-        key: ModelKey,
+        server: ServerStatus,
         status: ModelStatus,
         requests: Sequence[RequestRecord],
         now_wall_s: float,
     ) -> tuple[Overflow, int] | None:
         """Fold in this tick's finished requests of one model; (latest overflow, context needed) while
         its episode lasts, None once it is over (or there was none)."""
+        key = (server.url, status.name)
         remembered = self._by_model.get(key)
         for record in sorted(requests, key=lambda r: r.finished_wall_s):
-            overflow = overflow_of(record, status.context_length)
+            overflow = overflow_of(record, status.context_length, server.version)
             if (
                 overflow is not None
                 and remembered is not None
@@ -175,10 +233,14 @@ class OverflowWatch:
             ):
                 continue  # the proxy's estimate of a request the server's log counted exactly
             if overflow is not None:
-                needed = overflow.tokens_needed()
+                prompt, answer = overflow.prompt_and_answer()
                 if remembered is not None:
-                    needed = max(needed, remembered.needed_tokens)
-                remembered = _Remembered(overflow, needed, status.context_length)
+                    prompt, answer = (
+                        max(prompt, remembered.prompt_tokens),
+                        max(answer, remembered.answer_tokens),
+                    )
+                needed = context_needed(server.kind, server.version, prompt, answer)
+                remembered = _Remembered(overflow, prompt, answer, needed, status.context_length)
             elif remembered is not None and _fits(record):
                 remembered = None  # a request of this model fitted: the cause is gone
         if remembered is not None:
@@ -186,7 +248,7 @@ class OverflowWatch:
             if (
                 grown
                 and status.context_length is not None
-                and status.context_length >= remembered.needed_tokens
+                and status.context_length >= remembered.context_needed
             ):
                 remembered = None  # reloaded with the context it needed
             elif now_wall_s - remembered.overflow.finished_wall_s > OVERFLOW_HOLD_S:
@@ -195,7 +257,7 @@ class OverflowWatch:
             self._by_model.pop(key, None)
             return None
         self._by_model[key] = remembered
-        return remembered.overflow, remembered.needed_tokens
+        return remembered.overflow, remembered.context_needed
 
     def known(self, key: ModelKey) -> bool:
         return key in self._by_model
@@ -205,7 +267,7 @@ def overflow_finding(
     server: ServerStatus,
     model: ModelStatus,
     overflow: Overflow,
-    needed_tokens: int,
+    context_needed_tokens: int,
     machine: Machine,
     hardware: HardwareSnapshot | None,
 ) -> Finding:
@@ -215,7 +277,7 @@ def overflow_finding(
     label = server_label(server.kind)
     slots = model.parallel_slots or 1
     message = _message(label, server.kind, overflow, slots)
-    target = round_up_context(needed_tokens)
+    target = context_needed_tokens
     train = model.facts.context_train if model.facts is not None else None
     beyond_training = train is not None and target > train
     if beyond_training and train is not None:
