@@ -108,7 +108,8 @@ def test_status_reports_exactly_one_offload_alert(fake_ollama: FakeOllama) -> No
     full, split = evidence["expected_full_gpu_tok_s"], evidence["expected_split_tok_s"]
     assert full and split and split < full / 2
     assert "52 %" in alert["message"]
-    assert "fits" in alert["fix"]  # a computed fix: a quantization / context that fits, or what to unload
+    # a computed fix: a quantization / context that fits, or what to unload; with its commands (#20)
+    assert "fits" in alert["fix"]["text"] and isinstance(alert["fix"]["commands"], list)
     for key in ("id", "severity", "since", "message"):
         assert alert[key]
     assert alert["since"].endswith("Z")

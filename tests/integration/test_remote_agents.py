@@ -206,7 +206,9 @@ def test_two_machines_in_one_tray(
     (offload,) = [a for a in snapshot.alerts if a.machine == "box-b"]
     (theirs,) = box_b.own_doc()["alerts"]
     assert offload.id == f"box-b/{theirs['id']}" and offload.kind == theirs["kind"] == "offload"
-    assert (offload.message, offload.fix, offload.severity) == (theirs["message"], theirs["fix"], "critical")
+    theirs_fix = (theirs["fix"]["text"], tuple(theirs["fix"]["commands"]))
+    assert (offload.message, offload.severity) == (theirs["message"], "critical")
+    assert (offload.fix, offload.fix_commands) == theirs_fix  # the text and the commands to copy (#20)
     assert offload.server == server_b.url and offload.model == "qwen3:30b"
     assert not [a for a in snapshot.alerts if a.machine is None]  # nothing raised here for a remote box
 

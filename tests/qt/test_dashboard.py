@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pyqtgraph as pg
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
 from tests.support.snapshots import (
@@ -175,6 +177,39 @@ def test_alert_list_and_focus(qtbot: QtBot, dash: Dashboard) -> None:
     texts = [dash.alert_list.item(i).text() for i in range(dash.alert_list.count())]
     assert any("Cause: Decode ~9 tok/s instead of ~48" in t for t in texts)
     assert not dash.focus_alert("nope")
+
+
+def test_copy_fix_puts_the_alerts_commands_on_the_clipboard(qtbot: QtBot, dash: Dashboard) -> None:
+    """#20: an alert whose fix has commands shows them with a "Copy fix" button; a click puts exactly
+    those lines on the clipboard. An alert without commands has no button."""
+    commands = (
+        "OLLAMA_CONTEXT_LENGTH=12288 ollama serve",
+        "printf 'FROM qwen3:30b\\nPARAMETER num_ctx 12288\\n' > Modelfile && "
+        "ollama create qwen3:30b-ctx12k -f Modelfile",
+        '"options": {"num_ctx": 12288}',
+    )
+    fixed = alert("offload-1", fix_commands=commands)
+    plain = replace(alert("floor-2", kind="below_floor"), message="decode under 3 tok/s", since_wall_s=T0 - 5)
+    dash.show()
+    qtbot.waitExposed(dash)
+    dash.update_snapshot(snap(0.0, server(model()), alerts=(fixed, plain)))
+    row = dash.alert_list.row_widget("offload-1")
+    assert row is not None and dash.alert_list.row_widget("floor-2") is None
+    assert row.commands_label.text() == "\n".join(commands)
+    assert "Fix: num_ctx ≤ 12k" in row.text_label.text()
+    texts = [dash.alert_list.item(i).text() for i in range(dash.alert_list.count())]
+    assert any(t.endswith("      " + commands[-1]) for t in texts)  # the item keeps it for search
+    assert row.copy_button.isVisible() and row.copy_button.text() == "Copy fix"
+    clipboard = QGuiApplication.clipboard()
+    clipboard.clear()
+    with qtbot.waitSignal(dash.alert_list.fix_copied) as copied:
+        qtbot.mouseClick(row.copy_button, Qt.MouseButton.LeftButton)
+    assert copied.args == ["offload-1"]
+    qtbot.waitUntil(lambda: clipboard.text() == "\n".join(commands))
+    assert row.copy_button.text() == "Copied ✓"
+    # The row is as tall as its wrapped text and commands need (the item does not clip it).
+    item = dash.alert_list.item(0)
+    assert item.sizeHint().height() >= row.heightForWidth(dash.alert_list.viewport().width())
 
 
 def test_banner(qtbot: QtBot, dash: Dashboard) -> None:

@@ -111,3 +111,14 @@ def test_notification_title_is_a_short_headline_and_the_body_keeps_the_numbers()
     title, body = notification_text(offload)
     assert title == "qwen3:30b spilled to the CPU (52 %)"
     assert "~9 tok/s instead of ~48" in body and "Fix: a context of 12k" in body
+
+
+def test_the_body_gives_the_first_command_and_where_to_copy_them_all() -> None:
+    """#20: a tray message has no buttons (Linux, macOS, Windows): the tray menu's "Copy fix" copies."""
+    commands = ("OLLAMA_CONTEXT_LENGTH=12288 ollama serve", '"options": {"num_ctx": 12288}')
+    offload = replace(alert(), evidence={"cpu_share": 0.52}, fix_commands=commands)
+    _title, body = notification_text(offload)
+    assert body.splitlines()[-2:] == [
+        f"Fix: {offload.fix}",
+        "“Copy fix” in the tray menu: OLLAMA_CONTEXT_LENGTH=12288 ollama serve (+1 more)",
+    ]

@@ -243,3 +243,22 @@ def test_offload_mark_in_the_menu_follows_the_threshold(tray: TrayController) ->
 def test_an_exact_rate_in_the_menu_has_no_mark() -> None:
     exact = server(model(rate=40.0, exact=True))
     assert server_line(exact) == "● llama-server 127.0.0.1:8080 — decoding 40 tok/s"
+
+
+def test_the_menu_copies_each_active_alerts_fix(qtbot: QtBot, tray: TrayController) -> None:
+    """#20: "Copy fix: <headline>" for each active alert with commands puts them on the clipboard,
+    one per line; alerts without commands, and ended ones, get no entry."""
+    commands = ("llama-server -c 16384 -np 2 -ngl 999", "llama-server -fa on -ctk q8_0 -ctv q8_0")
+    fixed = alert("offload-1", evidence={"cpu_share": 0.52}, fix_commands=commands)
+    plain = alert("floor-2", kind="below_floor")
+    ended = alert("offload-3", fix_commands=("ollama stop x",), ended_wall_s=2.0)
+    tray.update_snapshot(snap(1.0, server(model()), alerts=(fixed, plain, ended)))
+    tray.menu.aboutToShow.emit()
+    assert [a.text() for a in tray.fix_copy_actions] == ["Copy fix: qwen3:30b spilled to the CPU (52 %)"]
+    assert tray.fix_copy_actions[0].toolTip() == "\n".join(commands)
+    QGuiApplication.clipboard().clear()
+    tray.fix_copy_actions[0].trigger()
+    qtbot.waitUntil(lambda: QGuiApplication.clipboard().text() == "\n".join(commands))
+    tray.update_snapshot(snap(2.0, server(model()), alerts=(plain,)))
+    tray.menu.aboutToShow.emit()
+    assert tray.fix_copy_actions == []

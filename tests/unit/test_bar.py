@@ -89,7 +89,7 @@ def test_glance_json_speaks_for_the_tray_icons_model() -> None:
     assert doc["model"]["name"] == "llama3.1:8b" and doc["model"]["server"] == "127.0.0.1:8080"
     assert doc["model"]["efficiency"] == pytest.approx(42 / 62)
     assert [m["name"] for m in doc["models"]] == ["llama3.1:8b", "qwen3:30b"]
-    assert doc["alerts"] == [{**SPILL, "words": SPILL_WORDS}]
+    assert doc["alerts"] == [{**SPILL, "words": SPILL_WORDS, "commands": []}]  # s.alert() has no commands
     assert doc["tooltip"] == list(state.tooltip_lines)
     assert render("waybar", doc, max_width=None).startswith('{"text": "llama3.1:8b ~42 tok/s 68% ⚠ part')
 

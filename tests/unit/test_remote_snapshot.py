@@ -193,6 +193,24 @@ def test_every_field_of_the_document_lands_where_it_belongs() -> None:
     assert (alert.id, alert.kind, alert.severity) == ("offload-3f2a9c1d8e7b", "offload", "critical")
     assert alert.since_wall_s == 100.5 and alert.ended_wall_s is None
     assert alert.evidence == {"cpu_share": 0.25} and alert.fix == "Fix: a smaller context"
+    assert alert.fix_commands == ()  # DOC's fix is the plain string of an agent before #20
+
+
+def test_the_fix_is_read_in_both_forms() -> None:
+    """#20: `fix` is `{"text", "commands"}`; an older agent sends the text alone."""
+    doc = copy.deepcopy(DOC)
+    doc["alerts"][0]["fix"] = {
+        "text": "Lower the context to 4k tokens.",
+        "commands": ["llama-server -c 4096"],
+    }
+    (alert,) = snapshot_from_json(doc).alerts
+    assert (alert.fix, alert.fix_commands) == ("Lower the context to 4k tokens.", ("llama-server -c 4096",))
+    doc["alerts"][0]["fix"] = {"text": "Check the server.", "commands": []}
+    (alert,) = snapshot_from_json(doc).alerts
+    assert (alert.fix, alert.fix_commands) == ("Check the server.", ())
+    doc["alerts"][0]["fix"] = None
+    (alert,) = snapshot_from_json(doc).alerts
+    assert (alert.fix, alert.fix_commands) == ("", ())
 
 
 def test_tagging_names_the_machine_and_keeps_ids_apart() -> None:
@@ -233,6 +251,7 @@ def test_a_snapshot_survives_the_round_trip_through_its_document() -> None:
         fix="Fix: start a new chat",
         since_wall_s=s.T0 + 1.25,
         evidence={"drop_pct": 31.0},
+        fix_commands=("llama-server -fa on -ctk q8_0 -ctv q8_0",),
     )
     snap: Snapshot = s.snap(s.T0, s.server(s.model("llama3.1:8b", "decoding", 42.0)), alerts=(alert,))
     doc = snapshot_from_json(json.loads(json.dumps(snapshot_json(snap))))
@@ -259,6 +278,12 @@ def test_a_snapshot_survives_the_round_trip_through_its_document() -> None:
         (lambda d: d["servers"][0]["models"][0].update(active_streams=True), "active_streams"),
         (lambda d: d["alerts"][0].update(since="yesterday"), "yesterday"),
         (lambda d: d.update(hardware=[]), "hardware: expected an object"),
+        (lambda d: d["alerts"][0].update(fix=5), "fix: expected an object"),
+        (
+            lambda d: d["alerts"][0].update(fix={"text": "t", "commands": "-c 4096"}),
+            "commands: expected a list",
+        ),
+        (lambda d: d["alerts"][0].update(fix={"text": "t", "commands": [4096]}), "list of strings"),
     ],
 )
 def test_a_broken_document_is_refused_with_what_is_wrong(change: Any, message: str) -> None:

@@ -245,3 +245,28 @@ def test_a_bench_during_the_session_is_left_out_of_its_figures(tmp_path: Path) -
     assert row is not None and row.group(1) == "50.0 tok/s / 50.0 tok/s", row and row.group(1)
     median = re.search(r"Decode, median of samples</th><td>([^<]*)</td>", page)
     assert median is not None and median.group(1) == "50.0 tok/s"
+
+
+def test_the_fix_commands_are_shown_to_copy_and_escaped(tmp_path: Path) -> None:
+    """#20: the alert's fix commands (alerts.fix_commands_json) under its fix, one per line, escaped."""
+    path = tmp_path / "fix.sqlite3"
+    commands = (
+        "OLLAMA_FLASH_ATTENTION=1 OLLAMA_KV_CACHE_TYPE=q8_0 ollama serve",
+        '"options": {"num_ctx": 8192}',
+    )
+    alert = kv_alert(model="m", since_wall_s=T0 + 1, fix_commands=(*commands, "<b>"))
+    with Store(path) as store:
+        store.record(tick(T0, "m", "fix", 0, alerts=(alert,)), [session("fix", "m", T0, T0 + 10)])
+    with Store(path, writer=False) as store:
+        page = render_report(store)
+    lines = "\n".join(html_escaped(c) for c in (*commands, "<b>"))
+    assert f'<pre class="fix">{lines}</pre>' in page
+    assert "<b>" not in page.split('<pre class="fix">')[1].split("</pre>")[0]
+
+
+def test_stored_fix_commands_are_read_defensively() -> None:
+    from trayapp.sinks.report import fix_commands
+
+    assert fix_commands('["llama-server -c 4096", "x"]') == ["llama-server -c 4096", "x"]
+    assert fix_commands(None) == fix_commands("") == fix_commands("not json") == []  # rows before #20
+    assert fix_commands('{"a": 1}') == [] and fix_commands('["ok", 3]') == ["ok"]

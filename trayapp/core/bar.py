@@ -83,6 +83,7 @@ def glance_json(state: IconState, snapshot: Snapshot) -> dict[str, Any]:
                 "model": a.model,
                 "words": alert_label(a.kind),
                 "message": a.message,
+                "commands": list(a.fix_commands),  # the fix to copy (docs/json.md), often none
             }
             for a in alerts
         ],
@@ -227,6 +228,8 @@ def _menu(doc: Mapping[str, Any] | None, title: str, open_command: Sequence[str]
             lines.append(_menu_safe(bar_line(doc, None)))
         for alert in doc.get("alerts") or []:
             lines.append(f"⚠ {_menu_safe(alert['message'])} | color={COLOURS['alert'][0]}")
+            # its fix's commands as a submenu (`--`), to read off; a document before #20 has none
+            lines += [f"--{_menu_safe(command)} | font=Menlo" for command in alert.get("commands") or []]
     if open_command:
         params = " ".join(f"param{i}={shlex.quote(arg)}" for i, arg in enumerate(open_command[1:], 1))
         lines += ["---", f"Open dashboard | shell={shlex.quote(open_command[0])} {params} terminal=false"]

@@ -127,6 +127,7 @@ def _alert_lines(alert: Alert) -> list[str]:
     if alert.cause:
         lines.append(f"    cause: {alert.cause}")
     lines.append(f"    fix: {alert.fix}")
+    lines += [f"      {command}" for command in alert.fix_commands]
     if alert.evidence:
         evidence = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in alert.evidence.items()

@@ -292,11 +292,37 @@ def model_title(server: ServerStatus, model: ModelStatus) -> str:
     return f"{name} · {server_label(server.kind)}"
 
 
+def fix_clipboard_text(alert: Alert) -> str:
+    """What "Copy fix" (the dashboard's button, the tray menu's entry) puts on the clipboard: the
+    fix's commands, one per line; "" when it has none."""
+    return "\n".join(alert.fix_commands)
+
+
+def first_command(alert: Alert) -> str | None:
+    """The alert's first fix command, the others counted: 'llama-server -c 16384 (+1 more)'; None
+    when its fix has none."""
+    commands = alert.fix_commands
+    if not commands:
+        return None
+    more = f" (+{len(commands) - 1} more)" if len(commands) > 1 else ""
+    return f"{commands[0]}{more}"
+
+
+def fix_line(alert: Alert) -> str | None:
+    """The alert's fix in one tooltip line: 'fix: <first command>'; None when it has no command.
+    All of them: the dashboard's and the tray menu's "Copy fix"."""
+    command = first_command(alert)
+    return f"fix: {command}" if command else None
+
+
 def _alert_lines(alerts: tuple[Alert, ...]) -> list[str]:
     if not alerts:
         return []
     worst = sorted(alerts, key=lambda a: a.severity != "critical")[0]
     lines = [f"⚠ {worst.message}"]
+    fix = fix_line(worst)
+    if fix:
+        lines.append(fix)
     if len(alerts) > 1:
         lines.append(f"(+{len(alerts) - 1} more alert{'s' if len(alerts) > 2 else ''})")
     return lines

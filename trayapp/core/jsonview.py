@@ -128,6 +128,12 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
     }
 
 
+def fix_json(alert: Alert) -> dict[str, Any]:
+    """The fix: `text` in words, `commands` the exact lines to copy for the server that runs the model
+    (flags, a variable, a command; empty when the fix has none). llm-tray never runs them."""
+    return {"text": alert.fix, "commands": list(alert.fix_commands)}
+
+
 def alert_json(alert: Alert) -> dict[str, Any]:
     return {
         "id": alert.id,
@@ -136,7 +142,7 @@ def alert_json(alert: Alert) -> dict[str, Any]:
         "server": alert.server,
         "model": alert.model,
         "message": alert.message,
-        "fix": alert.fix,
+        "fix": fix_json(alert),
         "cause": alert.cause,
         "since": iso_utc(alert.since_wall_s),
         "ended": iso_utc(alert.ended_wall_s) if alert.ended_wall_s is not None else None,

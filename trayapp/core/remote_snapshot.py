@@ -225,6 +225,18 @@ def _ram_bandwidth_change(data: Mapping[str, Any]) -> RamBandwidthChange | None:
     return RamBandwidthChange(previous, now, changed_at_wall_s, _str(data, "reason") or "")
 
 
+def fix_from_json(value: Any) -> tuple[str, tuple[str, ...]]:
+    """An alert's `fix`: `{"text": ..., "commands": [...]}`, or the plain text an agent before #20
+    sends (no commands)."""
+    if value is None or isinstance(value, str):
+        return value or "", ()
+    fix = _table(value, "fix")
+    commands = _list(fix, "commands")
+    if not all(isinstance(command, str) for command in commands):
+        raise RemoteDocError("fix.commands: expected a list of strings")
+    return _str(fix, "text") or "", tuple(commands)
+
+
 def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
     """The alert; None for a kind this version does not know (a newer agent's): it has no label,
     headline or rules here."""
@@ -235,6 +247,7 @@ def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
     if kind is None:
         return None
     ended = _str(data, "ended")
+    fix_text, fix_commands = fix_from_json(data.get("fix"))
     return Alert(
         id=alert_id,
         kind=kind,
@@ -242,7 +255,8 @@ def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
         server=_str(data, "server") or "",
         model=_str(data, "model"),
         message=_str(data, "message") or "",
-        fix=_str(data, "fix") or "",
+        fix=fix_text,
+        fix_commands=fix_commands,
         since_wall_s=parse_iso_s(since),
         evidence=dict(_table(data.get("evidence") or {}, "evidence")),
         cause=_str(data, "cause"),

@@ -112,6 +112,7 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
         where = f"[{alert.machine}] " if alert.machine else ""
         lines.append(f"⚠ {where}[{alert.severity}] {alert.message}")
         lines.append(f"    {alert.fix}")
+        lines += [f"      {command}" for command in alert.fix_commands]  # to copy, one per line
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ with cause and fix. Every string from the store goes through `html.escape`.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -102,6 +103,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .alert.critical { border-color: #dc2626; background: #fef2f2; }
 .alert.info { border-color: #2563eb; background: #eff6ff; }
 .alert .kind { font-weight: 700; } .alert .when, .evidence { color: #5b6475; font-size: 12px; }
+.alert pre.fix { background: #fff; border: 1px solid #e5e7eb; padding: 6px 8px; margin: 4px 0 0;
+                 white-space: pre-wrap; font-size: 12px; }
 .none { color: #5b6475; font-style: italic; }
 footer { color: #8a93a3; font-size: 12px; margin-top: 32px; }
 """
@@ -181,6 +184,27 @@ def _hardware_table(hw: dict[str, object] | None) -> str:
     )
 
 
+def fix_commands(stored: object) -> list[str]:
+    """An alert's fix commands from its stored JSON list (`alerts.fix_commands_json`); [] for none,
+    a row from before they were kept, or a value that is not a list of strings."""
+    if not isinstance(stored, str) or not stored:
+        return []
+    try:
+        value = json.loads(stored)
+    except ValueError:
+        return []
+    return [c for c in value if isinstance(c, str)] if isinstance(value, list) else []
+
+
+def _commands_html(stored: object) -> str:
+    """The fix's commands, one per line, to copy (llm-tray never ran them)."""
+    commands = fix_commands(stored)
+    if not commands:
+        return ""
+    lines = "\n".join(commands)
+    return f'<pre class="fix">{_e(lines)}</pre>'
+
+
 def _alerts_html(alerts: Sequence[dict[str, object]]) -> str:
     if not alerts:
         return '<p class="none">No alerts during this session.</p>'
@@ -200,7 +224,7 @@ def _alerts_html(alerts: Sequence[dict[str, object]]) -> str:
             f'<div><span class="kind">{_e(a.get("kind"))}</span> ({severity}) — {_e(a.get("model"))} '
             f'<span class="when">{since} → {until}</span></div>'
             f"<div>{_e(a.get('message'))}</div>{cause}"
-            f"<div><b>Fix:</b> {_e(a.get('fix'))}</div>"
+            f"<div><b>Fix:</b> {_e(a.get('fix'))}</div>{_commands_html(a.get('fix_commands_json'))}"
             f'<div class="evidence">Evidence: {_e(evidence_text) or "—"}</div></div>'
         )
     return "\n".join(parts)

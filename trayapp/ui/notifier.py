@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QSystemTrayIcon
 
 from trayapp.config.settings import NotificationConfig
 from trayapp.core.alert_kinds import ALERT_KINDS
+from trayapp.core.glance import first_command
 from trayapp.core.model import Alert, Snapshot
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,12 @@ log = logging.getLogger(__name__)
 NOTIFY_SEVERITIES = ("warning", "critical")  # "info" alerts stay in the dashboard
 MAX_REMEMBERED = 2000
 TITLE_MAX_CHARS = 90
+COPY_FIX_HINT = "“Copy fix” in the tray menu"  # a tray message has no buttons on any platform
 
 
-def notification_text(alert: Alert) -> tuple[str, str]:
-    """(title, body): a short headline naming the cause; the full message (effect, numbers) and the fix."""
+def alert_headline(alert: Alert) -> str:
+    """A short headline naming the cause (a notification bubble cuts long titles; the tray menu's
+    "Copy fix" entries use it too)."""
     cpu_share = alert.evidence.get("cpu_share") if alert.evidence else None
     # A short headline per kind (core.alert_kinds): a notification bubble cuts long titles.
     known = ALERT_KINDS.get(alert.kind)
@@ -43,11 +46,21 @@ def notification_text(alert: Alert) -> tuple[str, str]:
         title = alert.message.strip()
     if len(title) > TITLE_MAX_CHARS:
         title = title[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+    return title
+
+
+def notification_text(alert: Alert) -> tuple[str, str]:
+    """(title, body): a short headline naming the cause; the full message (effect, numbers) and the
+    fix, with its first command when it has some (all of them: the tray menu's "Copy fix")."""
+    title = alert_headline(alert)
     message = alert.message.strip()
     body = [message] if title != message else []
     if alert.cause and alert.cause.strip() not in message:
         body.append(alert.cause.strip())
     body.append(f"Fix: {alert.fix.strip()}")
+    command = first_command(alert)
+    if command:
+        body.append(f"{COPY_FIX_HINT}: {command}")
     return title, "\n".join(body)
 
 

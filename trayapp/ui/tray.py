@@ -27,12 +27,14 @@ from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import (
     GlanceTracker,
     IconState,
+    fix_clipboard_text,
     host_port,
     icon_state,
     paused_state,
     server_phase,
 )
 from trayapp.core.model import (
+    Alert,
     ModelStatus,
     RemoteMachine,
     ServerStatus,
@@ -46,6 +48,7 @@ from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_gb_of, format_pct, format_rate_marked, format_tokens
 from trayapp.ui.icons import make_icon
+from trayapp.ui.notifier import alert_headline
 from trayapp.ui.worker import run_in_background
 
 log = logging.getLogger(__name__)
@@ -207,6 +210,7 @@ class TrayController(QObject):
         self.proxies: list[ProxyConfig] = []  # the running recording proxies
         self.store_error: str | None = None  # why the session is not recorded now (the menu says it)
         self.proxy_copy_actions: list[QAction] = []
+        self.fix_copy_actions: list[QAction] = []  # "Copy fix: …", one per active alert with commands
         self.shown_state: IconState | None = None  # what the icon shows now
         self._pending: IconState | None = None
         self._last_draw_s = -math.inf  # never drawn
@@ -307,6 +311,7 @@ class TrayController(QObject):
         menu.clear()
         self._add_server_lines(menu)
         menu.addSeparator()
+        self._add_fix_lines(menu)
         self._add_proxy_lines(menu)
         self.dashboard_action = menu.addAction("Open dashboard")
         self.dashboard_action.triggered.connect(self.open_dashboard)
@@ -376,6 +381,22 @@ class TrayController(QObject):
             for model in server.models:
                 self._info(menu, model_line(model, self.thresholds.offload_gpu_fraction))
 
+    def _add_fix_lines(self, menu: QMenu) -> None:
+        """ "Copy fix: <headline>" for each active alert whose fix has commands: the notification's
+        action (a tray message has no buttons on Linux, macOS or Windows; the menu is there on all)."""
+        self.fix_copy_actions = []
+        alerts = [a for a in (self.snapshot.alerts if self.snapshot else ()) if a.ended_wall_s is None]
+        for alert in alerts:
+            if not alert.fix_commands:
+                continue
+            where = f"{alert.machine}: " if alert.machine else ""
+            action = menu.addAction(f"Copy fix: {where}{alert_headline(alert)}")
+            action.setToolTip(fix_clipboard_text(alert))
+            action.triggered.connect(lambda _checked=False, alert=alert: self.copy_fix(alert))
+            self.fix_copy_actions.append(action)
+        if self.fix_copy_actions:
+            menu.addSeparator()
+
     def _add_proxy_lines(self, menu: QMenu) -> None:
         self.proxy_copy_actions = []
         for proxy in self.proxies:
@@ -422,6 +443,20 @@ class TrayController(QObject):
             clipboard.setText(text)
         self.show_message(
             "Diagnostics copied", "A redacted summary is on the clipboard, ready for a bug report."
+        )
+        return text
+
+    def copy_fix(self, alert: Alert) -> str:
+        """Put the alert's fix commands on the clipboard (one per line); llm-tray never runs them."""
+        text = fix_clipboard_text(alert)
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None and text:
+            clipboard.setText(text)
+        lines = len(alert.fix_commands)
+        self.show_message(
+            "Fix copied",
+            f"{lines} line{'s' if lines != 1 else ''} on the clipboard for {alert.model or alert.server}: "
+            "paste where the server is started or configured.",
         )
         return text
 
