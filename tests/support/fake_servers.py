@@ -5,7 +5,8 @@ tested against these fakes. They serve payloads shaped exactly like
 `tests/fixtures/ollama/` (ollama/ollama v0.32.15 `api/types.go`) and
 `tests/fixtures/lmstudio/` (LM Studio 0.4.x REST v1 + v0 per lmstudio-ai/docs,
 `lms` per lmstudio-ai/lms) and change over time under the test's control:
-models load and unload, a context grows and `size_vram` shrinks.
+models load and unload, a context grows and `size_vram` shrinks. The fake Ollama also
+generates, and cuts a too-long prompt and logs it as Ollama does (`FakeOllama`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import stat
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +106,87 @@ class FakeLlamaSlots(FakeHttpServer):
         return 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
 
 
+OLLAMA_TRUNCATION_SOURCE = "llama_server.go:317"  # the slog.Warn's file:line at ollama/ollama fb30760
+OLLAMA_NO_SHIFT_ERROR = (  # llm/llama_server.go:291-296 (context shift off: deepseek2, or "shift": false)
+    "the prompt is longer than the context length currently available to the model; shorten the prompt, "
+    "adjust the context length in settings, or use a model with a longer context length"
+)
+OLLAMA_GENERATION_PATHS = ("/api/chat", "/api/generate", "/v1/chat/completions")
+
+
+def ollama_words(text: object) -> int:
+    """The fake's tokenizer: one token per whitespace-separated word (a list of OpenAI content parts:
+    their text parts). Real Ollama counts with the model's own tokenizer; the rules are the same."""
+    if isinstance(text, list):
+        return sum(
+            ollama_words(p.get("text")) for p in text if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return len(text.split()) if isinstance(text, str) else 0
+
+
+def slog_time(moment: datetime) -> str:
+    """Go slog's text `time=` value: RFC 3339, milliseconds, the local offset (`Z` at UTC)."""
+    text = moment.isoformat(timespec="milliseconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+@dataclass(frozen=True)
+class OllamaGeneration:
+    """What the fake did with one generation request (counts only)."""
+
+    path: str
+    model: str
+    num_ctx: int  # the runner's context for it (after any reload)
+    prompt_tokens: int  # the prompt the runner tokenized (after /api/chat dropped old messages), BOS included
+    prompt_eval_count: int  # what the runner read, as reported
+    messages_dropped: int = 0  # whole older messages /api/chat left out to fit (chatPrompt)
+    status: int = 200
+
+
 class FakeOllama(FakeHttpServer):
-    """Ollama v0.32.15: `/api/version`, `/api/ps`, `/api/tags`, `POST /api/show`.
+    """Ollama v0.32.15: `/api/version`, `/api/ps`, `/api/tags`, `POST /api/show`, and generation with
+    Ollama's silent prompt truncation: `POST /api/chat`, `/api/generate`, `/v1/chat/completions`.
 
     `loaded` holds `/api/ps` entries (`ProcessModelResponse`), `installed` the
     `/api/tags` entries and `shows` the `/api/show` bodies, all keyed by name.
     Starts with the fixture library installed and nothing loaded.
+
+    Generation follows ollama/ollama at fb30760 (v0.33.0-rc2; the rules of v0.30.11 and later):
+
+    * The runner's context: a native request's `options.num_ctx`, else `default_num_ctx` (Ollama's
+      default: OLLAMA_CONTEXT_LENGTH, or 4096/32768/262144 by VRAM, server/routes.go:2048-2057),
+      capped at the model's trained context (`<arch>.context_length` in `/api/show`,
+      server/sched.go:161 `effectiveContext`). `/v1/chat/completions` has no way to ask for one
+      (openai/openai.go `ChatCompletionRequest` has no options; `FromChatRequest` sets none), so it
+      always asks for the default. A model loaded at another context is reloaded at the asked one,
+      unless both it and the request use the default (server/sched.go:1396-1401 `needsReload`); its
+      `/api/ps` `context_length` follows. A model not loaded is loaded (the fixture's entry).
+    * `/api/chat` and `/v1/chat/completions` first leave out whole older messages, keeping the system
+      ones and always the last, until the rest is at most `num_ctx` tokens (server/prompt.go:23-84
+      `chatPrompt`; logged at DEBUG only, so not here).
+    * The runner tokenizes the prompt (+1 BOS token when `/api/show` says
+      `tokenizer.ggml.add_bos_token`); longer than `num_ctx`-1 tokens, it keeps `keep` = `num_keep`
+      (`options.num_keep`, default 4; +1 with BOS; at most `num_ctx`-1) and the tail, to
+      `limit` = `num_ctx` - max((`num_ctx` - `keep`) // 2, 1) tokens, and appends Ollama's WARN line to
+      `log_path` (llm/llama_server.go:279-331). With `"shift": false`, or a deepseek2 model, HTTP 400
+      instead (llm/llama_server.go:291-296). `"truncate": false` is not modelled (501).
+    * `prompt_eval_count` (and `/v1`'s `usage.prompt_tokens`) = the tokens the runner read
+      (llama-server `cache_n + prompt_n`, llm/llama_server.go:1511); `eval_count` = `answer_tokens`, or
+      `num_predict` / `max_tokens` when smaller, which ends it with `done_reason` "length" (else "stop").
+      Native requests stream NDJSON unless `"stream": false`; `/v1` streams SSE only with `"stream": true`.
+    * Each request appends a `[GIN]` line to `log_path`, as gin's logger does. Prompt text is never kept.
     """
 
     version = "0.32.15"
+    default_num_ctx = 4096  # OLLAMA_CONTEXT_LENGTH unset, under 23 GiB of VRAM
+    default_num_keep = 4  # api/types.go:1102
+    answer_tokens = 8
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: Path | None = None) -> None:
+        self.log_path = log_path
+        self.generations: list[OllamaGeneration] = []
+        self._ctx_auto: dict[str, bool] = {}  # loaded model -> its context is the default (no num_ctx asked)
+        self._seq = 0
         self.loaded: dict[str, dict[str, Any]] = {}
         self.installed = {m["name"]: m for m in fixture_json("ollama/api_tags.json")["models"]}
         self.shows = {
@@ -123,17 +196,22 @@ class FakeOllama(FakeHttpServer):
         self._ps_templates = {m["name"]: m for m in fixture_json("ollama/api_ps.json")["models"]}
         super().__init__()
 
-    def load(self, name: str, **fields: Any) -> dict[str, Any]:
-        """Load a fixture model (`llama3.1:8b`, `qwen3:30b`) or any model given all its fields."""
+    def load(self, name: str, *, num_ctx_auto: bool = False, **fields: Any) -> dict[str, Any]:
+        """Load a fixture model (`llama3.1:8b`, `qwen3:30b`) or any model given all its fields.
+
+        `num_ctx_auto`: it was loaded at the default context (no `num_ctx` asked), so a request that
+        asks for none keeps it as it is."""
         entry = copy.deepcopy(self._ps_templates.get(name, {"name": name, "model": name}))
         entry.update(fields)
         with self.lock:
             self.loaded[name] = entry
+            self._ctx_auto[name] = num_ctx_auto
         return entry
 
     def unload(self, name: str) -> None:
         with self.lock:
             self.loaded.pop(name, None)
+            self._ctx_auto.pop(name, None)
 
     def set_context(self, name: str, context_length: int, *, size: int, size_vram: int) -> None:
         """A reload with a larger `num_ctx`: KV grows, so `size` grows and fewer layers fit on the GPU."""
@@ -163,6 +241,170 @@ class FakeOllama(FakeHttpServer):
                 return 200, copy.deepcopy(self.shows[name])
             return 404, {"error": f"model '{name}' not found"}
         return 404, "404 page not found"
+
+    # -- generation (called holding `lock`)
+
+    def respond(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> fake_http.Reply | fake_http.Handler:
+        if method == "POST" and path in OLLAMA_GENERATION_PATHS and path not in self.overrides:
+            request = _json_body(body)
+            if not isinstance(request, dict):
+                return fake_http.json_reply({"error": "invalid request body"}, 400)
+            reply, status = self._generate(path, request)
+            self._log(
+                f"[GIN] {time.strftime('%Y/%m/%d - %H:%M:%S')} | {status} |      1.234567ms |"
+                f'       127.0.0.1 | POST     "{path}"'
+            )
+            return reply
+        return super().respond(method, path, body, headers)
+
+    def _log(self, line: str) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")  # one write per record, as slog and gin do
+
+    def _runner_ctx(self, name: str, asked: int | None) -> int:
+        """The context the model runs at for this request, reloading it when that changes."""
+        show = self.shows.get(name, {})
+        info = show.get("model_info", {}) if isinstance(show, dict) else {}
+        trained = info.get(f"{info.get('general.architecture')}.context_length")
+        want = asked if asked is not None else self.default_num_ctx
+        if isinstance(trained, int) and trained > 0 and want > trained:
+            want = trained
+        entry = self.loaded.get(name)
+        if entry is None:
+            entry = copy.deepcopy(self._ps_templates.get(name, {"name": name, "model": name}))
+            self.loaded[name] = entry
+        elif self._ctx_auto.get(name) and asked is None:
+            return int(entry["context_length"])
+        entry["context_length"] = want
+        self._ctx_auto[name] = asked is None
+        return want
+
+    def _adds_bos(self, name: str) -> bool:
+        info = self.shows.get(name, {}).get("model_info", {})
+        return info.get("tokenizer.ggml.add_bos_token") is True
+
+    def _generate(self, path: str, request: dict[str, Any]) -> tuple[fake_http.Reply, int]:
+        native = path.startswith("/api/")
+        name = request.get("model")
+        if not isinstance(name, str) or (name not in self.installed and name not in self.loaded):
+            return fake_http.json_reply({"error": f"model '{name}' not found"}, 404), 404
+        options = request.get("options") if native and isinstance(request.get("options"), dict) else {}
+        asked = options.get("num_ctx") if isinstance(options.get("num_ctx"), int) else None
+        num_ctx = self._runner_ctx(name, asked)
+
+        dropped = 0
+        if path == "/api/generate":
+            words = ollama_words(request.get("system")) + ollama_words(request.get("prompt"))
+        else:  # chatPrompt: leave out older messages (never system ones, never the last) until it fits
+            messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+            counts = [ollama_words(m.get("content")) for m in messages]
+            words = sum(counts)
+            for i in range(len(messages)):
+                kept = sum(c for j, c in enumerate(counts[:i]) if messages[j].get("role") == "system")
+                kept += sum(counts[i:])
+                if kept <= num_ctx or i == len(messages) - 1:
+                    words, dropped = kept, i - sum(1 for m in messages[:i] if m.get("role") == "system")
+                    break
+        tokens = words + (1 if self._adds_bos(name) else 0)
+
+        read = tokens
+        if tokens > num_ctx - 1:
+            if native and request.get("truncate") is False:
+                return fake_http.json_reply(
+                    {"error": "fake Ollama: truncate=false is not modelled"}, 501
+                ), 501
+            family = self.loaded[name].get("details", {}).get("family")
+            if (native and request.get("shift") is False) or family == "deepseek2":
+                self.generations.append(OllamaGeneration(path, name, num_ctx, tokens, 0, dropped, 400))
+                return fake_http.json_reply({"error": OLLAMA_NO_SHIFT_ERROR}, 400), 400
+            num_keep = options.get("num_keep", self.default_num_keep)
+            keep = tokens if num_keep < 0 else num_keep
+            keep = min(keep + (1 if self._adds_bos(name) else 0), num_ctx - 1)
+            read = num_ctx - max((num_ctx - keep) // 2, 1)
+            self._log(
+                f"time={slog_time(datetime.now().astimezone())} level=WARN source={OLLAMA_TRUNCATION_SOURCE} "
+                f'msg="truncating input prompt" limit={read} prompt={tokens} keep={keep} new={read}'
+            )
+        self.generations.append(OllamaGeneration(path, name, num_ctx, tokens, read, dropped))
+
+        limit = options.get("num_predict") if native else request.get("max_tokens")
+        answer = (
+            self.answer_tokens if not isinstance(limit, int) or limit < 0 else min(limit, self.answer_tokens)
+        )
+        reason = "length" if answer < self.answer_tokens else "stop"
+        pieces = [("" if i == 0 else " ") + "word" for i in range(answer)]
+        if native:
+            return self._native_reply(path, request, name, pieces, reason, read), 200
+        return self._openai_reply(request, name, pieces, reason, read), 200
+
+    def _native_reply(
+        self, path: str, request: dict[str, Any], name: str, pieces: list[str], reason: str, read: int
+    ) -> fake_http.Reply:
+        def obj(text: str, done: bool) -> dict[str, Any]:
+            key = "message" if path == "/api/chat" else "response"
+            value: Any = {"role": "assistant", "content": text} if key == "message" else text
+            out: dict[str, Any] = {
+                "model": name,
+                "created_at": slog_time(datetime.now().astimezone()),
+                key: value,
+                "done": done,
+            }
+            if done:
+                out |= {
+                    "done_reason": reason,
+                    "total_duration": 1_500_000_000,
+                    "load_duration": 1_000_000,
+                    "prompt_eval_count": read,
+                    "prompt_eval_duration": 1_000_000_000,
+                    "eval_count": len(pieces),
+                    "eval_duration": 499_000_000,
+                }
+            return out
+
+        if request.get("stream") is False:
+            return fake_http.json_reply(obj("".join(pieces), True))
+        lines = [obj(p, False) for p in pieces] + [obj("", True)]
+        body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        return fake_http.Reply(200, body, "application/x-ndjson")
+
+    def _openai_reply(
+        self, request: dict[str, Any], name: str, pieces: list[str], reason: str, read: int
+    ) -> fake_http.Reply:
+        self._seq += 1
+        usage = {"prompt_tokens": read, "completion_tokens": len(pieces), "total_tokens": read + len(pieces)}
+        base = {
+            "id": f"chatcmpl-{self._seq}",
+            "created": int(time.time()),
+            "model": name,
+            "system_fingerprint": "fp_ollama",
+        }
+        if request.get("stream") is not True:
+            message = {"role": "assistant", "content": "".join(pieces)}
+            choice = {"index": 0, "message": message, "finish_reason": reason}
+            return fake_http.json_reply(
+                base | {"object": "chat.completion", "choices": [choice], "usage": usage}
+            )
+        chunk = base | {"object": "chat.completion.chunk"}
+        events = [
+            chunk
+            | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": p}, "finish_reason": None}]}
+            for p in pieces
+        ]
+        events.append(
+            chunk
+            | {
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": reason}
+                ]
+            }
+        )
+        if (request.get("stream_options") or {}).get("include_usage"):
+            events.append(chunk | {"choices": [], "usage": usage})
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return fake_http.Reply(200, body.encode(), "text/event-stream")
 
 
 def v0_id(key: str) -> str:
