@@ -29,7 +29,6 @@ from trayapp.sources.ollama_log import (
     log_location,
     parse_truncation_line,
     parse_truncation_lines,
-    shifted_prompt_limit,
 )
 from trayapp.sources.servers.ollama import LOG_SOURCE, UNKNOWN_MODEL, truncation_record
 
@@ -111,13 +110,6 @@ def test_a_prefix_a_crlf_and_no_time() -> None:
 # --------------------------------------------------------------------------- what the numbers mean
 
 
-def test_the_v0_30_11_limit_by_hand() -> None:
-    assert shifted_prompt_limit(4096, 4) == 2050  # 4096 - 4092 // 2
-    assert shifted_prompt_limit(4096, 5) == 2051  # 4096 - 4091 // 2 = 4096 - 2045
-    assert shifted_prompt_limit(32768, 5) == 16387  # 32768 - 16381
-    assert shifted_prompt_limit(6, 5) == 5  # max(.., 1): one token freed
-
-
 @pytest.mark.parametrize(
     ("warning", "version", "sizes"),
     [
@@ -129,10 +121,11 @@ def test_the_v0_30_11_limit_by_hand() -> None:
         (line(2050, 8707, 4, 2050), "0.32.15", (4096, 4095)),
         # keep 5: 32769 - 32764//2 = 16387, 32768 - 32763//2 = 16387
         (line(16387, 160689, 5, 16387), "v0.33.0-rc2", (32769, 32768)),
-        # no version known (a development build says 0.0.0): every rule's answer
-        (line(2050, 8707, 4, 2050), "0.0.0", (4096, 4095, 2051, 2050)),
+        # no version known (a development build says 0.0.0): the newest rule, unless the line shows its era
+        (line(2050, 8707, 4, 2050), "0.0.0", (4096, 4095)),
         (line(8192, 9000, 5, 8191), None, (8192,)),  # new = limit - 1: only v0.30.0–v0.30.8 do that
         (line(2048, 2773, 5, 2048, "runner.go:121"), None, (2048,)),  # the old runners' source file
+        (line(4096, 7268, 4, 4096, "runner.go:187"), "0.32.15", (4096,)),  # a line from before an upgrade
     ],
 )
 def test_context_sizes_by_version(

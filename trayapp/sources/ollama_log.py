@@ -63,6 +63,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from trayapp.core.overflow import ollama_whole_prompt_tokens
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "LLM_TRAY_OLLAMA_LOG"  # "auto" | "off" | a path; wins over the setting monitor.ollama_log
@@ -153,45 +155,30 @@ def parse_truncation_lines(text: str) -> list[TruncationLine]:
     return [t for line in text.splitlines() if (t := parse_truncation_line(line)) is not None]
 
 
-def version_tuple(version: str | None) -> tuple[int, int, int] | None:
-    """'0.30.9-rc2' → (0, 30, 9); None for an unknown or development version ('0.0.0')."""
-    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version or "")
-    if not match:
-        return None
-    parts = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
-    return None if parts == (0, 0, 0) else parts
-
-
-def shifted_prompt_limit(num_ctx: int, keep: int) -> int:
-    """v0.30.11+'s `limit` for a context of `num_ctx` (llm/llama_server.go `contextShiftPromptLimit`)."""
-    if num_ctx <= 1:
-        return 0
-    keep = max(0, min(keep, num_ctx - 1))
-    return num_ctx - max((num_ctx - keep) // 2, 1)
+OLD_RUNNERS = "0.29.0"  # a version under the Go runners' rule (a cut prompt keeps num_ctx tokens)
+FIRST_LLAMA_SERVER = "0.30.0"  # a version under v0.30.0–v0.30.10's rule (it keeps num_ctx - 1)
 
 
 def context_sizes(line: TruncationLine, version: str | None) -> tuple[int, ...]:
-    """The `num_ctx` values the line can stand for, under the rule of the server's `version`.
+    """The `num_ctx` values the line can stand for, largest first: the sizes whose cut keeps exactly
+    the line's `new` tokens, under the rule of the line's era for what a cut prompt keeps
+    (`core/overflow.ollama_whole_prompt_tokens`, that rule's one home).
 
-    One value, except from v0.30.11 on, where two sizes a token apart give the same `limit`
-    (4095 and 4096 both give 2050 with keep 4). With no known version, every rule's values.
+    The era shows in the line where it can: a `runner.go` source is the Go runners' (before v0.30),
+    `new` = `limit` - 1 only v0.30.0–v0.30.8's; else the server's `version` decides (unknown: the
+    newest rule). One value, except from v0.30.11 on, where two sizes a token apart keep the same
+    (4095 and 4096 both keep 2050 with keep 4).
     """
-    v = version_tuple(version)
-    limit, keep = line.limit, line.keep
-    halved = tuple(
-        n
-        for n in (2 * limit - keep, 2 * limit - keep - 1, limit + 1)
-        if n > keep and shifted_prompt_limit(n, keep) == limit
-    )
-    if v is not None:
-        if v < (0, 30, 9):  # the old runners, and v0.30.0–v0.30.8: `limit` is num_ctx
-            return (limit,)
-        if v < (0, 30, 11):
-            return (limit + 1,)
-        return tuple(sorted(set(halved), reverse=True))
-    if line.new == limit - 1 or (line.source or "").startswith("runner.go"):
-        return (limit,)
-    return tuple(sorted({limit, limit + 1, *halved}, reverse=True))
+    new, keep = line.new, line.keep
+    if (line.source or "").startswith("runner.go"):
+        era: str | None = OLD_RUNNERS
+    elif new == line.limit - 1:
+        era = FIRST_LLAMA_SERVER
+    else:
+        era = version
+    candidates = {new, new + 1, 2 * new - keep, 2 * new - keep - 1}
+    found = {n for n in candidates if n > 1 and ollama_whole_prompt_tokens(n, era, keep) == new}
+    return tuple(sorted(found, reverse=True))
 
 
 def attribute_truncation(
