@@ -168,12 +168,14 @@ def test_offload_on_ollama_gives_the_context_and_the_kv_cache_with_the_texts_num
     )
 
 
-def test_offload_on_llama_server_splits_the_context_over_its_slots() -> None:
-    # Two slots of 16k: the KV cache holds 32_768 tokens, as above; 18_340 fit, 9_170 a slot → 8 × 1024.
-    offload = finding(view("llamacpp", replace(qwen_spilled(slots=2), context_length=16384)), "offload")
-    assert offload.fix.startswith("Lower the context to 8k tokens;")
+def test_offload_on_llama_server_sets_the_kv_caches_size() -> None:
+    # llama-server's default (auto) slots share one KV cache of -c tokens, and each slot's n_ctx is all
+    # of it (b11434: `-c 2048` → 4 slots of n_ctx 2048, kv_unified): the cache holds 32_768 tokens, as
+    # above, whatever the 4 slots; -c 17408 fits in either layout (with -np N alone, N slots share it).
+    offload = finding(view("llamacpp", qwen_spilled(slots=4)), "offload")
+    assert offload.fix.startswith("Lower the context to 17k tokens;")
     assert offload.fix_commands == (
-        "llama-server -c 16384 -np 2 -ngl 999",  # 8k for each of the 2 slots
+        "llama-server -c 17408 -ngl 999",
         "llama-server -fa on -ctk q8_0 -ctv q8_0",
     )
     lms = finding(view("lmstudio", qwen_spilled()), "offload")
@@ -347,7 +349,7 @@ def test_every_context_in_the_commands_is_a_context_the_text_names() -> None:
     cases = [
         finding(view("ollama", qwen_spilled()), "offload"),
         finding(view("lmstudio", qwen_spilled()), "offload"),
-        finding(view("llamacpp", replace(qwen_spilled(slots=2), context_length=16384)), "offload"),
+        finding(view("llamacpp", qwen_spilled(slots=4)), "offload"),
         finding(
             view(
                 "llamacpp",

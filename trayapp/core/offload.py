@@ -139,8 +139,8 @@ def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
 
 
 def parallel_slots(view: ModelView) -> int:
-    """How many requests share the model's context: llama-server's slots (each has the per-request
-    context, `-c` is their sum); 1 for the other kinds (their context is per request)."""
+    """llama-server's slots (`-np`), for a fix that sets a context per request: `-c` N × slots with
+    `-np` slots gives each N whatever the layout was; 1 for the other kinds (theirs is per request)."""
     if view.server.kind != "llamacpp":
         return 1
     return max(view.model.parallel_slots or 1, 1)
@@ -170,9 +170,11 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
         return generic, ()  # no real weights size: any number computed here would be a guess
     holders = _vram_holders(view)
     free_for_model = capacity - sum(held for _, held, _ in holders)
-    slots = parallel_slots(view)
-    context = model.context_length or 4096  # per request
-    total = context * slots  # the KV cache holds every slot's context
+    # The KV cache's size: llama-server's -c. With its default (auto) slots the cache is one pool
+    # that every slot may fill (`kv_unified`: each slot's n_ctx is all of -c); with -np N alone each
+    # slot gets -c ÷ N. The server says neither, so a slot's context is taken as the whole cache, and
+    # the fix sets -c, the total, which fits in either layout (slots keep the user's -np).
+    total = model.context_length or 4096
     kv_type = machine.kv_type
     options: list[str] = []
     commands: list[tuple[str, ...]] = []
@@ -185,9 +187,9 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
         commands.append(unload_commands(kind, holder) if is_model else ())
     max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
     if max_ctx is not None and 2048 <= max_ctx < total:
-        shorter = _round_down_ctx(max_ctx // slots)
+        shorter = _round_down_ctx(max_ctx)
         options.append(f"lower the context to {format_tokens(shorter)} tokens")
-        commands.append(gpu_fit_commands(kind, name, shorter, parallel_slots=slots))
+        commands.append(gpu_fit_commands(kind, name, shorter))
     if kv_type == "f16" and facts.kv is not None:
         kv_q8 = physics.kv_cache_bytes(facts.kv, total, KV_FIX_TYPE)
         if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
@@ -208,8 +210,7 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
         # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.
         q4 = _q4_with_shorter_context(facts, total, kv_type, free_for_model)
         if q4 is not None:
-            q4_context = _round_down_ctx(q4[1] // slots)
-            options.append(f"{q4[0]} with a context of {format_tokens(q4_context)} tokens fits")
+            options.append(f"{q4[0]} with a context of {format_tokens(q4[1])} tokens fits")
     if quant is not None:
         text = f"{quant} fits at this context"
         note = quant_note(quant)
