@@ -11,6 +11,7 @@ from typing import Any
 from tests.support.paths import TESTS_DIR
 from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy.recorder import RequestTap
+from trayapp.sources.servers.lms_cli import parse_lms_log_line
 
 LLAMA = TESTS_DIR / "fixtures" / "llama-server"
 T0 = 1000.0
@@ -147,3 +148,21 @@ def test_no_text_is_kept_on_the_tap() -> None:
     record = tap.finish(now_mono_s=T0 + 1, now_wall_s=5e9 + 1, aborted=False)
     assert record is not None
     assert secret not in repr(vars(tap)) and secret not in repr(record)
+
+
+def test_lm_studio_says_when_the_context_stopped_an_answer() -> None:
+    # reference/backends.md: `stats.stop_reason` is one of eosFound, stopStringFound,
+    # maxPredictedTokensReached, userStopped, contextLengthReached, modelUnloaded, failed, toolCalls.
+    fixture = TESTS_DIR / "fixtures" / "lmstudio" / "api_v0_chat_completion.json"
+    doc = json.loads(fixture.read_bytes())
+    expected = {"contextLengthReached": "context", "maxPredictedTokensReached": "length", "eosFound": "stop"}
+    for word, reason in expected.items():
+        doc["stats"]["stop_reason"] = word
+        record = record_of("/api/v0/chat/completions", {"messages": []}, json.dumps(doc).encode(),
+                           server_kind="lmstudio")  # fmt: skip
+        assert record.stop_reason == reason
+    line = (TESTS_DIR / "fixtures" / "lmstudio" / "lms_log_stream.ndjson").read_text().splitlines()[1]
+    event = json.loads(line)
+    event["data"]["stats"]["stopReason"] = "contextLengthReached"
+    logged = parse_lms_log_line(json.dumps(event))
+    assert logged is not None and logged.stop_reason == "context"

@@ -36,6 +36,7 @@ from trayapp.core.model import (
     RequestRecord,
     ServerStatus,
     Severity,
+    StopReason,
 )
 from trayapp.core.placement import ceiling_for
 from trayapp.core.server_kinds import context_flag, server_label
@@ -84,6 +85,28 @@ class Overflow:
         else:
             room = ANSWER_ROOM_TOKENS
         return prompt, room
+
+
+# --------------------------------------------------------------------------- why an answer ended
+
+# Each server's words for why an answer ended, in the one vocabulary (`StopReason`): OpenAI
+# `finish_reason`, Ollama `done_reason`, llama-server `stop_type`, LM Studio `stop_reason`/`stopReason`.
+_STOP_WORDS: dict[str, StopReason] = {
+    "length": "length",
+    "limit": "length",
+    "maxPredictedTokensReached": "length",
+    "contextLengthReached": "context",
+    **{word: "stop" for word in ("stop", "eos", "word", "tool_calls", "function_call", "end_turn")},
+    **{word: "stop" for word in ("eosFound", "stopStringFound", "toolCalls")},
+}
+
+
+def stop_reason_from(word: object) -> StopReason | None:
+    """A server's word for why an answer ended → `StopReason` ("other" for a word not listed);
+    None for no word (or llama-server's "none": still going)."""
+    if not isinstance(word, str) or not word or word == "none":
+        return None
+    return _STOP_WORDS.get(word, "other")
 
 
 # --------------------------------------------------------------------------- Ollama's cut, by version

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trayapp.core.model import FinishedRequest, StopReason
+from trayapp.core.overflow import stop_reason_from
 from trayapp.sources.servers.llamacpp_parse import parse_timings
 from trayapp.sources.servers.lmstudio import parse_chat_stats
 
@@ -405,8 +406,6 @@ def _fields_of(record: FinishedRequest) -> dict[str, Any]:
 # --------------------------------------------------------------------------- did it fit the context (#20)
 
 CHARS_PER_TOKEN_ESTIMATE = 4.0  # English prose and code average 3.5–4.5 characters a token
-_LENGTH_WORDS = frozenset({"length", "limit"})  # OpenAI/Ollama `length`, llama-server `stop_type: limit`
-_STOP_WORDS = frozenset({"stop", "eos", "word", "tool_calls", "function_call", "end_turn"})
 _MAX_TOKENS_KEYS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
 _VLLM_LIMIT_RE = re.compile(r"maximum context length is (\d+) tokens")
 # the prompt's size, best first ("you requested" may count the answer's max_tokens too)
@@ -421,17 +420,16 @@ _VLLM_SENT_RES = tuple(
 
 
 def stop_reason_of(found: Mapping[str, Any]) -> StopReason | None:
-    """Why the answer ended, from the captured `STOP_KEYS`: "context" when llama-server says the
-    context ran out (`truncated: true`), else the server's own word in the fixed vocabulary."""
+    """Why the answer ended, from the captured `STOP_KEYS` and LM Studio's `stats`: "context" when
+    llama-server says the context ran out (`truncated: true`), else the server's own word
+    (`core.overflow.stop_reason_from`)."""
     if found.get("truncated") is True:
         return "context"
-    for key in ("stop_type", "done_reason", "finish_reason"):
-        word = found.get(key)
-        if isinstance(word, str) and word and word != "none":
-            if word in _LENGTH_WORDS:
-                return "length"
-            return "stop" if word in _STOP_WORDS else "other"
-    return None
+    stats = found.get("stats")
+    words = [found.get(key) for key in ("stop_type", "done_reason", "finish_reason")]
+    if isinstance(stats, dict):
+        words.insert(0, stats.get("stop_reason", stats.get("stopReason")))
+    return next((r for r in map(stop_reason_from, words) if r is not None), None)
 
 
 def max_tokens_of(body: Mapping[str, Any]) -> int | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from trayapp.config.bugs import BugLog
 from trayapp.core.model import FinishedRequest, ModelReading
+from trayapp.core.overflow import stop_reason_from
 from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.jsonvals import as_dict, as_float, as_int, as_str
 from trayapp.sources.servers.ollama import parse_parameter_size
@@ -115,6 +116,7 @@ def parse_lms_log_line(line: str | bytes) -> FinishedRequest | None:
         draft_accepted=as_int(stats.get("acceptedDraftTokensCount")),
         context_tokens=total,
         source="lms-log",
+        stop_reason=stop_reason_from(stats.get("stopReason")),  # contextLengthReached: cut by the context
     )
 
 

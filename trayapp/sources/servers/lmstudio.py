@@ -21,6 +21,7 @@ import httpx
 
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
+from trayapp.core.overflow import stop_reason_from
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.http import FetchError, UnexpectedAnswer
 from trayapp.sources.servers.common import HttpProbe
@@ -162,6 +163,7 @@ def parse_chat_stats(data: Any, finished_wall_s: float | None = None) -> Finishe
         draft_accepted=draft_accepted,
         context_tokens=prompt + decoded if prompt is not None and decoded is not None else None,
         source="lmstudio-api",
+        stop_reason=stop_reason_from(stats.get("stop_reason")),
     )
 
 
