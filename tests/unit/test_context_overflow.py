@@ -259,6 +259,8 @@ def test_a_refused_prompt_with_max_tokens_and_four_slots() -> None:
     assert alert.evidence["kv_extra_bytes"] == 4 * (GEMMA_KV_1024 - GEMMA_KV_256) == 25_165_824
     assert alert.fix.startswith("-c 4096 needs +25.2 MB of KV cache (f16) for its 4 slots: it fits")
     assert alert.fix_commands == ("llama-server -c 4096 -np 4",)
+    # llama-server without -np runs 4 slots over one shared cache of -c (checked on the real build)
+    assert alert.fix.endswith("Without -np (4 slots sharing one cache), -c 1024 alone is enough.")
 
 
 def test_the_grouped_query_attention_kv_cost_by_hand() -> None:

@@ -31,6 +31,7 @@ from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Finding,
     HardwareSnapshot,
+    ModelFacts,
     ModelKey,
     ModelStatus,
     RequestRecord,
@@ -47,6 +48,7 @@ OverflowCause = Literal["rejected", "truncated", "cut_short"]
 OVERFLOW_HOLD_S = 600.0  # an overflow not seen again for this long is no longer news
 ANSWER_ROOM_TOKENS = 1024  # room for an answer when the client set no max_tokens
 FULL_CONTEXT_SHARE = 0.98  # an estimated prompt counts as truncated when the kept tokens fill this much
+LLAMA_DEFAULT_SLOTS = 4  # llama-server without -np: 4 slots sharing one cache of -c tokens (kv_unified)
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep (api/types.go): the head of a prompt it always keeps
 
 
@@ -398,33 +400,48 @@ def _fix_text(
     text = f"{head} needs +{format_bytes(extra)} of KV cache ({machine.kv_type})"
     if slots > 1:
         text += f" for its {slots} slots"
+    text += _verdict(facts, model, now_ctx, target, kv_then, extra, free, where, machine, cost)
+    if kind == "llamacpp" and slots == LLAMA_DEFAULT_SLOTS:
+        # llama-server's default (no -np): 4 slots over one unified cache of -c tokens, which /slots
+        # cannot tell from -np 4 (4 caches of -c / 4): the command given holds in either layout
+        text += f" Without -np (4 slots sharing one cache), -c {target} alone is enough."
+    return text, cost
+
+
+def _verdict(
+    facts: ModelFacts,
+    model: ModelStatus,
+    now_ctx: int,
+    target: int,
+    kv_then: int,
+    extra: int,
+    free: int | None,
+    where: str,
+    machine: Machine,
+    cost: dict[str, object],
+) -> str:
+    """': it fits (…)', or what does not fit: the swap, or the share of the model that would spill to
+    the CPU and the decode ceiling then (`cost` gets the numbers)."""
     if free is None:
-        return text + f"; free {where} is not known here.", cost
+        return f"; free {where} is not known here."
+    cost["fits"] = extra <= free
     if extra <= free:
-        cost["fits"] = True
-        return text + f": it fits ({format_bytes(free)} of {where} free).", cost
-    cost["fits"] = False
+        return f": it fits ({format_bytes(free)} of {where} free)."
     if not machine.has_gpu or machine.unified_memory:
-        return (
-            text + f": only {format_bytes(free)} of {where} is free — it would swap; send less instead.",
-            cost,
-        )
-    capacity = (model.vram_bytes or 0) + free
-    fraction = physics.auto_gpu_fraction(facts.weights_bytes, kv_then, capacity)
+        return f": only {format_bytes(free)} of {where} is free — it would swap; send less instead."
+    fraction = physics.auto_gpu_fraction(facts.weights_bytes, kv_then, (model.vram_bytes or 0) + free)
     ceiling_now = ceiling_for(facts, now_ctx, machine, model.gpu_fraction)
     ceiling_then = ceiling_for(facts, target, machine, fraction)
     cost.update(gpu_fraction_then=fraction, ceiling_tok_s_now=ceiling_now, ceiling_tok_s_then=ceiling_then)
-    spill = (
-        f"about {(1 - fraction) * 100:.0f} % of the model would move to the CPU"
-        if fraction is not None
-        else ("part of the model would move to the CPU")
-    )
+    spill = "part of the model would move to the CPU"
+    if fraction is not None:
+        spill = f"about {(1 - fraction) * 100:.0f} % of the model would move to the CPU"
     speed = ""
     if ceiling_then is not None:
         speed = f", decode ≤ {format_rate(ceiling_then)} tok/s"
         if ceiling_now is not None:
             speed += f" (now ≤ {format_rate(ceiling_now)})"
-    return text + f": only {format_bytes(free)} of VRAM is free, so {spill}{speed}.", cost
+    return f": only {format_bytes(free)} of VRAM is free, so {spill}{speed}."
 
 
 def _free_memory(machine: Machine, hardware: HardwareSnapshot | None) -> tuple[int | None, str]:
