@@ -107,7 +107,7 @@ class FakeLlamaSlots(FakeHttpServer):
 
 
 OLLAMA_TRUNCATION_SOURCE = "llama_server.go:317"  # the slog.Warn's file:line at ollama/ollama fb30760
-OLLAMA_NO_SHIFT_ERROR = (  # llm/llama_server.go:291-296 (context shift off: deepseek2, or "shift": false)
+OLLAMA_NO_SHIFT_ERROR = (  # llm/llama_server.go:295-300 (context shift off: deepseek2, or "shift": false)
     "the prompt is longer than the context length currently available to the model; shorten the prompt, "
     "adjust the context length in settings, or use a model with a longer context length"
 )
@@ -162,14 +162,14 @@ class FakeOllama(FakeHttpServer):
       unless both it and the request use the default (server/sched.go:1396-1401 `needsReload`); its
       `/api/ps` `context_length` follows. A model not loaded is loaded (the fixture's entry).
     * `/api/chat` and `/v1/chat/completions` first leave out whole older messages, keeping the system
-      ones and always the last, until the rest is at most `num_ctx` tokens (server/prompt.go:23-84
+      ones and always the last, until the rest is at most `num_ctx` tokens (server/prompt.go:23-91
       `chatPrompt`; logged at DEBUG only, so not here).
     * The runner tokenizes the prompt (+1 BOS token when `/api/show` says
       `tokenizer.ggml.add_bos_token`); longer than `num_ctx`-1 tokens, it keeps `keep` = `num_keep`
       (`options.num_keep`, default 4; +1 with BOS; at most `num_ctx`-1) and the tail, to
       `limit` = `num_ctx` - max((`num_ctx` - `keep`) // 2, 1) tokens, and appends Ollama's WARN line to
       `log_path` (llm/llama_server.go:279-331). With `"shift": false`, or a deepseek2 model, HTTP 400
-      instead (llm/llama_server.go:291-296). `"truncate": false` is not modelled (501).
+      instead (llm/llama_server.go:295-300). `"truncate": false` is not modelled (501).
     * `prompt_eval_count` (and `/v1`'s `usage.prompt_tokens`) = the tokens the runner read
       (llama-server `cache_n + prompt_n`, llm/llama_server.go:1511); `eval_count` = `answer_tokens`, or
       `num_predict` / `max_tokens` when smaller, which ends it with `done_reason` "length" (else "stop").

@@ -15,7 +15,7 @@ the source file's base name only; key=value pairs, a value with a space quoted),
 What the numbers mean, by Ollama version (read at ollama/ollama fb30760, tags from `git tag --contains`):
 
 * v0.4.6 – v0.29.x, the Go runners (`runner/llamarunner/runner.go` and `runner/ollamarunner/runner.go`
-  `NewSequence`, at 9db4bdbad^ lines 149-153 and 149-187): a prompt of `prompt` tokens longer than
+  `NewSequence`, at 9db4bdbad^ lines 133-154 and 142-188): a prompt of `prompt` tokens longer than
   `num_ctx` keeps its first `keep` (= `num_keep`, default 4, api/types.go:1102; +1 for a BOS token in
   the llama runner, never more than `num_ctx`-1) and its last `num_ctx - keep` tokens:
   `limit` = `new` = `num_ctx`.
@@ -35,10 +35,10 @@ In every version `prompt_eval_count` then reports `new` (the old runners' `numPr
 cut; since v0.30 llama-server's `cache_n + prompt_n`, llm/llama_server.go:1511). With context shift
 off (deepseek2 models, or a request's `"shift": false`; v0.30.9+) Ollama refuses instead: HTTP 400
 "the prompt is longer than the context length currently available to the model; …"
-(llm/llama_server.go:291-296). A request's `"truncate": false` (v0.12.6+) is never cut: before v0.30
+(llm/llama_server.go:295-300). A request's `"truncate": false` (v0.12.6+) is never cut: before v0.30
 the runner answered HTTP 400 "the input length exceeds the context length" (runner.go
 `errorInputTooLong`); since v0.30 the whole prompt goes to llama-server, whose error Ollama passes on
-(llm/llama_server.go:1647-1653; what that llama-server build answers was not verified here).
+(llm/llama_server.go:1648-1655; what that llama-server build answers was not verified here).
 
 Where the log is (ollama/ollama docs/troubleshooting.mdx; app/server/server_unix.go:20,
 server_windows.go:19): macOS `~/.ollama/logs/server.log`, Windows `%LOCALAPPDATA%\\Ollama\\server.log`
