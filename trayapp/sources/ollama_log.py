@@ -62,6 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from trayapp.core.overflow import ollama_whole_prompt_tokens
 
@@ -95,9 +96,7 @@ class TruncationLine:
     prompt: int  # the prompt as sent, in tokens (Ollama's tokenizer)
     keep: int  # tokens kept from its start (num_keep, + BOS)
     new: int  # tokens the model read: `keep` + the tail
-    source: str | None = (
-        None  # slog's `source=` (file:line): runner.go:… before v0.30, llama_server.go:… since
-    )
+    source: str | None = None  # slog's `source=` file:line: runner.go:… before v0.30, llama_server.go:…
     new_logged: bool = True  # False: v0.3.13–v0.4.5's form (`numKeep=`, no `new=`): `new` is `limit`
 
 
@@ -209,7 +208,7 @@ def attribute_truncation(
 class LogLocation:
     """What to read: a file, the journal of the unit `ollama`, or nothing (`why` says why)."""
 
-    kind: str  # "file" | "journal" | "none"
+    kind: Literal["file", "journal", "none"]
     path: Path | None = None
     why: str | None = None
 
