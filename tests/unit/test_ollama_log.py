@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES_DIR
+from trayapp.config.settings import Settings, parse_settings
 from trayapp.sources.ollama_log import (
     ENV_VAR,
     FileTail,
@@ -461,3 +462,17 @@ def test_the_reader_reports_the_journals_lines() -> None:
         found.time_wall_s
         == (datetime(2026, 6, 23, 15, 29, 40, 123000) + timedelta(hours=7)).replace(tzinfo=UTC).timestamp()
     )
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def test_the_setting() -> None:
+    assert Settings().monitor.ollama_log == "auto"
+    settings, errors = parse_settings({"monitor": {"ollama_log": "~/ollama.log"}})
+    assert settings.monitor.ollama_log == "~/ollama.log" and errors == []
+    assert parse_settings({"monitor": {"ollama_log": "off"}})[0].monitor.ollama_log == "off"
+    _, errors = parse_settings({"monitor": {"ollama_log": " "}})
+    assert errors == ['monitor.ollama_log: expected "auto", "off" or the path of Ollama\'s server log']
+    _, errors = parse_settings({"monitor": {"ollama_log": False}})
+    assert errors == ["monitor.ollama_log: expected a string, got False"]
