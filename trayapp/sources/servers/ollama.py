@@ -49,14 +49,14 @@ REMOTE_REASON = (
 SHOW_RETRY_S = 30.0  # after a failed /api/show
 LOG_SOURCE = "ollama-log"  # FinishedRequest.source of a truncation read from Ollama's log
 UNKNOWN_MODEL = "unknown"  # FinishedRequest.model when the log's warning fits no single loaded model
-
-log = logging.getLogger(__name__)
 CHILD_RESCAN_S = 10.0  # look for children again at most this often while some model has none
 
 _SIZE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _BLOB_RE = re.compile(r"sha256[-:]([0-9a-f]{64})", re.IGNORECASE)
 _FROM_RE = re.compile(r"^FROM\s+(\S.*?)\s*$", re.MULTILINE)
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- pure parsing
