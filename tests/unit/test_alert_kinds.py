@@ -67,7 +67,8 @@ def spilled_model_and_a_full_gpu(local: bool) -> set[str]:
     gpu = GpuReading(0, "Test GPU", "nvidia", 24 * GB, 24 * GB - GB // 2, 1000.0)
     hardware = HardwareSnapshot(gpus=(gpu,), host=HostReading(None, None, 50.0))
     tracker = DiagnosisTracker(Thresholds())
-    diagnosis = tracker.update([ServerDiagnosisInput(server, (), GPU, local)], hardware, {}, now_wall_s=1_000_000.0)
+    inputs = [ServerDiagnosisInput(server, (), GPU, local)]
+    diagnosis = tracker.update(inputs, hardware, {}, now_wall_s=1_000_000.0)
     return {f.kind for f in diagnosis.findings}
 
 

@@ -466,6 +466,15 @@ def test_vram_pressure_alone_and_context_full() -> None:
     assert "% full (29." in full.message and "of 32k tokens" in full.message
 
 
+def test_vram_pressure_through_the_pipeline_offers_to_unload_the_idle_model() -> None:
+    run = Run()
+    model = ollama_model(QWEN_32B_Q4, 4096, QWEN_Q4_4K_SIZE, QWEN_Q4_4K_SIZE)  # all on the GPU, idle
+    settle(run, ollama_reading(model), hardware(VRAM_TOTAL - 500_000_000), 3)
+    pressure = assert_one_episode(run, "vram_pressure")
+    assert "qwen2.5:32b" in pressure.fix
+    assert pressure.fix_commands == ("ollama stop qwen2.5:32b",)
+
+
 def test_server_down_after_confirmation_and_cold_load() -> None:
     run = Run()
     hw = llama_hardware()

@@ -85,7 +85,9 @@ class DiagnosisTracker:
             findings.extend(found)
             if server.local:
                 local_kinds.update(f.kind for f in found)
-        findings.extend(without_explained(diagnose_hardware(hardware, self.thresholds), local_kinds))
+        local_servers = [server.status for server in servers if server.local]
+        gpu_wide = diagnose_hardware(hardware, self.thresholds, local_servers)
+        findings.extend(without_explained(gpu_wide, local_kinds))
         return Diagnosis(tuple(findings), frozenset(resolved))
 
     def _server(
