@@ -437,6 +437,18 @@ def test_a_journal_this_user_may_not_read() -> None:
     assert "not readable by this user" in reason and "systemd-journal" in reason
 
 
+def test_a_machine_with_no_journal_files() -> None:
+    """systemd 252's journalctl with --show-cursor and nothing to show exits 1, with or without a word."""
+    journal = JournalTail(run=FakeJournalctl((1, "", "No journal files were found.\n")), clock=Clock())
+    assert journal.read() == (
+        [],
+        "no journal to read here (journalctl -u ollama: no journal files were found)",
+    )
+    silent = JournalTail(run=FakeJournalctl((1, "", "")), clock=Clock())
+    lines, reason = silent.read()
+    assert lines == [] and reason is not None and reason.startswith("no entries of the systemd unit ollama")
+
+
 def test_journalctl_that_hangs_or_fails() -> None:
     clock = Clock()
     journal = JournalTail(

@@ -464,6 +464,13 @@ class JournalTail:
         stderr = done.stderr or ""
         if "insufficient permissions" in stderr or "not seeing messages from other users" in stderr:
             return [], f"Ollama's journal ({label}) is not readable by this user: {JOURNAL_GROUP_HINT}"
+        no_entries = (
+            f"no entries of the systemd unit {self.unit} in the journal (is Ollama a systemd service?)"
+        )
+        if "No journal files were found" in stderr:
+            return [], f"no journal to read here ({label}: no journal files were found)"
+        if done.returncode != 0 and not stderr.strip() and not (done.stdout or "").strip():
+            return [], no_entries  # systemd 252: --show-cursor with nothing shown exits 1, silently
         if done.returncode != 0:
             first = next((s.strip() for s in stderr.splitlines() if s.strip()), "")[:200]
             return [], f"{label} failed (exit {done.returncode}){': ' + first if first else ''}"
@@ -474,10 +481,7 @@ class JournalTail:
             elif "truncating input prompt" in line:
                 lines.append(line)
         if self._cursor is None:
-            return (
-                lines,
-                f"no entries of the systemd unit {self.unit} in the journal (is Ollama a systemd service?)",
-            )
+            return lines, no_entries
         return lines, None
 
 
