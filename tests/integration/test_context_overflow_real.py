@@ -90,7 +90,7 @@ def test_a_refused_prompt_alerts_with_a_fix_that_works(
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) - 3 <= 2, seen_s
     assert len({a.id for a in alerts}) == 1
     alert = alerts[-1]
-    assert alert.cause == "rejected"
+    assert alert.evidence["cause"] == "rejected"
     assert f"refused a {error['n_prompt_tokens']}-token prompt" in alert.message
     assert alert.evidence["tokens_sent"] == error["n_prompt_tokens"]
     assert alert.evidence["context_tokens"] == error["n_ctx"]
@@ -135,7 +135,7 @@ def test_an_answer_that_runs_into_the_context_end_is_cut_short(
     assert alerts, server.log_tail()
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) <= 2, seen_s
     alert = alerts[-1]
-    assert alert.cause == "cut_short"
+    assert alert.evidence["cause"] == "cut_short"
     assert f"stopped an answer after {timings['predicted_n']} tokens" in alert.message
     assert alert.evidence["answer_tokens"] == timings["predicted_n"]
     assert alert.evidence["context_tokens"] == N_CTX

@@ -238,7 +238,7 @@ def test_a_refused_prompt_gives_the_flag_and_the_sliding_window_kv_cost() -> Non
     ticks = Ticks()
     ticks.tick(llama_reading(rejected(1)), CPU_HOST)
     (alert,) = ticks.overflow_alerts()
-    assert alert.severity == "warning" and alert.cause == "rejected"
+    assert alert.severity == "warning" and alert.evidence["cause"] == "rejected"
     assert alert.message.startswith(
         "llama-server refused a 402-token prompt: its context holds 256 tokens per request (-c 256)."
     )
@@ -297,7 +297,7 @@ def test_an_answer_cut_at_the_context_end() -> None:
     ticks = Ticks()
     ticks.tick(llama_reading(cut), CPU_HOST)
     (alert,) = ticks.overflow_alerts()
-    assert alert.cause == "cut_short"
+    assert alert.evidence["cause"] == "cut_short"
     assert alert.message.startswith(
         "llama-server stopped an answer after 32 tokens: "
         "the prompt and the answer filled the 256-token context"

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from tests.support.paths import TESTS_DIR
+from trayapp.cli.proxy import record_line
 from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy.recorder import RequestTap
 from trayapp.sources.servers.lms_cli import parse_lms_log_line
@@ -166,3 +167,11 @@ def test_lm_studio_says_when_the_context_stopped_an_answer() -> None:
     event["data"]["stats"]["stopReason"] = "contextLengthReached"
     logged = parse_lms_log_line(json.dumps(event))
     assert logged is not None and logged.stop_reason == "context"
+
+
+def test_the_proxy_command_line_says_what_did_not_fit() -> None:
+    body = (LLAMA / "exceed_context_400.json").read_bytes()
+    refused = record_of("/completion", {"prompt": "x"}, body, status=400)
+    assert record_line(refused).endswith("refused: a 402-token prompt, the context holds 256")
+    cut = record_of("/completion", {"prompt": "x"}, (LLAMA / "completion_context_end.json").read_bytes())
+    assert record_line(cut).endswith("cut short: the context is full")

@@ -146,6 +146,11 @@ def record_line(record: FinishedRequest) -> str:
         if record.decode_tok_s is not None:
             rate = f" at {'' if record.decode_exact else '~'}{format_rate(record.decode_tok_s)}"
         parts.append(f"decode {record.decode_tokens}{rate}")
+    if record.context_limit_tokens is not None and record.prompt_tokens_sent is not None:
+        sent, limit = record.prompt_tokens_sent, record.context_limit_tokens
+        parts.append(f"refused: a {sent}-token prompt, the context holds {limit}")
+    elif record.stop_reason == "context":
+        parts.append("cut short: the context is full")
     return "  ".join(parts)
 
 

@@ -71,7 +71,7 @@ ALERT_KINDS: dict[AlertKindName, AlertKind] = {
         AlertKind(
             "context_overflow",
             "a prompt or an answer did not fit the context",
-            "{model} did not get your whole prompt",
+            "{model}: a request did not fit its context",
             instant=True,
         ),
         AlertKind(

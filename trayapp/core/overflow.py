@@ -335,8 +335,7 @@ def overflow_finding(
         model.name,
         message,
         fix,
-        evidence,
-        cause=overflow.cause,
+        evidence,  # its "cause": rejected, truncated or cut_short (the message says it in words)
         score=score,
         fix_commands=commands,
     )
