@@ -310,3 +310,23 @@ def test_the_monitor_passes_the_setting_to_ollama_probes(ollama: FakeOllama, log
         assert request.prompt_sent_exact is True
     finally:
         monitor.close()
+
+
+def test_a_bug_reading_the_log_costs_only_the_log(
+    ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        reason: str | None = None
+        where = "nowhere"
+
+        def poll(self) -> list[Any]:
+            raise KeyError("log-reader bug")
+
+    probe = OllamaProbe(ollama.url, find_children=lambda: [], log_reader=lambda: Broken())  # type: ignore[arg-type,return-value]
+    try:
+        readings = [probe.poll(time.monotonic()) for _ in range(3)]
+    finally:
+        probe.close()
+    assert all(r.status == "ok" for r in readings), readings[-1].reason
+    assert all(r.finished == () for r in readings)
+    assert sum("reading its log" in r.getMessage() for r in caplog.records) == 1  # logged once

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.model import FinishedRequest, ModelFacts, ModelReading, ServerReading
 from trayapp.core.modelfacts import facts_from_metadata_estimate
 from trayapp.sources.facts_loader import ModelFactsLoader
@@ -233,6 +234,7 @@ class OllamaProbe(HttpProbe):
         super().__init__(url, client=client, api_key=api_key)  # a key is for a reverse proxy in front
         self._make_log_reader = log_reader or (lambda: OllamaLogReader(log_location(ollama_log)))
         self._log_reader: OllamaLogReader | None = None  # made at the first poll, for a local server only
+        self._log_bugs = BugLog(log)
         self._log_reason_said: str | None = None
         self._facts_loader = facts_loader
         self._find_children = find_children or find_ollama_children
@@ -299,9 +301,13 @@ class OllamaProbe(HttpProbe):
         self, models: Sequence[ModelReading], version: str | None
     ) -> tuple[FinishedRequest, ...]:
         """The warnings Ollama's log gained since the last poll, as request records (local servers only)."""
-        if self._log_reader is None:
-            self._log_reader = self._make_log_reader()
-        lines = self._log_reader.poll()
+        try:  # its own boundary: a bug reading the log must not cost the server's reading
+            if self._log_reader is None:
+                self._log_reader = self._make_log_reader()
+            lines = self._log_reader.poll()
+        except Exception as exc:
+            self._log_reason_said = self._log_bugs.report(exc, f"ollama {self.url}: reading its log")
+            return ()
         reason = self._log_reader.reason
         if reason != self._log_reason_said:
             self._log_reason_said = reason
