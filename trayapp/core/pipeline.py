@@ -40,6 +40,18 @@ from trayapp.core.session import SessionInput, SessionTracker
 from trayapp.core.thresholds import Thresholds
 
 
+def stored_as_request(record: RequestRecord, reading: ServerReading) -> bool:
+    """Whether a finished request is a row of its own. A record read from a server's log (LOG_SOURCES)
+    is, only where nothing else records that request: never behind a recording proxy (which records
+    every request), and from llama-server's log only a refusal (a request it ran is recorded from its
+    slots). Otherwise the log's numbers only inform the diagnosis."""
+    if record.source not in LOG_SOURCES:
+        return True
+    if reading.proxied:
+        return False
+    return reading.kind != "llamacpp" or (record.http_status is not None and record.http_status >= 400)
+
+
 @dataclass(frozen=True)
 class Priors:
     """What the store knew of each model (server URL, model name) before this tick, as data."""
@@ -107,8 +119,7 @@ class Pipeline:
             machine = machines.get(reading.url, default_machine)
             tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, priors)
             servers.append(tick.status)
-            # a proxy records every request of its server: the log's account of one only informs diagnosis
-            requests.extend(r for r in tick.requests if not (reading.proxied and r.source in LOG_SOURCES))
+            requests.extend(r for r in tick.requests if stored_as_request(r, reading))
             sessions.extend(tick.sessions)
             local = reading.url not in machines
             to_diagnose.append(ServerDiagnosisInput(tick.status, tick.requests, machine, local))
