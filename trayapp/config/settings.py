@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import difflib
 import ipaddress
+import math
 import re
 import sys
 import time
@@ -228,6 +229,43 @@ RANGES: dict[str, tuple[float, float]] = {
     "store.max_size_mb": (1, 1_000_000),
     "store.sample_interval_s": (0.1, 3600),
 } | {f"thresholds.{name}": (info.low, info.high) for name, info in THRESHOLD_INFO.items()}
+# Hardware figures no machine exceeds (a GB/s or GB beyond these is a typo, or `inf`): one bound each,
+# for [hardware] and every [[endpoints]] entry alike.
+HARDWARE_RANGES: dict[str, tuple[float, float]] = {
+    "bandwidth_gbps": (0.001, 1_000_000),
+    "ram_bandwidth_gbps": (0.001, 1_000_000),
+    "vram_gb": (0.001, 1_000_000),
+}
+MAX_NESTING = 8  # no setting nests deeper (a list of tables of lists); deeper is a broken file
+_SHOWN_CHARS = 80  # a bad value is quoted to this length in its message
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, cut to a line: a message never quotes a megabyte of the file."""
+    text = repr(value) if _depth(value) <= MAX_NESTING else "a value nested too deep"
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…"
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and tables nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def _range(path: str) -> tuple[float, float] | None:
+    if path in RANGES:
+        return RANGES[path]
+    return (
+        HARDWARE_RANGES.get(path.rpartition(".")[2]) if path.startswith(("hardware.", "endpoints")) else None
+    )
 
 
 def _check_value(path: str, value: Any, annotation: str) -> Any:
@@ -237,13 +275,16 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
         return None
     if annotation.startswith("bool"):
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(f"{path}: expected true or false, got {_shown(value)}")
         return value
     if annotation.startswith(("float", "int")):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        if path in RANGES:
-            low, high = RANGES[path]
+            raise ConfigError(f"{path}: expected a number, got {_shown(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+        bounds = _range(path)
+        if bounds is not None:
+            low, high = bounds
             if not low <= value <= high:
                 raise ConfigError(f"{path}: {value!r} is out of range ({low:g} to {high:g})")
         if annotation.startswith("int"):
@@ -255,7 +296,7 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
         return float(value)
     if annotation.startswith("str"):
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {_shown(value)}")
         if path.endswith("kv_type") and value not in KV_TYPES:
             raise ConfigError(f"{path}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPES)})")
         if path == "monitor.ollama_log" and not value.strip():
@@ -263,14 +304,14 @@ def _check_value(path: str, value: Any, annotation: str) -> Any:
         return value
     if annotation.startswith("tuple[str"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
+            raise ConfigError(f"{path}: expected a list of strings, got {_shown(value)}")
         return tuple(value)
-    raise ConfigError(f"{path}: unsupported value {value!r}")  # pragma: no cover
+    raise ConfigError(f"{path}: unsupported value {_shown(value)}")  # pragma: no cover
 
 
 def _build(cls: type[T], data: Any, prefix: str) -> T:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a table, got {data!r}")
+        raise ConfigError(f"{prefix}: expected a table, got {_shown(data)}")
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -401,6 +442,9 @@ def parse_settings(data: dict[str, Any]) -> tuple[Settings, list[str]]:
     return Settings(**kwargs), errors
 
 
+_TOO_DEEP = f"lists or tables nested deeper than any setting (more than {MAX_NESTING} levels)"
+
+
 @dataclass(frozen=True)
 class LoadResult:
     settings: Settings
@@ -423,7 +467,16 @@ def load_settings(path: Path | None = None) -> LoadResult:
         return LoadResult(Settings(), (f"{path}: not UTF-8 text ({exc.reason})",), _backup(path))
     except tomllib.TOMLDecodeError as exc:
         return LoadResult(Settings(), (f"{path}: syntax error: {exc}",), _backup(path))
-    settings, errors = parse_settings(data)
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        return LoadResult(Settings(), (f"{path}: {_TOO_DEEP}",), _backup(path))
+    if _depth(data) > MAX_NESTING:
+        return LoadResult(Settings(), (f"{path}: {_TOO_DEEP}",), _backup(path))
+    try:
+        settings, errors = parse_settings(data)
+    except Exception as exc:  # a value no check foresaw: still the backup and defaults, never a crash
+        return LoadResult(
+            Settings(), (f"{path}: cannot use this file ({type(exc).__name__}: {exc})",), _backup(path)
+        )
     backup = _backup(path) if errors else None
     return LoadResult(settings, tuple(f"{path}: {e}" for e in errors), backup)
 
