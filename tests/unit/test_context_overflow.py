@@ -399,3 +399,14 @@ def test_an_unproxied_ollamas_log_line_is_the_requests_record() -> None:
         4096,
         4096,
     )
+
+
+def test_a_routers_fix_goes_in_its_preset() -> None:
+    ticks = Ticks()
+    ticks.tick(replace(llama_reading(rejected(1)), router=True), CPU_HOST)
+    (alert,) = ticks.overflow_alerts()
+    # a router's settings per model are lines of its --models-preset file (long flags without dashes)
+    assert alert.fix_commands == (
+        "ctx-size = 2048",
+        f"llama-server --models-preset <file> (section [{GEMMA_NAME}])",
+    )

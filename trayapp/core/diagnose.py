@@ -208,7 +208,7 @@ def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
     fix = "Start a fresh conversation or trim the context"
     commands: tuple[str, ...] = ()
     if kv_is_full_precision(view.machine.kv_type):
-        commands = kv_cache_commands(view.server.kind, model.name, KV_FIX_TYPE)
+        commands = kv_cache_commands(view.server.kind, model.name, KV_FIX_TYPE, router=view.server.router)
         where = "" if commands else f" ({kv_cache_where(view.server.kind, KV_FIX_TYPE)})"
         fix += (
             f"; or enable flash attention and a {KV_FIX_TYPE} KV cache{where}, "
@@ -284,7 +284,9 @@ def _raise_context_fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
     if target <= current:
         return f"Start a new conversation: {limit or 'the context cannot grow'}.", ()
     slots = parallel_slots(view)
-    commands = context_size_commands(view.server.kind, model.name, target, parallel_slots=slots)
+    commands = context_size_commands(
+        view.server.kind, model.name, target, parallel_slots=slots, router=view.server.router
+    )
     memory = "it fits in GPU memory" if checked else "if memory allows"
     return (
         f"Start a new conversation, or raise the context to {format_tokens(target)} tokens ({memory}).",
@@ -310,7 +312,7 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
             "a drafter whose drafts are rejected slows every step"
         )
         fix += " Or compare without speculative decoding (--spec-type none)."
-        commands = no_speculation_commands(view.server.kind, model.name)
+        commands = no_speculation_commands(view.server.kind, model.name, router=view.server.router)
     else:
         commands = ()
     evidence = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
@@ -427,7 +429,7 @@ def _draft_acceptance(view: ModelView, t: Thresholds) -> Finding | None:
         _spec_fix(kind),
         evidence,
         score=score,
-        fix_commands=no_speculation_commands(view.server.kind, model.name),
+        fix_commands=no_speculation_commands(view.server.kind, model.name, router=view.server.router),
     )
 
 

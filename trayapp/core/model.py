@@ -306,6 +306,7 @@ class ServerReading:
     age_s: float | None = None  # set when this is an earlier reading repeated (the poll is still running)
     t_mono_s: float | None = None  # when the answers arrived (monotonic); rates use it when set
     proxied: bool = False  # a recording proxy is in front: its records are this server's requests
+    router: bool = False  # a llama-server router (one child per model, settings in its --models-preset)
 
 
 # --------------------------------------------------------------------------- computed status
@@ -392,6 +393,7 @@ class ServerStatus:
     pid: int | None = None
     age_s: float | None = None  # the numbers are this old: the server has not answered this tick
     machine: str | None = None  # the remote machine (an `[[agents]]` name) it runs on; None: this one
+    router: bool = False  # a llama-server router: a model's settings go in its --models-preset section
 
 
 @dataclass(frozen=True)

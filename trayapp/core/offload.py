@@ -159,7 +159,7 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
     """The cheapest change that puts the whole model back in GPU memory, computed, and the commands
     that make it on this server (the same numbers: each option computes its figure once)."""
     model, machine = view.model, view.machine
-    kind, name = view.server.kind, model.name
+    kind, name, router = view.server.kind, model.name, view.server.router
     facts = model.facts
     capacity = machine.fast_capacity_bytes
     generic = (
@@ -189,14 +189,14 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
     if max_ctx is not None and 2048 <= max_ctx < total:
         shorter = _round_down_ctx(max_ctx)
         options.append(f"lower the context to {format_tokens(shorter)} tokens")
-        commands.append(gpu_fit_commands(kind, name, shorter))
+        commands.append(gpu_fit_commands(kind, name, shorter, router=router))
     if kv_type == "f16" and facts.kv is not None:
         kv_q8 = physics.kv_cache_bytes(facts.kv, total, KV_FIX_TYPE)
         if physics.required_bytes(facts.weights_bytes, kv_q8) <= free_for_model:
             options.append(
                 f"a {KV_FIX_TYPE} KV cache (with flash attention) keeps this context in GPU memory"
             )
-            commands.append(kv_cache_commands(kind, name, KV_FIX_TYPE))
+            commands.append(kv_cache_commands(kind, name, KV_FIX_TYPE, router=router))
     experts = cpu_moe_layers(facts, total, kv_type, free_for_model) if kind == "llamacpp" else None
     if experts is not None:
         layers, moved = experts
@@ -204,7 +204,7 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
             f"keep the experts of the first {layers} layers ({format_gb(moved)}) in system RAM "
             "and the rest of the model on the GPU"
         )
-        commands.append(cpu_moe_commands(kind, name, layers))
+        commands.append(cpu_moe_commands(kind, name, layers, router=router))
     quant = _nearest_quant_that_fits(facts, total, kv_type, free_for_model)
     if quant is None or (effective_bpw(quant) or 0) < Q4_BPW:
         # No Q4-or-better build fits at this context: say what Q4+ needs, before a lossy step.

@@ -313,7 +313,9 @@ def overflow_finding(
             f" The model was trained on {format_tokens(train)} tokens: a longer prompt does not fit it "
             "at all — send less (split the work, or trim files and history)."
         )
-    commands = context_size_commands(server.kind, model.name, target, parallel_slots=slots)
+    commands = context_size_commands(
+        server.kind, model.name, target, parallel_slots=slots, router=server.router
+    )
     evidence: dict[str, object] = {
         "cause": overflow.cause,
         "tokens_sent": overflow.tokens_sent,

@@ -211,6 +211,7 @@ class Pipeline:
             models=statuses,
             pid=reading.pid,
             age_s=reading.age_s,
+            router=reading.router,
         )
         return _ServerTick(status, records, session_changes)
 

@@ -185,7 +185,14 @@ class LlamaRouterProbe(LlamaServerProbe):
         version = next((c.props.build_info for c in self._children.values() if c.props), None)
         reason = "; ".join(problems) if problems else None
         return ServerReading(
-            self.kind, self.url, "ok", reason, version=version, models=tuple(models), finished=tuple(finished)
+            self.kind,
+            self.url,
+            "ok",
+            reason,
+            version=version,
+            models=tuple(models),
+            finished=tuple(finished),
+            router=True,
         )
 
     # ------------------------------------------------------------------ load time
