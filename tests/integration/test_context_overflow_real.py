@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.llama import LlamaServer, monitor_for
 from tests.support.proxy import running_proxy
-from trayapp.core.model import Alert, HardwareProfile, Snapshot
+from trayapp.core.model import Alert, FinishedRequest, HardwareProfile, Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.services.proxy.inbox import RecordInbox
 
@@ -58,26 +58,34 @@ def _tick_until_alert(monitor: Monitor, answered_mono_s: float, limit_s: float =
     return snapshots
 
 
+def _through_proxy(
+    server: LlamaServer, request: dict[str, Any], ticks_after: int = 0
+) -> tuple[int, dict[str, Any], FinishedRequest, list[Snapshot], float]:
+    """One request through the recording proxy while the real Monitor ticks as the tray's sampler
+    does: (HTTP status, body, the proxy's record, snapshots, seconds from the answer to the alert)."""
+    inbox = RecordInbox([server.url])
+    monitor = monitor_for(server.url, profile=PROFILE, proxy_inbox=inbox)
+    try:
+        with running_proxy(server.url, "llamacpp", inbox=inbox) as proxy:
+            monitor.tick()
+            status, body = _post(proxy.url, request)
+            answered = time.monotonic()
+            snapshots = _tick_until_alert(monitor, answered)
+            seen_s = time.monotonic() - answered
+            (record,) = proxy.records.wait_for(1)
+            snapshots += [monitor.tick() for _ in range(ticks_after)]
+    finally:
+        monitor.close()
+    return status, body, record, snapshots, seen_s
+
+
 def test_a_refused_prompt_alerts_with_a_fix_that_works(
     llama_binary: Path, model_path: Path, tmp_path: Path
 ) -> None:
     server = LlamaServer(model_path, binary=llama_binary, ctx_size=N_CTX, log_dir=tmp_path)
     request = {"prompt": LONG_PROMPT, "n_predict": 8, "cache_prompt": False}
     with server:
-        inbox = RecordInbox([server.url])
-        monitor = monitor_for(server.url, profile=PROFILE, proxy_inbox=inbox)
-        try:
-            with running_proxy(server.url, "llamacpp", inbox=inbox) as proxy:
-                monitor.tick()
-                status, body = _post(proxy.url, request)
-                answered = time.monotonic()
-                snapshots = _tick_until_alert(monitor, answered)
-                seen_s = time.monotonic() - answered
-                (record,) = proxy.records.wait_for(1)
-                for _ in range(3):  # the episode goes on: one alert, not one per tick
-                    snapshots.append(monitor.tick())
-        finally:
-            monitor.close()
+        status, body, record, snapshots, seen_s = _through_proxy(server, request, ticks_after=3)
     error = body["error"]
     assert status == 400 and error["type"] == "exceed_context_size_error", body
     # The record holds the server's own two numbers.
@@ -114,18 +122,7 @@ def test_an_answer_that_runs_into_the_context_end_is_cut_short(
     server = LlamaServer(model_path, binary=llama_binary, ctx_size=N_CTX, log_dir=tmp_path)
     request = {"prompt": FILLING_PROMPT, "n_predict": 200, "cache_prompt": False}
     with server:
-        inbox = RecordInbox([server.url])
-        monitor = monitor_for(server.url, profile=PROFILE, proxy_inbox=inbox)
-        try:
-            with running_proxy(server.url, "llamacpp", inbox=inbox) as proxy:
-                monitor.tick()
-                status, body = _post(proxy.url, request)
-                answered = time.monotonic()
-                snapshots = _tick_until_alert(monitor, answered)
-                seen_s = time.monotonic() - answered
-                (record,) = proxy.records.wait_for(1)
-        finally:
-            monitor.close()
+        status, body, record, snapshots, seen_s = _through_proxy(server, request)
     assert status == 200 and body["truncated"] is True and body["stop_type"] == "limit", body
     timings = body["timings"]
     assert record.stop_reason == "context"
