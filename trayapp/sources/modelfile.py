@@ -14,6 +14,7 @@ dims, u32 ggml type, u64 offset). Counts, string lengths and dims are u64 (u32 i
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -37,6 +38,7 @@ KEEP_ARRAY_MAX = 4096  # numeric arrays up to this length are kept (per-layer va
 KEEP_STRING_ARRAY_MAX = 64  # string arrays up to this length are kept (tags, languages)
 _MAX_COUNT = 1 << 24  # sanity limit for tensor and kv counts
 _MAX_DIMS = 8
+MAX_ARRAY_NESTING = 8  # arrays of arrays deeper than this are a corrupt (or crafted) file
 _DEFAULT_ALIGNMENT = 32
 
 # GGUF value type -> struct format of one scalar.
@@ -157,10 +159,34 @@ def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> 
             return None
         return [cur.string() for _ in range(count)]
     if elem_type == _ARRAY:
-        if count > _MAX_COUNT:
-            raise ModelFileError(f"implausible nested array length in {key!r}")
-        return [_read_value(cur, _ARRAY, f"{key}[{i}]", {}) for i in range(count)]
+        _skip_nested(cur, count, key)
+        return None  # no fact the physics reads is an array of arrays: skipped, never held
     raise ModelFileError(f"unknown GGUF array element type {elem_type} for key {key!r}")
+
+
+def _skip_nested(cur: _Cursor, count: int, key: str) -> None:
+    """Skip `count` arrays (the elements of an array of arrays), without recursion.
+
+    Every element read moves the cursor by at least 12 bytes (its type and count), so the walk is
+    linear in the file's size; nesting deeper than MAX_ARRAY_NESTING is refused."""
+    pending = [count]  # per open level: how many arrays are left to read at that level
+    while pending:
+        if pending[-1] == 0:
+            pending.pop()
+            continue
+        pending[-1] -= 1
+        elem_type = cur.unpack(cur.u32)
+        n = cur.count()
+        if elem_type in _SCALAR_FORMATS:
+            cur.skip(n * struct.calcsize(_SCALAR_FORMATS[elem_type]))
+        elif elem_type == _STRING:
+            cur.skip_strings(n)
+        elif elem_type == _ARRAY:
+            if len(pending) >= MAX_ARRAY_NESTING:
+                raise ModelFileError(f"GGUF arrays nested more than {MAX_ARRAY_NESTING} deep in {key!r}")
+            pending.append(n)
+        else:
+            raise ModelFileError(f"unknown GGUF array element type {elem_type} in {key!r}")
 
 
 def _parse(buf: mmap.mmap | bytes, name: str) -> GgufHeader:
@@ -221,14 +247,14 @@ def _tensor_infos(
 ) -> tuple[TensorInfo, ...]:
     """Tensor infos with byte sizes from the type table (or, for a type unknown to the
     table, from the gap to the next tensor's offset)."""
-    ends = sorted(offset for _, _, _, offset in raw)
+    ends = sorted({offset for _, _, _, offset in raw})  # one sort, one binary search per tensor
     infos = []
     for tname, dims, type_id, offset in raw:
         if type_id in GGML_QUANT_SIZES:
             n_bytes = tensor_n_bytes(type_id, dims)
         else:
-            later = [o for o in ends if o > offset]
-            end = data_offset + later[0] if later else file_size
+            index = bisect.bisect_right(ends, offset)
+            end = data_offset + ends[index] if index < len(ends) else file_size
             n_bytes = max(end - (data_offset + offset), 0)
         infos.append(TensorInfo(name=tname, type_id=type_id, shape=dims, n_bytes=n_bytes))
     return tuple(infos)
