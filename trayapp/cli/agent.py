@@ -24,7 +24,6 @@ import logging
 import os
 import secrets
 import signal
-import stat
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trayapp.config import paths
-from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text, read_secret_file
 from trayapp.core.loopback import is_loopback
 from trayapp.sinks.sampler_file import TOKEN_ENV
 
@@ -62,12 +61,9 @@ def agent_token(environ: Mapping[str, str] = os.environ) -> tuple[str | None, st
     if token:
         return token, f"${TOKEN_ENV}"
     path = token_path()
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    text = read_secret_file(path)  # refuses a link, a non-file, a loose mode (SecretFileError: a ValueError)
+    if text is None:
         return None, None
-    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(f"llm-tray agent: warning: {path} is readable by others (chmod 600 it)", file=sys.stderr)
     if not text:
         raise ValueError(f"{path} is empty: run llm-tray agent --new-token")
     return text, str(path)

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from trayapp.config import paths
+from trayapp.config.files import read_secret_file
 from trayapp.core.model import FinishedRequest, HardwareProfile
 from trayapp.core.units import format_rate
 
@@ -90,9 +91,8 @@ def _token(args: argparse.Namespace, remote: bool) -> str | None:
     if token or not remote:
         return token or None
     path = paths.config_dir() / TOKEN_FILE
-    if path.exists():
-        return path.read_text().strip() or None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path):  # a link, a directory, a loose mode: refused with the fix (a ValueError)
+        return read_secret_file(path) or None
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as file:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trayapp.config import paths
-from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
+from trayapp.config.files import PRIVATE_PERMISSIONS, SecretFileError, atomic_write_text, read_secret_file
 from trayapp.core.jsonview import iso_utc
 from trayapp.sinks.wire import MAX_RECORDS, to_wire
 
@@ -153,8 +153,9 @@ def auth_headers(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     token = environ.get(TOKEN_ENV)
     if not token:
         try:
-            token = paths.agent_token_file().read_text(encoding="utf-8").strip()
-        except OSError:
+            token = read_secret_file(paths.agent_token_file()) or ""
+        except SecretFileError as exc:  # a link, a non-file, a loose mode: not used, and said why
+            log.warning("%s", exc)
             token = ""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
