@@ -17,6 +17,7 @@ from trayapp.core.model import (
     ServerStatus,
     Snapshot,
 )
+from trayapp.core.text import unseen_cuts_note
 
 
 def iso_utc(wall_s: float) -> str:
@@ -31,7 +32,8 @@ def _num(value: float | None, digits: int = 2) -> float | None:
     return round(value, digits) if value is not None else None
 
 
-def model_json(model: ModelStatus) -> dict[str, Any]:
+def model_json(model: ModelStatus, server: ServerStatus | None = None) -> dict[str, Any]:
+    """One model's object; `server`, the one that runs it, for what depends on it (the note on cuts)."""
     return {
         "name": model.name,
         "size_bytes": model.size_bytes,
@@ -69,6 +71,8 @@ def model_json(model: ModelStatus) -> dict[str, Any]:
         "phase": model.phase,
         "session_id": model.session_id,
         "live_rate_reason": model.live_rate_reason,
+        "unseen_cuts_reason": model.unseen_cuts_reason,
+        "unseen_cuts_note": unseen_cuts_note(server, model) if server is not None else None,
     }
 
 
@@ -81,7 +85,7 @@ def server_json(server: ServerStatus) -> dict[str, Any]:
         "version": server.version,
         "age_s": _num(server.age_s, 1),
         "machine": server.machine,
-        "models": [model_json(m) for m in server.models],
+        "models": [model_json(m, server) for m in server.models],
     }
 
 

@@ -290,6 +290,9 @@ class ModelReading:
     live_rate_reason: str | None = None  # why no live rate can be measured, when that is so
     server_pid: int | None = None  # process serving this model, when found
     expires_at: str | None = None
+    # why a prompt this server cuts silently (Ollama) would go unseen here: its log cannot be read
+    # (None: the log shows cuts, or the server does not cut prompts silently); a proxy in front sees them
+    unseen_cuts_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -372,6 +375,8 @@ class ModelStatus:
     live_rate_reason: str | None = None
     server_pid: int | None = None
     facts: ModelFacts | None = None
+    # why a prompt the server cuts silently would go unseen: neither a proxy nor its log (None: seen)
+    unseen_cuts_reason: str | None = None
 
     @property
     def efficiency(self) -> float | None:

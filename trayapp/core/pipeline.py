@@ -195,6 +195,7 @@ class Pipeline:
                 plain_baseline=priors.plain_baselines.get((reading.url, model.name)),
                 calibrated_efficiency=priors.calibrations.get((reading.url, model.name)),
                 bench_decode_tok_s=priors.bench_rates.get((reading.url, model.name)),
+                proxied=reading.proxied,
             )
             for model, rate, placement in placed
         )
@@ -242,10 +243,12 @@ def model_status(
     plain_baseline: Baseline | None = None,
     calibrated_efficiency: float | None = None,
     bench_decode_tok_s: float | None = None,
+    proxied: bool = False,
 ) -> ModelStatus:
     """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session,
     and what a bench measured of it here (`Priors.calibrations`, `Priors.bench_rates`); for
-    speculative decoding, the plain-decode baseline its speed-up is measured against."""
+    speculative decoding, the plain-decode baseline its speed-up is measured against. `proxied`: a
+    recording proxy is in front of the server, so a prompt it cuts silently is seen after all."""
     file_facts = model.facts  # exact facts, when the server or the model file gave them
     return ModelStatus(
         name=model.name,
@@ -284,6 +287,7 @@ def model_status(
         live_rate_reason=model.live_rate_reason,
         server_pid=server_pid,
         facts=placement.facts,
+        unseen_cuts_reason=None if proxied else model.unseen_cuts_reason,
     )
 
 

@@ -153,6 +153,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         prefill=prefill,
         session_id=_str(data, "session_id"),
         live_rate_reason=_str(data, "live_rate_reason"),
+        unseen_cuts_reason=_str(data, "unseen_cuts_reason"),
     )
 
 

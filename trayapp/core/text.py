@@ -6,6 +6,7 @@ from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.glance import DECODING_NO_RATE_YET
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active
+from trayapp.core.overflow import ollama_whole_prompt_tokens
 from trayapp.core.units import (
     estimate_mark,
     format_gb,
@@ -56,6 +57,23 @@ def model_line(model: ModelStatus) -> str:
     return line
 
 
+def unseen_cuts_note(server: ServerStatus, model: ModelStatus) -> str | None:
+    """What can be said of silent prompt truncation where llm-tray cannot see it (#20): an Ollama with
+    no recording proxy in front and no readable log cuts a prompt longer than it keeps whole and
+    answers HTTP 200, and nothing here can tell. Information, not an alert: no cut was seen.
+    'prompts over 2,050 tokens are cut silently (num_ctx 4096); llm-tray sees cuts through its proxy
+    or Ollama's log (reading Ollama's log is off)'. None when cuts are seen (or not silent)."""
+    reason = model.unseen_cuts_reason
+    if reason is None or server.kind != "ollama":
+        return None
+    if model.context_length:
+        whole = ollama_whole_prompt_tokens(model.context_length, server.version)
+        cut = f"prompts over {whole:,} tokens are cut silently (num_ctx {model.context_length})"
+    else:
+        cut = "prompts longer than the context are cut silently"
+    return f"{cut}; llm-tray sees cuts through its proxy or Ollama's log ({reason})"
+
+
 def server_line(server: ServerStatus) -> str:
     status: str = server.status
     if server.reason and server.status != "ok":
@@ -103,6 +121,9 @@ def format_snapshot(snapshot: Snapshot, hardware_note: str | None = None) -> str
         lines.append(server_line(server))
         for model in server.models:
             lines.append("  " + model_line(model))
+            note = unseen_cuts_note(server, model)
+            if note:
+                lines.append(f"      note: {note}")
     if hardware_note:
         lines.append(f"Hardware (given): {hardware_note}")
     lines += _hardware_lines(snapshot.hardware, snapshot.t_wall_s)

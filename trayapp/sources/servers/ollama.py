@@ -15,7 +15,9 @@ matched to models (with a one-model/one-child fallback).
 Silent prompt truncation (#20): Ollama cuts a prompt longer than `num_ctx`, answers HTTP 200 and
 says so only in its server log. For a local Ollama the probe reads that log
 (`trayapp/sources/ollama_log.py`, docs/ollama-log.md) and reports each `truncating input prompt`
-warning as a `FinishedRequest` (`truncation_record`, source "ollama-log").
+warning as a `FinishedRequest` (`truncation_record`, source "ollama-log"). Where the log cannot be read
+(or the server runs on another machine), each model's `unseen_cuts_reason` says why, and the views
+note that its prompts are cut unseen (`core/text.py` `unseen_cuts_note`) unless a proxy is in front.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ SHOW_RETRY_S = 30.0  # after a failed /api/show
 LOG_SOURCE = "ollama-log"  # FinishedRequest.source of a truncation read from Ollama's log
 UNKNOWN_MODEL = "unknown"  # FinishedRequest.model when the log's warning fits no single loaded model
 CHILD_RESCAN_S = 10.0  # look for children again at most this often while some model has none
+# why a prompt a remote Ollama cuts silently goes unseen here (ModelReading.unseen_cuts_reason)
+REMOTE_LOG_REASON = "Ollama runs on another machine, so its log is out of reach"
+# families whose too-long prompts Ollama refuses (HTTP 400: no context shift, v0.30.9+), not cuts
+NO_SHIFT_FAMILIES = frozenset({"deepseek2"})
 
 _SIZE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
@@ -236,6 +242,7 @@ class OllamaProbe(HttpProbe):
         self._log_reader: OllamaLogReader | None = None  # made at the first poll, for a local server only
         self._log_bugs = BugLog(log)
         self._log_reason_said: str | None = None
+        self._log_bug: str | None = None  # a bug reading the log at the last poll ("internal error: …")
         self._facts_loader = facts_loader
         self._find_children = find_children or find_ollama_children
         self._facts: dict[tuple[str, str | None], ModelFacts | None] = {}
@@ -258,6 +265,15 @@ class OllamaProbe(HttpProbe):
         """Why truncation warnings cannot be read from Ollama's log now (None while they can, and for
         a server on another machine, whose log is out of reach)."""
         return self._log_reader.reason if self._log_reader is not None else None
+
+    @property
+    def unseen_cuts_reason(self) -> str | None:
+        """Why a prompt this Ollama cuts silently would go unseen here, as far as its log goes (a
+        recording proxy in front sees it all the same: the pipeline knows): the log's `log_reason`,
+        a bug reading it, or that the server runs on another machine. None while the log is read."""
+        if not self._local:
+            return REMOTE_LOG_REASON
+        return self._log_bug or self.log_reason
 
     @property
     def log_where(self) -> str | None:
@@ -293,6 +309,12 @@ class OllamaProbe(HttpProbe):
 
         pid = next((c.parent_pid for c in children.values() if c.parent_pid), None) or self._server_pid(now)
         finished = self._truncations(models, version) if self._local else ()
+        unseen = self.unseen_cuts_reason
+        if unseen is not None:
+            models = [
+                m if m.architecture in NO_SHIFT_FAMILIES else replace(m, unseen_cuts_reason=unseen)
+                for m in models
+            ]
         return ServerReading(
             self.kind, self.url, "ok", version=version, models=tuple(models), finished=finished, pid=pid
         )
@@ -306,8 +328,10 @@ class OllamaProbe(HttpProbe):
                 self._log_reader = self._make_log_reader()
             lines = self._log_reader.poll()
         except Exception as exc:
-            self._log_reason_said = self._log_bugs.report(exc, f"ollama {self.url}: reading its log")
+            self._log_bug = self._log_bugs.report(exc, f"ollama {self.url}: reading its log")
+            self._log_reason_said = self._log_bug
             return ()
+        self._log_bug = None
         reason = self._log_reader.reason
         if reason != self._log_reason_said:
             self._log_reason_said = reason

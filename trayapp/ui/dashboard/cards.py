@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLa
 from trayapp.core.glance import host_port, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.server_kinds import server_label
+from trayapp.core.text import unseen_cuts_note
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (
     format_gb,
@@ -47,10 +48,14 @@ class ModelCard(QFrame):
         self.context_bar.setRange(0, 1000)
         self.stats = QLabel()
         self.stats.setTextFormat(Qt.TextFormat.PlainText)
-        for label in (self.title, self.details, self.stats):
+        # silent prompt truncation llm-tray cannot see here (#20): information, shown only while so
+        self.cuts_note = QLabel()
+        self.cuts_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.cuts_note.setVisible(False)
+        for label in (self.title, self.details, self.stats, self.cuts_note):
             label.setContentsMargins(0, 0, 0, 2)  # room for underscores below the descent (Q4_K_M)
             label.setWordWrap(True)  # at spaces: a long line (prefill, a reason) grows the card down, not out
-        for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats):
+        for widget in (self.title, self.details, self.gpu_bar, self.context_bar, self.stats, self.cuts_note):
             layout.addWidget(widget)
 
     def update_model(
@@ -93,6 +98,9 @@ class ModelCard(QFrame):
         if model.live_rate_reason:
             stats.append(f"live rate unavailable: {model.live_rate_reason}")
         self.stats.setText(" · ".join(stats))
+        note = unseen_cuts_note(server, model)
+        self.cuts_note.setText(f"Note: {note}." if note else "")
+        self.cuts_note.setVisible(note is not None)
 
     def _update_gpu(self, gpu_fraction: float | None, no_gpu: bool, offload_gpu_fraction: float) -> None:
         if gpu_fraction is None:
