@@ -144,3 +144,26 @@ def test_an_atomic_write_never_writes_through_a_planted_temp_name(tmp_path: Path
     assert files._OPEN_FLAGS & os.O_EXCL
     if hasattr(os, "O_NOFOLLOW"):
         assert files._OPEN_FLAGS & os.O_NOFOLLOW
+
+
+def test_a_read_only_home_serves_without_the_sampler_file(tmp_path: Path, monkeypatch) -> None:
+    """`llm-tray agent` in a read-only home: its endpoint serves, unnamed in the sampler file (it
+    refused to start: the file's lock could not be created)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LLM_TRAY_HOME", str(blocker))
+    info = sampler_file.claim_sampler_file("http://127.0.0.1:1", role="agent")
+    assert info.pid == os.getpid() and info.url == "http://127.0.0.1:1"
+    sampler_file.remove_sampler_file("http://127.0.0.1:1")  # nothing to remove, nothing raised
+
+
+def test_a_store_writer_in_a_read_only_home_says_read_only(tmp_path: Path, monkeypatch) -> None:
+    from trayapp.sinks.store import Store, StoreError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LLM_TRAY_HOME", str(blocker))
+    with pytest.raises(StoreError, match="read-only mode"):
+        Store(paths.store_file())
+    with Store(paths.store_file(), writer=False) as reader:  # reading still works: an empty store
+        assert reader.sessions() == []

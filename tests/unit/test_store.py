@@ -602,9 +602,10 @@ def test_a_full_store_drops_its_oldest_samples_to_keep_recording(db: Path) -> No
 def test_a_corrupt_file_is_moved_aside_and_a_new_store_started(db: Path) -> None:
     db.write_bytes(b"this is not a database, just junk " * 200)
     with pytest.raises(StoreError, match="cannot read the store") as info:
-        Store(db, writer=False)
-    assert str(db) in str(info.value)
+        Store(db, writer=False)  # a reader moves it aside too (#25), and says where
+    assert str(db) in str(info.value) and ".corrupt-" in str(info.value) and not db.exists()
 
+    db.write_bytes(b"this is not a database, just junk " * 200)
     with Store(db) as store:
         assert store.backup_path is not None and store.backup_path.exists()
         assert store.backup_path.read_bytes().startswith(b"this is not a database")

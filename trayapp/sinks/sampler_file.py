@@ -98,11 +98,17 @@ def claim_sampler_file(url: str, role: str = "", timeout_s: float = ANSWER_TIMEO
     read without the lock, see the old entry or the new one, never a part.
     """
     path = sampler_path()
+    mine = SamplerInfo(url=url, pid=os.getpid(), started=iso_utc(time.time()), role=role)
+    read_only = paths.unwritable(path.parent)
+    if read_only is not None:  # a read-only home: serve anyway, unnamed in the file (docs/security.md)
+        log.warning(
+            "read-only mode: %s: `status`, `watch` and `bar` here cannot find this endpoint", read_only
+        )
+        return read_sampler_file(path) or mine
     with _claim_lock(path):
         current = read_sampler_file(path)
         if current is not None and (current.is_this_process(url) or is_live(current, timeout_s)):
             return current
-        mine = SamplerInfo(url=url, pid=os.getpid(), started=iso_utc(time.time()), role=role)
         body = {"url": mine.url, "pid": mine.pid, "started": mine.started, "role": mine.role}
         atomic_write_text(path, json.dumps(body) + "\n", permissions=PRIVATE_PERMISSIONS)
         if current is not None:
@@ -113,6 +119,8 @@ def claim_sampler_file(url: str, role: str = "", timeout_s: float = ANSWER_TIMEO
 def remove_sampler_file(url: str | None = None) -> None:
     """Remove the file if it still names this process (and `url`, when given): never another's."""
     path = sampler_path()
+    if paths.unwritable(path.parent) is not None:
+        return  # a read-only home: nothing was written
     with _claim_lock(path):
         info = read_sampler_file(path)
         if info is not None and info.pid == os.getpid() and (url is None or info.url == url):

@@ -23,7 +23,7 @@ def acquire_lock(lock_path: Path, db_path: Path) -> int:
     Returns the lock file's descriptor (pass it to `release_lock`); raises
     `StoreLockedError` naming the holder's pid when another process has it.
     """
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         if sys.platform == "win32":
             import msvcrt

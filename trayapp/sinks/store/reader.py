@@ -1,11 +1,14 @@
 """Queries of the store: rows streamed for export, sessions, hardware and alerts in force.
 
 `StoreQueries` is the reading half of `Store`; it needs only an open connection
-(`_conn`) and the lock that serialises its use (`_lock`). None of it writes.
+(`_conn`) and the lock that serialises its use (`_lock`). None of it writes. In a reader
+(`writer=False`: export, report, sessions) a database error met while reading (a corrupt page) is
+`_read_failed`'s StoreError, with the message and the move-aside, never a `sqlite3.DatabaseError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -22,6 +25,20 @@ class StoreQueries:
 
     _conn: sqlite3.Connection
     _lock: threading.RLock
+    writer: bool
+
+    def _read_failed(self, exc: sqlite3.DatabaseError) -> Exception:
+        """What a reader raises for `exc` (Store: the message, and a corrupt file moved aside)."""
+        return exc
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if self.writer:
+                raise  # the monitor's own boundary handles a writer's errors
+            raise self._read_failed(exc) from exc
 
     def columns(self, table: str) -> list[str]:
         """Column names of `table`, in order."""
@@ -30,7 +47,7 @@ class StoreQueries:
     def column_types(self, table: str) -> dict[str, str]:
         """Column name → declared SQLite type ("REAL", "INTEGER", "TEXT") of `table`."""
         self._check_table(table)
-        with self._lock:
+        with self._reading(), self._lock:
             rows = self._conn.execute(f"PRAGMA table_info({table})").fetchall()
         return {row["name"]: str(row["type"]).upper() for row in rows}
 
@@ -79,10 +96,12 @@ class StoreQueries:
         cursor = self._conn.cursor()
         cursor.row_factory = None  # plain tuples: the fastest way through a million rows
         try:
-            cursor.execute(sql, params)
-            names = [d[0] for d in cursor.description]
+            with self._reading():
+                cursor.execute(sql, params)
+                names = [d[0] for d in cursor.description]
             while True:
-                rows = cursor.fetchmany(batch)
+                with self._reading():
+                    rows = cursor.fetchmany(batch)
                 if not rows:
                     return
                 for row in rows:
@@ -98,7 +117,7 @@ class StoreQueries:
         if where is None:
             return False
         clause, params = where
-        with self._lock:
+        with self._reading(), self._lock:
             return self._conn.execute(f"SELECT 1 FROM {table}{clause} LIMIT 1", params).fetchone() is not None
 
     def sessions(
@@ -116,13 +135,13 @@ class StoreQueries:
         if last_n is not None:
             sql += " LIMIT ?"
             params.append(max(int(last_n), 0))
-        with self._lock:
+        with self._reading(), self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [session_from_row(dict(row)) for row in reversed(rows)]
 
     def hardware_at(self, t_wall_s: float) -> dict[str, object] | None:
         """The hardware row in force at `t_wall_s` (the latest before it, else the first after)."""
-        with self._lock:
+        with self._reading(), self._lock:
             row = self._conn.execute(
                 "SELECT * FROM hardware WHERE t_wall_s <= ? ORDER BY t_wall_s DESC LIMIT 1", (t_wall_s,)
             ).fetchone()
@@ -151,7 +170,7 @@ class StoreQueries:
             clauses.append("(model = ? OR model IS NULL)")
             params.append(model)
         sql = f"SELECT * FROM alerts WHERE {' AND '.join(clauses)} ORDER BY started_wall_s, rowid"
-        with self._lock:
+        with self._reading(), self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         result = []
         for row in rows:
@@ -165,7 +184,7 @@ class StoreQueries:
 
     def size_bytes(self) -> int:
         """Bytes in use by the database (pages minus free pages; the WAL not counted)."""
-        with self._lock:
+        with self._reading(), self._lock:
             pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
             free = self._conn.execute("PRAGMA freelist_count").fetchone()[0]
             page = self._conn.execute("PRAGMA page_size").fetchone()[0]

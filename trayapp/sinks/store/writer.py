@@ -6,6 +6,11 @@ records (the tray, `watch` or `agent`): a writer holds an exclusive lock on `<db
 readers (`writer=False`: export, sessions, report) never take it and read while the
 monitor writes (WAL). Each `record()` is one committed transaction, so a `kill -9` loses
 at most the tick in flight.
+
+The store and its -wal, -shm and lock files are this user's only (0600; the folder 0700). A corrupt
+file is moved aside to `<name>.corrupt-<time>` by whoever finds it — the writer at start, or a reader
+(export, report, sessions) when no writer holds the lock — and the message says where. A reader in a
+read-only folder opens the file read-only (immutable when SQLite cannot keep its -shm there).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from trayapp.config.files import create_private_file, make_private, private_dir
+from trayapp.config.paths import unwritable
 from trayapp.core.bench import BenchResult
 from trayapp.core.model import SessionRecord, Snapshot
 from trayapp.sinks.store.baselines import BaselineQueries, new_baseline_caches
@@ -39,6 +46,7 @@ from trayapp.sinks.store.schema import (
     TABLES,
     TIME_COLUMNS,
     StoreError,
+    StoreLockedError,
     delete_oldest_sql,
     migrate,
     write_sql,
@@ -115,10 +123,18 @@ class Store(StoreQueries, BaselineQueries):
         return conn
 
     def _open_writer(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = acquire_lock(lock_path_for(self.path), self.path)
+        private_dir(self.path.parent)
+        try:
+            self._lock_fd = acquire_lock(lock_path_for(self.path), self.path)
+        except StoreLockedError:
+            raise
+        except OSError as exc:  # a read-only home: say so, as every other store failure
+            why = unwritable(self.path.parent)
+            reason = f"read-only mode ({why})" if why else str(exc.strerror or exc)
+            raise StoreError(f"cannot record to {self.path}: {reason}") from exc
         try:
             try:
+                self._make_files_private()
                 return self._prepare_writer()
             except sqlite3.DatabaseError as exc:
                 if not _is_corrupt(exc):
@@ -131,6 +147,7 @@ class Store(StoreQueries, BaselineQueries):
                     self.backup_path,
                 )
                 try:
+                    self._make_files_private()
                     return self._prepare_writer()
                 except sqlite3.DatabaseError as exc2:
                     raise StoreError(f"cannot open the store {self.path}: {exc2}") from exc2
@@ -138,6 +155,16 @@ class Store(StoreQueries, BaselineQueries):
             release_lock(self._lock_fd)
             self._lock_fd = None
             raise
+
+    def _make_files_private(self) -> None:
+        """The store file made 0600 before SQLite opens it (its -wal and -shm take its mode), and
+        any older looser files tightened."""
+        try:
+            create_private_file(self.path)
+        except OSError as exc:
+            raise StoreError(f"cannot record to {self.path}: {exc.strerror or exc}") from exc
+        for suffix in ("-wal", "-shm"):
+            make_private(Path(str(self.path) + suffix))
 
     def _prepare_writer(self) -> sqlite3.Connection:
         conn = self._connect(str(self.path))
@@ -188,20 +215,67 @@ class Store(StoreQueries, BaselineQueries):
             conn = self._connect(":memory:")  # nothing recorded yet: an empty store
             migrate(conn, self.path)
             return conn
-        conn = self._connect(self.path.resolve().as_uri() + "?mode=rw", uri=True)
+        try:
+            conn = self._connect_reader()
+        except sqlite3.DatabaseError as exc:
+            raise self._read_failed(exc) from exc
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA query_only = 1")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if version != 0:
+                self._quick_check(conn)  # a mangled page said at open, not half-way through an export
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
+            raise self._read_failed(exc) from exc
         if version == 0:  # created but never initialised: read as empty
             conn.close()
             conn = self._connect(":memory:")
             migrate(conn, self.path)
         return conn
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        """Read-write where SQLite may keep its -shm beside the file (it reads a WAL store so);
+        read-only in a folder that cannot be written; immutable where even that fails (a read-only
+        home with no -shm: nothing can be writing to it)."""
+        uri = self.path.resolve().as_uri()
+        last: sqlite3.DatabaseError | None = None
+        for query in ("?mode=rw", "?mode=ro", "?mode=ro&immutable=1"):
+            conn = self._connect(uri + query, uri=True)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                if _is_corrupt(exc):
+                    raise
+                last = exc
+                continue
+            return conn
+        assert last is not None
+        raise last
+
+    def _read_failed(self, exc: sqlite3.DatabaseError) -> Exception:
+        """A reader's error: the message naming the file; a corrupt file moved aside as the writer
+        does (when no writer holds it: the writer moves it at its next start)."""
+        if not _is_corrupt(exc):
+            return StoreError(f"cannot read the store {self.path}: {exc}")
+        what = f"cannot read the store {self.path}: it is corrupt ({exc})"
+        try:
+            lock_fd = acquire_lock(lock_path_for(self.path), self.path)
+        except StoreLockedError as locked:
+            return StoreError(f"{what}; {locked}, which moves it aside when it next starts")
+        except OSError as error:
+            return StoreError(f"{what}; it cannot be moved aside here ({error.strerror or error})")
+        try:
+            backup = self._move_aside()
+        except OSError as error:
+            return StoreError(f"{what}; it cannot be moved aside ({error.strerror or error})")
+        finally:
+            release_lock(lock_fd)
+        self.backup_path = backup
+        log.warning("store %s is corrupt (%s); moved it to %s", self.path, exc, backup)
+        return StoreError(f"{what}; moved it to {backup}: the next recording starts a new store")
 
     def close(self) -> None:
         with self._lock:
