@@ -3,7 +3,8 @@
 Ollama answers HTTP 200 to a prompt longer than the model's context (`num_ctx`) and keeps only its
 first `keep` tokens and its tail; the one trace is a WARN line in its server log (issue #20,
 docs/ollama-log.md). This module finds that log for this OS, reads what is appended to it from the
-moment it starts (never the history before), and parses those lines into `TruncationLine`s.
+moment it starts (never the history before; a file through `log_tail.FileTail`, or the journal), and
+parses those lines into `TruncationLine`s.
 `OllamaProbe` (`servers/ollama.py`) turns each into a `FinishedRequest`.
 
 The line, as Go's `log/slog` text handler writes it (ollama/ollama `logutil/logutil.go`: `AddSource`,
@@ -51,7 +52,6 @@ only their numbers are kept; no log text is logged or stored.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -65,15 +65,13 @@ from pathlib import Path
 from typing import Literal
 
 from trayapp.core.overflow import ollama_whole_prompt_tokens
-
-log = logging.getLogger(__name__)
+from trayapp.sources import log_tail
 
 ENV_VAR = "LLM_TRAY_OLLAMA_LOG"  # "auto" | "off" | a path; wins over the setting monitor.ollama_log
 JOURNAL_UNIT = "ollama"  # the unit Ollama's Linux installer creates (scripts/install.sh)
 MARKER = b"truncating input prompt"
-MAX_READ_BYTES = 256 * 1024  # read at most this much of the file per poll
-MAX_BACKLOG_BYTES = 16 * 1024 * 1024  # further behind than this, skip to the newest MAX_READ_BYTES
-MAX_LINE_BYTES = 64 * 1024  # a partial line longer than this is dropped (the warning is ~150 bytes)
+MAX_READ_BYTES = log_tail.MAX_READ_BYTES  # read at most this much of the file per poll
+MAX_BACKLOG_BYTES = log_tail.MAX_BACKLOG_BYTES  # further behind: skip to the newest MAX_READ_BYTES
 JOURNAL_TIMEOUT_S = 3.0
 JOURNAL_EVERY_S = 5.0  # read the journal at most this often
 JOURNAL_RECHECK_S = 60.0  # while it shows nothing for the unit, or cannot be read
@@ -269,124 +267,20 @@ def log_location(
 # --------------------------------------------------------------------------- reading a file
 
 
-def _lines_with_marker(block: bytes) -> list[str]:
-    if MARKER not in block:
-        return []
-    return [raw.decode("utf-8", "replace") for raw in block.split(b"\n") if MARKER in raw]
-
-
-class FileTail:
-    """Reads what is appended to one file from where it was at the first `read`, bounded per call.
-
-    The first `read` that finds the file starts at its end; a file that did not exist then, and
-    appears later, is read from its start. A file replaced (a new inode: Ollama renames `server.log`
-    to `server-1.log` at each server start) is finished from its rotated name when found there and
-    read again from its start; one cut short in place (copytruncate) is read from its start. Only
-    complete lines are returned; the file is opened and closed on each read (on Windows an open
-    handle would stop Ollama's rotation).
-    """
+class FileTail(log_tail.FileTail):
+    """Ollama's log file, tailed (`trayapp/sources/log_tail.py`): lines with the warning's marker,
+    named "Ollama's log" in the reasons; rotated to `server-1.log` at each start of the app."""
 
     def __init__(
         self, path: Path, *, max_read_bytes: int = MAX_READ_BYTES, max_backlog_bytes: int = MAX_BACKLOG_BYTES
     ) -> None:
-        self.path = path
-        self.max_read_bytes = max_read_bytes
-        self.max_backlog_bytes = max_backlog_bytes
-        self._ident: tuple[int, int] | None = None
-        self._pos: int | None = None  # None until the file was first seen
-        self._missing_at_start = False
-        self._started = False
-        self._partial = b""
-        self._dropping = False  # inside an over-long line: skip to its end
-        self.skipped_bytes = 0  # bytes passed over because reading fell too far behind
-
-    def read(self) -> tuple[list[str], str | None]:
-        """(the new lines that carry the warning, why the file cannot be read now or None)."""
-        first = not self._started
-        self._started = True
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._missing_at_start = self._missing_at_start or first
-            self._ident, self._pos = None, (0 if self._pos is not None else None)
-            self._partial, self._dropping = b"", False
-            return [], f"Ollama's log {self.path} does not exist"
-        except OSError as exc:
-            return [], self._unreadable(exc)
-        ident = (st.st_dev, st.st_ino)
-        lines: list[str] = []
-        if self._ident is None:
-            if self._pos is None and not self._missing_at_start:
-                self._ident, self._pos = ident, st.st_size  # at start: only what comes next
-                return [], None
-            self._pos = 0  # appeared (again) after the start: all of it is new
-        elif ident != self._ident:
-            lines += self._finish_rotated()
-            self._pos, self._partial, self._dropping = 0, b"", False
-        elif st.st_size < (self._pos or 0):
-            self._pos, self._partial, self._dropping = 0, b"", False
-        self._ident = ident
-        try:
-            lines += self._read_from(self.path, st.st_size)
-        except OSError as exc:
-            return lines, self._unreadable(exc)
-        return lines, None
-
-    def _unreadable(self, exc: OSError) -> str:
-        why = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
-        return f"Ollama's log at {self.path} is not readable: {why}"
-
-    def _read_from(self, path: Path, size: int) -> list[str]:
-        pos = self._pos or 0
-        if size - pos > self.max_backlog_bytes:
-            skip_to = size - self.max_read_bytes
-            self.skipped_bytes += skip_to - pos
-            log.info(
-                "Ollama's log: %d bytes behind, skipped to its newest %d", size - pos, self.max_read_bytes
-            )
-            pos, self._partial, self._dropping = skip_to, b"", True
-        with open(path, "rb") as f:
-            f.seek(pos)
-            data = f.read(self.max_read_bytes)
-        self._pos = pos + len(data)
-        return self._complete_lines(data)
-
-    def _complete_lines(self, data: bytes) -> list[str]:
-        end = data.rfind(b"\n")
-        if end < 0:
-            self._keep_partial(data)
-            return []
-        block, rest = self._partial + data[: end + 1], data[end + 1 :]
-        if self._dropping:  # the start of the block is the end of an over-long line
-            block = block[block.find(b"\n") + 1 :]
-            self._dropping = False
-        self._partial = b""
-        self._keep_partial(rest)
-        return _lines_with_marker(block)
-
-    def _keep_partial(self, data: bytes) -> None:
-        if self._dropping:
-            return
-        self._partial += data
-        if len(self._partial) > MAX_LINE_BYTES:
-            self._partial, self._dropping = b"", True
-
-    def _finish_rotated(self) -> list[str]:
-        """The unread end of the file just replaced, where rotation moved it (server-1.log, server.log.1)."""
-        old_ident, pos = self._ident, self._pos or 0
-        for rotated in (self.path.with_name(f"{self.path.stem}-1{self.path.suffix}"), Path(f"{self.path}.1")):
-            try:
-                st = os.stat(rotated)
-                if (st.st_dev, st.st_ino) != old_ident or st.st_size <= pos:
-                    continue
-                self._pos = pos
-                lines = self._read_from(rotated, st.st_size)
-                if self._pos == st.st_size and self._partial:  # its last line, unended: it is complete
-                    lines += self._complete_lines(b"\n")
-                return lines
-            except OSError:
-                continue
-        return []
+        super().__init__(
+            path,
+            markers=(MARKER,),
+            label="Ollama's log",
+            max_read_bytes=max_read_bytes,
+            max_backlog_bytes=max_backlog_bytes,
+        )
 
 
 # --------------------------------------------------------------------------- reading the journal
