@@ -167,3 +167,40 @@ def test_a_store_writer_in_a_read_only_home_says_read_only(tmp_path: Path, monke
         Store(paths.store_file())
     with Store(paths.store_file(), writer=False) as reader:  # reading still works: an empty store
         assert reader.sessions() == []
+
+
+@posix_only
+def test_the_log_file_is_0600_after_every_rotation(tmp_path: Path) -> None:
+    import logging
+
+    from trayapp.app.log_setup import PrivateRotatingFileHandler
+
+    path = tmp_path / "llm-tray.log"
+    handler = PrivateRotatingFileHandler(path, maxBytes=200, backupCount=2, encoding="utf-8")
+    try:
+        for i in range(20):
+            handler.emit(
+                logging.LogRecord("trayapp", logging.INFO, __file__, 1, "x" * 50 + str(i), None, None)
+            )
+    finally:
+        handler.close()
+    logs = sorted(tmp_path.glob("llm-tray.log*"))
+    assert len(logs) == 3
+    assert all(_mode(p) == 0o600 for p in logs), [(p.name, oct(_mode(p))) for p in logs]
+
+
+def test_a_log_file_that_cannot_be_made_is_no_crash(tmp_path: Path) -> None:
+    import logging
+
+    from trayapp.app.log_setup import setup_logging
+
+    logger = logging.getLogger("trayapp")
+    before, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        setup_logging(tmp_path / "no-such-folder" / "llm-tray.log")  # as in a read-only home
+    finally:
+        for handler in logger.handlers[:]:
+            if handler not in before:
+                logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
