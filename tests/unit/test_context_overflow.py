@@ -190,6 +190,12 @@ def test_an_estimate_counts_when_a_new_ollama_cut_it_to_half_the_context() -> No
     ticks.tick(ollama_reading(record, version=NEW_OLLAMA), hardware(10_000_000_000))
     (alert,) = ticks.overflow_alerts()
     assert "kept 2,050 of your ~3,000 prompt tokens" in alert.message
+    # a prompt of exactly the cut size is kept whole: an estimate nearer it than a prompt over the
+    # context (below √(2050 × 4096) ≈ 2,898) is no cut
+    quiet = Ticks()
+    near = replace(record, prompt_tokens_sent=2897)
+    quiet.tick(ollama_reading(near, version=NEW_OLLAMA), hardware(10_000_000_000))
+    assert quiet.overflow_alerts() == []
     # the same counts on the old runner (which would have kept 4,096): a prompt that fitted
     ticks = Ticks()
     ticks.tick(ollama_reading(record, version=OLD_OLLAMA), hardware(10_000_000_000))

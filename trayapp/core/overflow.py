@@ -21,6 +21,7 @@ that fits in free memory or would spill layers (and the decode ceiling then).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -173,11 +174,8 @@ def overflow_of(
         return None
     sent, kept = record.prompt_tokens_sent, record.prompt_tokens
     if sent is not None and kept is not None and kept < sent:
-        # what an estimate needs: the kept tokens are what this server cuts a prompt to
-        cut_to_size = kept >= FULL_CONTEXT_SHARE * limit or kept in _cut_sizes(
-            record.server_kind, limit, version
-        )
-        if record.prompt_sent_exact or cut_to_size:
+        exact = record.prompt_sent_exact
+        if exact or _estimate_shows_a_cut(record.server_kind, sent, kept, limit, version):
             return _overflow(record, "truncated", limit, kept=kept)
     if record.stop_reason == "context":
         return _overflow(record, "cut_short", limit, kept=kept)
@@ -190,6 +188,17 @@ def overflow_of(
         if wanted is None or (record.decode_tokens or 0) < wanted:
             return _overflow(record, "cut_short", limit, kept=kept)
     return None
+
+
+def _estimate_shows_a_cut(kind: str, estimate: int, kept: int, limit: int, version: str | None) -> bool:
+    """Whether a prompt whose size is only estimated (its characters ÷ 4) was cut. A server cuts only a
+    prompt longer than its context, to a size of its own: the kept tokens must fill the context, or be
+    that size — and then the estimate must be nearer a prompt over the context than the kept size
+    itself (a prompt of exactly the cut size is kept whole). Nearer as a ratio, the estimate's error
+    being one: at least the geometric mean of the kept size and the context."""
+    if kept >= FULL_CONTEXT_SHARE * limit:
+        return True
+    return kept in _cut_sizes(kind, limit, version) and estimate >= math.sqrt(kept * limit)
 
 
 def _overflow(record: RequestRecord, cause: OverflowCause, limit: int, *, kept: int | None) -> Overflow:
