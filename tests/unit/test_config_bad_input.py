@@ -53,3 +53,14 @@ def test_moderate_nesting_in_a_setting_is_a_key_path_error_not_an_exception(tmp_
     assert result.backup_path is not None
     assert any("nest" in error or "notifications.muted_kinds" in error for error in result.errors)
     assert all(len(error) < 400 for error in result.errors)  # the message quotes no megabyte of brackets
+
+
+@pytest.mark.skipif(__import__("os").name == "nt", reason="POSIX permission bits")
+def test_the_backup_is_private(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    path = tmp_path / "config.toml"
+    path.write_text("[hardware]\nvram_gb = inf\n")
+    backup = load_settings(path).backup_path
+    assert backup is not None and stat.S_IMODE(os.stat(backup).st_mode) == 0o600

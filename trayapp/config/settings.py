@@ -29,7 +29,7 @@ else:  # pragma: no cover
 
 from trayapp.config import paths
 from trayapp.config.agents import AgentConfig, build_agent
-from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_bytes, atomic_write_text
 from trayapp.config.list_sections import ENV_NAME, ConfigError, EntryBuilder, parse_list
 from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
 from trayapp.core.loopback import host_key, is_loopback, server_key
@@ -500,10 +500,10 @@ def _without_secrets(raw: bytes) -> bytes:
 def _backup(path: Path) -> Path | None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     backup = path.with_name(f"{path.name}.broken-{stamp}")
-    try:
-        backup.write_bytes(_without_secrets(path.read_bytes()))
+    try:  # private (0600) and never written through a link planted at its name
+        atomic_write_bytes(backup, _without_secrets(path.read_bytes()), permissions=PRIVATE_PERMISSIONS)
     except OSError:
-        return None
+        return None  # a read-only config folder: the errors are still said, and defaults used
     return backup
 
 
