@@ -416,3 +416,24 @@ def test_a_routers_fix_goes_in_its_preset() -> None:
         "ctx-size = 2048",
         f"llama-server --models-preset <file> (section [{GEMMA_NAME}])",
     )
+
+
+def test_the_logs_exact_count_replaces_the_proxys_estimate_that_came_first() -> None:
+    # a quick request: the proxy's record (~9,000 estimated) lands a tick before the log's line (7,268)
+    proxy_record = at(
+        1, model="llama3.1:8b", source="proxy", http_status=200, prompt_tokens=4096, decode_tokens=12,
+        prompt_tokens_sent=9000, prompt_sent_exact=False, stop_reason="stop",
+    )  # fmt: skip
+    log_record = at(
+        1, model="llama3.1:8b", source="ollama-log", prompt_tokens=4096, prompt_tokens_sent=7268,
+        prompt_sent_exact=True, context_limit_tokens=4096,
+    )  # fmt: skip
+    hw = hardware(10_000_000_000)
+    ticks = Ticks()
+    ticks.tick(replace(ollama_reading(proxy_record), proxied=True), hw)
+    ticks.tick(replace(ollama_reading(log_record), proxied=True), hw)
+    alerts = ticks.overflow_alerts()
+    assert len({a.id for a in alerts}) == 1
+    assert alerts[0].evidence["context_needed_tokens"] == 10_240  # ~9,000 + 1,024 = 10,024 → 10,240
+    assert alerts[-1].evidence["tokens_sent"] == 7268 and alerts[-1].evidence["tokens_sent_exact"] is True
+    assert alerts[-1].evidence["context_needed_tokens"] == 9216  # 7,268 + 1,024 = 8,292 → 9,216

@@ -226,6 +226,17 @@ def _same_request_less_exact(remembered: _Remembered, overflow: Overflow) -> boo
     )
 
 
+def _same_request_more_exact(remembered: _Remembered, overflow: Overflow) -> bool:
+    known = remembered.overflow
+    return (
+        overflow.sent_exact
+        and not known.sent_exact
+        and known.cause == overflow.cause
+        and known.tokens_kept == overflow.tokens_kept
+        and abs(overflow.finished_wall_s - known.finished_wall_s) <= OVERFLOW_HOLD_S
+    )
+
+
 def _fits(record: RequestRecord) -> bool:
     """A request that shows it fitted: answered, nothing cut, its counts known."""
     ok = record.http_status is None or 200 <= record.http_status < 300
@@ -269,10 +280,10 @@ class OverflowWatch:
             if overflow is not None:
                 prompt, answer = overflow.prompt_and_answer()
                 if remembered is not None:
-                    prompt, answer = (
-                        max(prompt, remembered.prompt_tokens),
-                        max(answer, remembered.answer_tokens),
-                    )
+                    # the log's exact count of a request the proxy estimated replaces the estimate
+                    replaced = _same_request_more_exact(remembered, overflow)
+                    prompt = max(prompt, 0 if replaced else remembered.prompt_tokens)
+                    answer = max(answer, remembered.answer_tokens)
                 needed = context_needed(server.kind, server.version, prompt, answer)
                 remembered = _Remembered(overflow, prompt, answer, needed, status.context_length)
             elif remembered is not None and _fits(record):
