@@ -4,6 +4,8 @@ message, as the README promises; never an exception at start."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -55,11 +57,8 @@ def test_moderate_nesting_in_a_setting_is_a_key_path_error_not_an_exception(tmp_
     assert all(len(error) < 400 for error in result.errors)  # the message quotes no megabyte of brackets
 
 
-@pytest.mark.skipif(__import__("os").name == "nt", reason="POSIX permission bits")
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permission bits")
 def test_the_backup_is_private(tmp_path: Path) -> None:
-    import os
-    import stat
-
     path = tmp_path / "config.toml"
     path.write_text("[hardware]\nvram_gb = inf\n")
     backup = load_settings(path).backup_path
