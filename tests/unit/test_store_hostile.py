@@ -5,6 +5,7 @@ writer does; never a `sqlite3.DatabaseError` traceback."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def test_a_reader_leaves_a_corrupt_store_to_the_writer_that_holds_it(tmp_path: P
         reader.close()
         store = Store.__new__(Store)  # a reader meeting a corrupt page now
         store.path, store.writer, store.backup_path = db, False, None
-        error = store._read_failed(__import__("sqlite3").DatabaseError("database disk image is malformed"))
+        error = store._read_failed(sqlite3.DatabaseError("database disk image is malformed"))
         assert "already recording" in str(error) and db.exists()
 
 
