@@ -204,3 +204,17 @@ def test_a_log_file_that_cannot_be_made_is_no_crash(tmp_path: Path) -> None:
                 logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
+
+
+@pytest.mark.parametrize(("argv", "code"), [(["sessions"], 0), (["export", "--table", "requests"], 0)])
+def test_the_readers_work_in_an_empty_read_only_home(
+    tmp_path: Path, monkeypatch, capsys, argv: list[str], code: int
+) -> None:
+    """An empty home where nothing can be created (it killed every command with a traceback)."""
+    from trayapp.cli.main import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LLM_TRAY_HOME", str(blocker))
+    assert main(argv) == code
+    assert "Traceback" not in capsys.readouterr().err
