@@ -82,7 +82,8 @@ def test_request_heads_parse_and_choose_their_framing() -> None:
     chunked = parse_head(
         b"POST /api/chat HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
     )
-    assert isinstance(request_body(chunked), ChunkedBody)  # chunked wins over a length (RFC 9112 6.3)
+    with pytest.raises(FramingError, match="both"):  # the smuggling shape (RFC 9112 §6.3): refused
+        request_body(chunked)
     assert request_body(parse_head(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")).done  # no body
 
 

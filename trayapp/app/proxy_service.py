@@ -54,11 +54,11 @@ class ProxyService:
             if why is not None:
                 problems.append(why)
                 continue
-            route = Route(
-                config.listen_host, config.listen_port, config.upstream, config.kind or "openai", token
-            )
-            thread = ProxyThread([route], self._on_record, self.inbox)
             try:
+                route = Route(
+                    config.listen_host, config.listen_port, config.upstream, config.kind or "openai", token
+                )
+                thread = ProxyThread([route], self._on_record, self.inbox)
                 thread.start(timeout_s=5.0)
             except Exception as exc:  # OSError: the port is taken (or not ours to bind)
                 taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE

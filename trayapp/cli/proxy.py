@@ -28,6 +28,7 @@ from trayapp.core.model import FinishedRequest, HardwareProfile
 from trayapp.core.units import format_rate
 
 if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (a fast `--help`)
+    from trayapp.services.monitor import Monitor
     from trayapp.services.proxy.server import Route
     from trayapp.sinks.sampler_file import SamplerInfo
 
@@ -94,7 +95,7 @@ def _token(args: argparse.Namespace, remote: bool) -> str | None:
     if os.path.lexists(path):  # a link, a directory, a loose mode: refused with the fix (a ValueError)
         return read_secret_file(path) or None
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "w") as file:
         file.write(token + "\n")
     print(f"llm-tray proxy: a new client token is in {path} (mode 0600)", file=sys.stderr)
@@ -262,12 +263,12 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     started = time.monotonic()
+    said: set[str] = set()
     try:
         next_tick = 0.0
         while not stopping:
             if monitor is not None and time.monotonic() >= next_tick:
-                monitor.tick()
-                next_tick = time.monotonic() + monitor.next_interval_s()
+                next_tick = time.monotonic() + _tick(monitor, said)
             _print_records(printed, args.json)
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 break
@@ -278,9 +279,33 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
         if forwarder is not None:
             forwarder.close()  # the last records reach the sampler, and the lease ends
         if monitor is not None:
-            monitor.tick()  # the last records reach the store
+            _tick(monitor, said)  # the last records reach the store
             monitor.close()
     return 0
+
+
+TICK_RETRY_S = 5.0  # after a failed tick (out of file descriptors…), the next try
+
+
+def _tick(monitor: Monitor, said: set[str]) -> float:
+    """One monitor tick, behind the command's boundary: a failure (the process out of file
+    descriptors, a full disk) is said once per kind on stderr and the proxy keeps forwarding;
+    returns the seconds until the next tick."""
+    try:
+        monitor.tick()
+        return monitor.next_interval_s()
+    except Exception as exc:
+        kind = type(exc).__name__ + (f"[{exc.errno}]" if isinstance(exc, OSError) else "")
+        if kind not in said:
+            said.add(kind)
+            print(
+                f"llm-tray proxy: recording failed ({type(exc).__name__}: {exc}); forwarding goes on, "
+                f"recording is retried every {TICK_RETRY_S:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            log.warning("monitor tick failed", exc_info=True)
+        return TICK_RETRY_S
 
 
 def _print_records(printed: queue.SimpleQueue[FinishedRequest], as_json: bool) -> None:

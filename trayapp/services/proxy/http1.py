@@ -7,10 +7,10 @@ payload (chunked framing removed) for the recorder. Sans-I/O, so it is tested by
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-MAX_HEAD_BYTES = 64 * 1024
-MAX_CHUNK_LINE_BYTES = 4096
+from trayapp.services.proxy.limits import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES
 
 
 class FramingError(ValueError):
@@ -50,24 +50,33 @@ class Head:
 
 
 def parse_head(raw: bytes) -> Head:
-    """A head ending in CRLF CRLF → `Head`; FramingError when it is not HTTP."""
-    try:
-        text = raw.decode("latin-1")
-    except UnicodeDecodeError as exc:  # latin-1 decodes any byte; kept for clarity
-        raise FramingError("undecodable head") from exc
+    """A head ending in CRLF CRLF → `Head`; FramingError when it is not strict HTTP/1.1 (RFC 9112):
+    every line ends in CRLF (a bare CR or LF is refused, not read as a line end as lenient servers
+    do), no line folding, header names are tokens, values hold no control characters."""
+    if not raw.endswith(b"\r\n\r\n"):
+        raise FramingError("a head must end with an empty line (CRLF CRLF)")
+    text = raw[:-4].decode("latin-1")  # latin-1 decodes any byte: the bytes are checked below
     lines = text.split("\r\n")
     start = lines[0]
-    if not start or (" " not in start):
+    if not start or (" " not in start) or not _START_LINE.fullmatch(start):
         raise FramingError(f"not an HTTP start line: {start[:60]!r}")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
-        if not line:
-            continue
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
+        if not sep or not _TOKEN.fullmatch(name):
             raise FramingError(f"malformed header line: {line[:60]!r}")
-        headers.append((name, value.strip()))
+        if not _FIELD_VALUE.fullmatch(value):
+            raise FramingError(f"control character in header {name[:40]!r}")
+        headers.append((name, value.strip(" \t")))
     return Head(start, tuple(headers), raw)
+
+
+# RFC 9110 §5.6.2 token; field values are visible characters, spaces, tabs and obs-text (no CTLs).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_START_LINE = re.compile(r"[\x21-\x7e\x80-\xff]+ [^\x00-\x08\x0a-\x1f\x7f]*")
+_HEXDIG = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass(frozen=True)
@@ -79,16 +88,27 @@ class RequestLine:
     @classmethod
     def of(cls, head: Head) -> RequestLine:
         parts = head.start_line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
             raise FramingError(f"not an HTTP/1.x request line: {head.start_line[:60]!r}")
         method, target, _ = parts
+        if not _TOKEN.fullmatch(method) or not target or not _TARGET.fullmatch(target):
+            raise FramingError(f"not an HTTP/1.x request line: {head.start_line[:60]!r}")
         return cls(method, target, target.split("?", 1)[0].split("#", 1)[0])
 
 
+_TARGET = re.compile(r"[\x21-\x7e]+")  # visible ASCII, no spaces (RFC 9112 §3.2)
+
+
 def status_of(head: Head) -> int:
-    """The status code of a response head."""
+    """The status code of a response head (`HTTP/1.x NNN reason`); FramingError otherwise."""
     parts = head.start_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if (
+        len(parts) < 2
+        or parts[0] not in ("HTTP/1.1", "HTTP/1.0")
+        or len(parts[1]) != 3
+        or not _DIGITS.fullmatch(parts[1])
+        or parts[1][0] == "0"
+    ):
         raise FramingError(f"not an HTTP status line: {head.start_line[:60]!r}")
     return int(parts[1])
 
@@ -136,6 +156,7 @@ class ChunkedBody(BodyFramer):
         self._data_left = 0
         self._crlf_left = 0
         self._in_trailers = False
+        self._trailer_bytes = 0
 
     def feed(self, data: bytes) -> tuple[int, bytes]:
         at, payload = 0, []
@@ -161,44 +182,75 @@ class ChunkedBody(BodyFramer):
                     if len(self._line) > MAX_CHUNK_LINE_BYTES:
                         raise FramingError("chunk size line too long")
                     break
-                line, self._line = (self._line + data[at:end]).rstrip(b"\r"), b""
+                line, self._line = self._line + data[at:end], b""
                 at = end + 1
-                self._line_done(line)
+                if len(line) > MAX_CHUNK_LINE_BYTES:
+                    raise FramingError("chunk size line too long")
+                if not line.endswith(b"\r") or b"\r" in line[:-1]:
+                    raise FramingError("a chunk line must end with CRLF (a bare LF or CR is refused)")
+                self._line_done(line[:-1])
         return at, b"".join(payload)
 
     def _line_done(self, line: bytes) -> None:
         if self._in_trailers:
-            self.done = not line  # the blank line after the trailers ends the message
+            if not line:
+                self.done = True  # the blank line after the trailers ends the message
+                return
+            self._trailer_bytes += len(line)
+            if self._trailer_bytes > MAX_HEAD_BYTES:
+                raise FramingError("trailers larger than 64 KiB")
+            name, sep, value = line.decode("latin-1").partition(":")
+            if not sep or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+                raise FramingError(f"malformed trailer line {line[:40]!r}")
             return
-        size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError as exc:
-            raise FramingError(f"bad chunk size {size_text[:20]!r}") from exc
-        if size < 0:
-            raise FramingError("negative chunk size")
+        size_text, semicolon, extension = line.partition(b";")
+        if not _HEXDIG.fullmatch(size_text) or (semicolon and not _CHUNK_EXT.fullmatch(extension)):
+            raise FramingError(f"bad chunk size line {line[:20]!r} (1 to 16 hex digits, then ;extensions)")
+        size = int(size_text, 16)
         if size == 0:
             self._in_trailers = True
         else:
             self._data_left = size
 
 
+_CHUNK_EXT = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+
 def _content_length(head: Head) -> int:
-    values = {value.strip() for name, value in head.headers if name.lower() == "content-length"}
+    """The one Content-Length: ASCII digits only; repeated (as headers or a list) only if equal."""
+    values = {
+        item.strip(" \t")
+        for name, value in head.headers
+        if name.lower() == "content-length"
+        for item in value.split(",")
+    }
     if len(values) != 1:
-        raise FramingError("conflicting Content-Length headers")
+        raise FramingError("conflicting Content-Length values")
     (value,) = values
-    if not value.isdigit():
-        raise FramingError(f"bad Content-Length {value[:20]!r}")
+    if not _DIGITS.fullmatch(value):
+        raise FramingError(f"bad Content-Length {value[:20]!r} (ASCII digits only)")
     return int(value)
 
 
+def _is_chunked(head: Head) -> bool:
+    """Transfer-Encoding is absent (False) or exactly `chunked` (True); FramingError for anything
+    else (RFC 9112 §6.1: chunked must be the final coding; this proxy knows no other coding, and a
+    list or a second header is how requests are smuggled past a lenient server)."""
+    values = [value for name, value in head.headers if name.lower() == "transfer-encoding"]
+    if not values:
+        return False
+    if len(values) != 1 or values[0].strip(" \t").lower() != "chunked":
+        raise FramingError(f"unsupported Transfer-Encoding {', '.join(values)[:40]!r} (only chunked)")
+    if head.get("content-length") is not None:
+        raise FramingError("both Transfer-Encoding and Content-Length (RFC 9112 §6.3)")
+    return True
+
+
 def request_body(head: Head) -> BodyFramer:
-    """How a request's body is framed (RFC 9112 §6.3: chunked wins; no length means no body)."""
-    encodings = head.tokens("transfer-encoding")
-    if encodings:
-        if "chunked" not in encodings:
-            raise FramingError("a request with Transfer-Encoding must be chunked")
+    """How a request's body is framed (RFC 9112 §6.3); FramingError for anything ambiguous."""
+    if _is_chunked(head):
+        if head.version == "HTTP/1.0":
+            raise FramingError("chunked is not HTTP/1.0")
         return ChunkedBody()
     if head.get("content-length") is not None:
         return LengthBody(_content_length(head))
@@ -206,12 +258,29 @@ def request_body(head: Head) -> BodyFramer:
 
 
 def response_body(head: Head, request_method: str) -> BodyFramer:
-    """How a response's body is framed, given the request it answers."""
+    """How a response's body is framed, given the request it answers; FramingError (the proxy
+    answers 502) for a response whose end is ambiguous."""
     status = status_of(head)
     if request_method == "HEAD" or status in (204, 304) or 100 <= status < 200:
         return LengthBody(0)
-    if "chunked" in head.tokens("transfer-encoding"):
+    if _is_chunked(head):
         return ChunkedBody()
     if head.get("content-length") is not None:
         return LengthBody(_content_length(head))
     return UntilCloseBody()
+
+
+_HOP_BY_HOP_FRAMING = ("content-length", "transfer-encoding")
+
+
+def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> Head:
+    """The head to forward: its start line and headers rebuilt one per line, the framing stated once
+    (`Transfer-Encoding: chunked`, or one `Content-Length`), and the headers named in `drop` left out."""
+    skipped = (*_HOP_BY_HOP_FRAMING, *drop)
+    headers = [(key, value) for key, value in head.headers if key.lower() not in skipped]
+    if isinstance(framer, ChunkedBody):
+        headers.append(("Transfer-Encoding", "chunked"))
+    elif head.get("content-length") is not None and isinstance(framer, LengthBody):
+        headers.append(("Content-Length", str(framer.left)))
+    raw = head.start_line + "\r\n" + "".join(f"{key}: {value}\r\n" for key, value in headers) + "\r\n"
+    return Head(head.start_line, tuple(headers), raw.encode("latin-1"))

@@ -19,6 +19,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trayapp.services.proxy.limits import PARSE_OFF_LOOP_BYTES
+
 if TYPE_CHECKING:
     import httpx
 
@@ -136,8 +138,12 @@ class PromptCounter:
 
     async def _count(self, tap: RequestTap, body: bytes, authorization: str | None) -> None:
         assert self._client is not None and tap.family is not None
-        try:
-            doc = json.loads(body)
+        try:  # a big body is parsed on a worker thread: the streams on this loop never wait on it
+            doc = (
+                json.loads(body)
+                if len(body) <= PARSE_OFF_LOOP_BYTES
+                else await asyncio.to_thread(json.loads, body)
+            )
         except ValueError:
             return
         del body

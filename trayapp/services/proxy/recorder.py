@@ -129,6 +129,15 @@ class RequestTap:
         """The whole request body so far (None once read or past the limit), for the prompt count."""
         return bytes(self._request) if self._request else None
 
+    def read_request(self) -> None:
+        """Read the held body now (the proxy calls this on a worker thread for a big body, before
+        the response head); a later call, or the response head's, finds nothing left to read."""
+        self._read_request()
+
+    def drop_request(self) -> None:
+        """Forget the held body (the proxy's budget for held bodies is spent): the record names no model."""
+        self._request = None
+
     def _read_request(self) -> None:
         raw, self._request = self._request, None
         if not raw:

@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.server import ProxyServer, RecordSink, Route
+
+log = logging.getLogger(__name__)
+
+
+class _LoopErrors:
+    """What reaches the proxies' event loop unhandled (asyncio's accept loop out of descriptors:
+    EMFILE; it retries by itself a second later) is logged once per kind, without a traceback after
+    the first; the listeners keep serving."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        exc = context.get("exception")
+        message = str(context.get("message", ""))
+        kind = type(exc).__name__ + str(getattr(exc, "errno", "")) if exc is not None else message[:40]
+        if kind in self._said:
+            return
+        self._said.add(kind)
+        log.warning(
+            "proxy: %s (%s); the listeners keep serving (said once)",
+            message or "error",
+            f"{type(exc).__name__}: {exc}" if exc is not None else "no exception",
+        )
 
 
 async def start_all(
@@ -17,7 +42,7 @@ async def start_all(
     servers: list[ProxyServer] = []
     try:
         for route in routes:
-            server = ProxyServer(route, on_record, prompts)
+            server = ProxyServer(route, on_record, prompts, listeners=len(routes))
             await server.start()
             servers.append(server)
     except BaseException:
@@ -37,6 +62,7 @@ class ProxyThread:
         self._on_record = on_record
         self._prompts = prompts  # the lengths of the prompts being read (the monitor's inbox)
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(_LoopErrors().handle)
         self._servers: list[ProxyServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)
 

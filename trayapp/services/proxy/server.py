@@ -16,6 +16,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,25 +25,23 @@ from urllib.parse import urlsplit
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
+from trayapp.services.proxy import limits
 from trayapp.services.proxy.http1 import (
-    MAX_HEAD_BYTES,
     BodyFramer,
     FramingError,
     Head,
     RequestLine,
+    normalised,
     parse_head,
     request_body,
     response_body,
     status_of,
 )
+from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, MAX_HEAD_BYTES, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard, PromptCounter
 from trayapp.services.proxy.recorder import RequestTap
 
 log = logging.getLogger(__name__)
-
-READ_BYTES = 64 * 1024
-CONNECT_TIMEOUT_S = 10.0
-CLOSE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,11 @@ class Route:
             )
         if not is_loopback(self.listen_host) and not self.token:
             raise ValueError(f"listening on {self.listen_host} (not loopback) needs a token")
+        if self.token is not None and not _TOKEN_CHARS.fullmatch(self.token):
+            raise ValueError(
+                "the proxy's client token must be printable ASCII without spaces (clients send it as "
+                "an HTTP bearer credential): set another value"
+            )
 
     @property
     def upstream_host(self) -> str:
@@ -72,6 +76,8 @@ class Route:
     def upstream_port(self) -> int:
         return urlsplit(self.upstream_url).port or 80
 
+
+_TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")  # what a bearer credential can carry in any client
 
 RecordSink = Callable[[Route, FinishedRequest], None]
 
@@ -93,23 +99,52 @@ class _Reader:
         if data:
             self.pending = data + self.pending
 
-    async def read_head(self) -> Head | None:
-        """The next message head; None when the peer closed before sending one."""
+    async def read_head(self, first_byte_s: float | None = None, whole_s: float | None = None) -> Head | None:
+        """The next message head; None when the peer closed before sending one. `first_byte_s`: the
+        head must start within it (else `_Idle`); `whole_s`: the head must be complete within it,
+        counted from its first byte (else `_SlowHead`). None: no limit (a response head)."""
         buffer = b""
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
         while True:
-            buffer = buffer.lstrip(b"\r\n")  # empty lines before a request line are allowed
+            while buffer.startswith(b"\r\n"):  # empty lines before a request line are allowed
+                buffer = buffer[2:]
             end = buffer.find(b"\r\n\r\n")
             if end >= 0:
                 self.unread(buffer[end + 4 :])
                 return parse_head(buffer[: end + 4])
             if len(buffer) > MAX_HEAD_BYTES:
                 raise FramingError("head larger than 64 KiB")
-            data = await self.read_some()
+            if deadline is None and whole_s is not None and (buffer or first_byte_s is None):
+                deadline = loop.time() + whole_s
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise _SlowHead
+                try:
+                    data = await asyncio.wait_for(self.read_some(), left)
+                except asyncio.TimeoutError:
+                    raise _SlowHead from None
+            elif not buffer and first_byte_s is not None:
+                try:
+                    data = await asyncio.wait_for(self.read_some(), first_byte_s)
+                except asyncio.TimeoutError:
+                    raise _Idle from None
+            else:
+                data = await self.read_some()
             if not data:
                 if buffer:
                     raise FramingError("connection closed in the middle of a head")
                 return None
             buffer += data
+
+
+class _Idle(Exception):
+    """No request started within the idle limit: the connection is closed quietly."""
+
+
+class _SlowHead(Exception):
+    """A request head did not arrive whole within the header limit (408, then closed)."""
 
 
 @dataclass
@@ -134,16 +169,23 @@ class _Exchange:
 
     status: int | None = None  # the response status forwarded to the client
     complete: bool = False  # the whole response reached the client
+    held: int = 0  # request body bytes the recorder holds (counted against the listener's budget)
+    over_budget: bool = False
+    parsed: asyncio.Future[None] | None = None  # a big body being read off the loop
+    bad_body: str | None = None  # why the request body was refused (malformed chunked framing)
 
 
 class _UpstreamFailed(Exception):
     """The upstream could not be reached, or closed before answering."""
 
 
-def _error_response(status: int, reason: str, message: str, kind: str, **extra: str) -> bytes:
+def _error_response(
+    status: int, reason: str, message: str, kind: str, retry_after: str | None = None, **extra: str
+) -> bytes:
     body = json.dumps({"error": {"message": message, "type": kind, **extra}}).encode()
+    retry = f"Retry-After: {retry_after}\r\n" if retry_after else ""
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{retry}"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
@@ -152,14 +194,28 @@ def _error_response(status: int, reason: str, message: str, kind: str, **extra: 
 class ProxyServer:
     """One route's listener. `start()` binds; `close()` stops listening and ends open streams."""
 
-    def __init__(self, route: Route, on_record: RecordSink, prompts: PromptBoard | None = None) -> None:
+    def __init__(
+        self,
+        route: Route,
+        on_record: RecordSink,
+        prompts: PromptBoard | None = None,
+        max_connections: int | None = None,
+        listeners: int = 1,
+    ) -> None:
         self.route = route
         self.on_record = on_record
         self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Task[None], float] = {}  # connections between requests: since when
         self._recorder_failed = False
+        self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
+        self.max_connections = max_connections or limits.connection_cap(_fd_soft_limit(), listeners)
+        self.refused = 0  # connections answered 503 at the cap
+        self.evicted = 0  # idle or trickling connections closed to make room
+        self._held_bytes = 0  # request bodies the recorder holds now (all connections)
+        self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
 
     @property
     def listen_url(self) -> str:
@@ -203,16 +259,50 @@ class ProxyServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= self.max_connections and not self._evict_one():
+            self.refused += 1
+            self._say_once(
+                "cap", "proxy at its connection cap (%d): new connections get 503", self.max_connections
+            )
+            writer.write(
+                _error_response(
+                    503,
+                    "Service Unavailable",
+                    "llm-tray proxy: too many connections",
+                    "overloaded",
+                    retry_after="1",
+                )
+            )
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+            return
         self._connections.add(task)
         client = _Reader(reader)
         upstream: _Upstream | None = None
         try:
+            first = True
             while True:
+                self._waiting[task] = time.monotonic()
                 try:
-                    head = await client.read_head()
+                    if first:
+                        head = await client.read_head(None, limits.HEAD_TIMEOUT_S)
+                    else:
+                        head = await client.read_head(limits.IDLE_TIMEOUT_S, limits.HEAD_TIMEOUT_S)
                 except FramingError as exc:
                     writer.write(_error_response(400, "Bad Request", str(exc), "bad_request"))
                     break
+                except _SlowHead:
+                    message = (
+                        f"llm-tray proxy: the request head did not arrive within {limits.HEAD_TIMEOUT_S:g} s"
+                    )
+                    writer.write(_error_response(408, "Request Timeout", message, "request_timeout"))
+                    break
+                except _Idle:
+                    break
+                finally:
+                    self._waiting.pop(task, None)
+                first = False
                 if head is None:
                     break
                 keep, upstream = await self._serve(head, client, writer, upstream)
@@ -220,7 +310,16 @@ class ProxyServer:
                     break
         except (ConnectionError, asyncio.CancelledError):
             pass
+        except Exception as exc:  # the boundary: no client or upstream ends the listener or the command
+            self._say_once(
+                f"bug:{type(exc).__name__}",
+                "proxy connection failed (%s: %s); it is closed, the proxy keeps serving",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
         finally:
+            self._waiting.pop(task, None)
             self._connections.discard(task)
             if upstream is not None:
                 upstream.close()
@@ -230,23 +329,57 @@ class ProxyServer:
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await asyncio.wait_for(closing.wait_closed(), CLOSE_TIMEOUT_S)
 
+    def _evict_one(self) -> bool:
+        """At the cap: close the connection that has waited longest for a request head (idle or
+        trickling) to make room; False when every connection is busy with a request."""
+        if not self._waiting:
+            return False
+        oldest = min(self._waiting, key=self._waiting.__getitem__)
+        del self._waiting[oldest]
+        self._connections.discard(oldest)  # its slot is free now; its task closes its socket
+        oldest.cancel()
+        self.evicted += 1
+        self._say_once(
+            "evict",
+            "proxy at its connection cap (%d): closing idle connections to make room",
+            self.max_connections,
+        )
+        return True
+
+    def _say_once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning(message, *args, exc_info=exc_info)
+
     def _authorized(self, head: Head) -> Head | None:
-        """The head to forward when the client may use the proxy (our token removed), else None."""
+        """The head to forward when the client may use the proxy (our token removed), else None.
+        `Proxy-Authorization` is for this hop and never forwarded; `Authorization` is forwarded
+        unless it carries our token (it is then ours, not the upstream's API key)."""
         token = self.route.token
         if token is None:
             return head
-        for name in ("proxy-authorization", "authorization"):
-            value = head.get(name) or ""
+        wanted = token.encode()
+        ours: set[str] = set()
+        for key, value in head.headers:
             scheme, _, credential = value.partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(credential.strip(), token):
-                return _without_header(head, name)
-        return None
+            name = key.lower()
+            if (
+                name in ("proxy-authorization", "authorization")
+                and scheme.lower() == "bearer"
+                and hmac.compare_digest(credential.strip().encode("latin-1"), wanted)
+            ):
+                ours.add(name)
+        if not ours:
+            return None
+        dropped = {"proxy-authorization", *ours}
+        headers = tuple((key, value) for key, value in head.headers if key.lower() not in dropped)
+        return Head(head.start_line, headers, b"")
 
     async def _open_upstream(self) -> _Upstream:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.route.upstream_host, self.route.upstream_port, limit=READ_BYTES),
-                CONNECT_TIMEOUT_S,
+                limits.CONNECT_TIMEOUT_S,
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise _UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
@@ -262,14 +395,15 @@ class ProxyServer:
         except FramingError as exc:
             writer.write(_error_response(400, "Bad Request", str(exc), "bad_request"))
             return False, upstream
-        forwarded = self._authorized(head)
-        if forwarded is None:
+        authorized = self._authorized(head)
+        if authorized is None:
             writer.write(
                 _error_response(
                     401, "Unauthorized", "llm-tray proxy: a bearer token is required", "unauthorized"
                 )
             )
             return False, upstream
+        forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
         tap = self._tap(line)
         if upstream is None or not upstream.usable():
             if upstream is not None:
@@ -289,18 +423,25 @@ class ProxyServer:
         upstream.writer.write(forwarded.raw)
         exchange = _Exchange()
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
-        client_side = asyncio.create_task(self._client_side(client, framer, upstream, tap, auth))
+        client_side = asyncio.create_task(self._client_side(client, framer, upstream, tap, auth, exchange))
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, line.method, exchange))
         keep = False
         try:
             await asyncio.wait({client_side, response}, return_when=asyncio.FIRST_COMPLETED)
-            if not response.done() and client_side.done() and client_side.result() == "gone":
+            if (
+                not response.done()
+                and client_side.done()
+                and client_side.result() in ("gone", "stalled", "bad")
+            ):
                 response.cancel()  # the client hung up first: closing the upstream stops the server
             else:
                 keep = await response
                 exchange.complete = True
         except (_Cut, ConnectionError):
             pass
+        except asyncio.CancelledError:  # the listener closes (or evicts): the upstream socket too
+            upstream.close()
+            raise
         except _UpstreamFailed as exc:
             if exchange.status is None:
                 name = redact_url(self.route.upstream_url)
@@ -308,6 +449,7 @@ class ProxyServer:
                 writer.write(_error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
                 exchange.status = 502
         finally:
+            self._release(exchange)
             if not client_side.done():
                 client_side.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -316,8 +458,13 @@ class ProxyServer:
                 response.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await response
+        if exchange.bad_body is not None and exchange.status is None:  # nothing answered yet: say why
+            writer.write(_error_response(400, "Bad Request", exchange.bad_body, "bad_request"))
+            exchange.status = 400
         self._record(
-            tap, status=exchange.status if exchange.status == 502 else None, aborted=not exchange.complete
+            tap,
+            status=exchange.status if exchange.status in (400, 502) else None,
+            aborted=not exchange.complete,
         )
         if not (exchange.complete and keep and framer.done):
             upstream.close()
@@ -352,29 +499,77 @@ class ProxyServer:
             log.exception("proxy recorder failed (the stream is forwarded unrecorded)")
 
     async def _client_side(
-        self, client: _Reader, framer: BodyFramer, upstream: _Upstream, tap: RequestTap, auth: str | None
+        self,
+        client: _Reader,
+        framer: BodyFramer,
+        upstream: _Upstream,
+        tap: RequestTap,
+        auth: str | None,
+        exchange: _Exchange,
     ) -> str:
-        """Forward the request body, then watch the client: "gone" when it hangs up, "more" when it
+        """Forward the request body, then watch the client: "gone" when it hangs up (or sent a
+        malformed body), "stalled" when its body stops for limits.BODY_STALL_TIMEOUT_S, "more" when it
         sends the next request early (kept for the next round)."""
         while not framer.done:
-            data = await client.read_some()
+            try:
+                data = await asyncio.wait_for(client.read_some(), limits.BODY_STALL_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return "stalled"
             if not data:
                 return "gone"
             try:
                 used, payload = framer.feed(data)
-            except FramingError:
-                return "gone"
+            except FramingError as exc:  # none of these bytes goes up; the upstream is closed
+                exchange.bad_body = str(exc)
+                return "bad"
             upstream.writer.write(data[:used] if used < len(data) else data)
             client.unread(data[used:])
-            self._feed(tap.request_body, payload)
+            if payload and tap.active:
+                self._hold(tap, payload, exchange)
             if framer.done:  # before the drain: the response head (which ends the copy) may come then
                 self._feed(self._prompts.request_sent, tap, auth)
+                if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
+                    exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
             await upstream.writer.drain()
         data = await client.read_some()
         if not data:
             return "gone"
         client.unread(data)
         return "more"
+
+    def _hold(self, tap: RequestTap, payload: bytes, exchange: _Exchange) -> None:
+        """Give the recorder a piece of the request body while the listener's budget for held bodies
+        allows; past it the recorder gets nothing more of this body (the request is still forwarded)."""
+        if exchange.over_budget:
+            return
+        if self._held_bytes + len(payload) > limits.REQUEST_BODIES_HELD_BYTES:
+            exchange.over_budget = True
+            self._feed(tap.drop_request)
+            self._release(exchange)
+            self._say_once(
+                "budget",
+                "proxy: request bodies held past %d MiB: a body is forwarded unread",
+                limits.REQUEST_BODIES_HELD_BYTES >> 20,
+            )
+            return
+        self._held_bytes += len(payload)
+        exchange.held += len(payload)
+        self._feed(tap.request_body, payload)
+
+    def _release(self, exchange: _Exchange) -> None:
+        self._held_bytes -= exchange.held
+        exchange.held = 0
+
+    async def _parse_off_loop(self, tap: RequestTap, exchange: _Exchange) -> None:
+        """Read a big request body on a worker thread, one at a time: the streams never wait on it."""
+        if self._parse_gate is None:
+            self._parse_gate = asyncio.Semaphore(1)
+        async with self._parse_gate:
+            try:
+                await asyncio.to_thread(tap.read_request)
+            except Exception:
+                self._recorder_bug()
+        self._release(exchange)
 
     def _feed(self, method: Callable[..., None], *args: object) -> None:
         try:
@@ -400,7 +595,11 @@ class ProxyServer:
                 raise _UpstreamFailed(f"closed the connection ({exc})") from exc
             if head is None:
                 raise _UpstreamFailed("closed the connection without answering")
-            status = status_of(head)
+            try:
+                status = status_of(head)
+                framer = response_body(head, method)  # checked before a byte reaches the client
+            except FramingError as exc:
+                raise _UpstreamFailed(f"sent a malformed response ({exc})") from exc
             writer.write(head.raw)
             exchange.status = status
             if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): forward, read the next
@@ -408,8 +607,10 @@ class ProxyServer:
                 continue
             break
         headers = {name.lower(): value for name, value in head.headers}
+        if exchange.parsed is not None:  # a big request body still being read off the loop
+            with contextlib.suppress(Exception):
+                await asyncio.shield(exchange.parsed)
         self._feed(tap.response_head, status, headers, time.monotonic())
-        framer = response_body(head, method)
         await self._drain(writer)
         while not framer.done:
             try:
@@ -421,7 +622,16 @@ class ProxyServer:
                 if framer.until_close:
                     return False
                 raise _Cut("upstream closed mid-response")  # the client sees the cut at once: we close too
-            used, payload = framer.feed(data)
+            try:
+                used, payload = framer.feed(data)
+            except FramingError as exc:  # a malformed chunk after the head went out: cut the response
+                self._say_once(
+                    "bad-chunk",
+                    "proxy: upstream %s sent a malformed body (%s): response cut",
+                    redact_url(self.route.upstream_url),
+                    exc,
+                )
+                raise _Cut(str(exc)) from exc
             writer.write(data[:used] if used < len(data) else data)
             if payload:
                 self._feed(tap.response_body, payload, received_mono_s)
@@ -433,12 +643,17 @@ class ProxyServer:
     @staticmethod
     async def _drain(writer: asyncio.StreamWriter) -> None:
         try:
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
         except ConnectionError as exc:
             raise _Cut(str(exc)) from exc
+        except asyncio.TimeoutError as exc:
+            raise _Cut("the client read nothing for too long") from exc
 
 
-def _without_header(head: Head, name: str) -> Head:
-    headers = tuple((key, value) for key, value in head.headers if key.lower() != name)
-    raw = head.start_line + "\r\n" + "".join(f"{key}: {value}\r\n" for key, value in headers) + "\r\n"
-    return Head(head.start_line, headers, raw.encode("latin-1"))
+def _fd_soft_limit() -> int | None:
+    try:
+        import resource  # not on Windows
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)

@@ -1,0 +1,45 @@
+"""Every limit of the recording proxy, in one place (docs/security.md, "The recording proxy").
+
+A client that hits one sees what the comment says; none of them needs the token to apply, so a
+client that never authenticates cannot hold the proxy's sockets, memory or event loop.
+"""
+
+from __future__ import annotations
+
+# Framing (services/proxy/http1.py): larger → 400 (a request) or 502 (a response), then closed.
+MAX_HEAD_BYTES = 64 * 1024  # a request or response head, and a chunked body's trailers
+MAX_CHUNK_LINE_BYTES = 4096  # one chunk-size line with its extensions
+
+# Time.
+HEAD_TIMEOUT_S = 10.0  # a request head must arrive whole within this (from the connection, or
+#                        from its first byte on a kept-alive one): else 408, then closed
+IDLE_TIMEOUT_S = 60.0  # a kept-alive connection with no new request this long is closed (quietly)
+BODY_STALL_TIMEOUT_S = 60.0  # a request body that sends nothing this long: closed, the upstream too
+SEND_STALL_TIMEOUT_S = 300.0  # a client that reads nothing of its response this long: closed
+CONNECT_TIMEOUT_S = 10.0  # connecting to the upstream: else 502
+CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
+
+# Connections, per listener. The cap is also held under the process's file-descriptor limit
+# (each proxied connection holds two descriptors; the rest is left to the monitor and the store).
+MAX_CONNECTIONS = 512
+FD_RESERVE = 64  # descriptors never used by the proxies' connections
+# At the cap the oldest connection waiting for a request head (idle or trickling) is closed to
+# make room; when every connection is busy with a request, the new one gets 503 and is closed.
+
+# Memory: request bodies the recorder reads (model, stream, max_tokens, the prompt's size).
+REQUEST_BODY_KEPT_BYTES = 16 * 1024 * 1024  # one body: larger ones are forwarded, read for nothing
+REQUEST_BODIES_HELD_BYTES = 64 * 1024 * 1024  # all bodies held at once, per listener: past it, a
+#                                               new body is forwarded without being read
+PARSE_OFF_LOOP_BYTES = 256 * 1024  # a body larger than this is parsed on a worker thread (one at a
+#                                    time), never on the event loop that forwards the streams
+
+READ_BYTES = 64 * 1024  # one socket read
+
+
+def connection_cap(fd_soft_limit: int | None, listeners: int = 1) -> int:
+    """Connections one listener accepts at once: MAX_CONNECTIONS, or fewer so that all listeners'
+    connections (two descriptors each) stay under the descriptor limit less FD_RESERVE."""
+    if fd_soft_limit is None or fd_soft_limit <= 0:
+        return MAX_CONNECTIONS
+    room = (fd_soft_limit - FD_RESERVE) // (2 * max(1, listeners))
+    return max(4, min(MAX_CONNECTIONS, room))
