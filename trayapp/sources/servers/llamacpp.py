@@ -19,6 +19,8 @@ What a poll reads (see reference/backends.md §2):
   `metrics_interval_s` because each scrape resets the server's averaging gauges
   for every other scraper. Only counters are used.
 * `/v1/models`: weights size and parameter count, once per model load.
+* its log (local servers only): the prompts it refused for their length and the answers the
+  context's end cut short, which no endpoint shows (`trayapp/sources/llamacpp_log.py`, #20).
 
 Debug builds put the prompt and generated text in `/slots`; the parser never
 copies them.
@@ -26,12 +28,15 @@ copies them.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
@@ -44,6 +49,7 @@ from trayapp.core.model import (
 from trayapp.core.quants import normalize_quant_name
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.http import FetchError
+from trayapp.sources.llamacpp_log import LlamaLogReader, LogRecords
 from trayapp.sources.processes import CpuActivity
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.llamacpp_parse import (  # the parsers, re-exported for callers and tests
@@ -67,6 +73,8 @@ WAKE_GRACE_S = 120.0
 # at the load's end; a faster one, after it (then the load's length is unknown, and under one poll).
 WAKE_ANSWER_MIN_S = 0.05
 WAKING_REASON = "waking up: the server is loading the model again"
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- pure parsers
 
@@ -109,8 +117,16 @@ class LlamaCppProbe(LlamaServerProbe):
     polls after a load may come without them (`facts_reason` says why).
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(
+        self, url: str, *, log_reader: Callable[[], LlamaLogReader] | None = None, **options: Any
+    ) -> None:
+        """`log_reader` makes the reader of the server's log instead of the default (tests)."""
         super().__init__(url, **options)
+        self._make_log_reader = log_reader or LlamaLogReader
+        self._log_reader: LlamaLogReader | None = None  # made at the first poll, for a local server only
+        self._log_records = LogRecords()
+        self._log_bugs = BugLog(log)
+        self._log_reason_said: str | None = None
 
         self._props: PropsInfo | None = None
         self._props_at_s = 0.0
@@ -202,10 +218,40 @@ class LlamaCppProbe(LlamaServerProbe):
         model = self._model_reading(props, slots, counters)
         reason = "; ".join(problems) if problems else None
         pid = self._server_pid(now_mono_s)  # lets NVML's per-process memory tell the model's GPU share
+        if self._local:  # after /slots: a request its slots saw end is in the log by now, or next poll
+            finished = (*finished, *self._from_log(props, pid))
         return ServerReading(
             self.kind, self.url, status, reason, version=props.build_info, models=(model,), pid=pid,
             finished=finished, t_mono_s=slots_at_mono_s,
         )  # fmt: skip
+
+    @property
+    def log_reason(self) -> str | None:
+        """Why refusals and cut answers cannot be read from the server's log now (None while they can,
+        and for a server on another machine, whose log is out of reach)."""
+        return self._log_reader.reason if self._log_reader is not None else None
+
+    @property
+    def log_where(self) -> str | None:
+        """What is read for them: "--log-file /x.log", "its stderr, /x.log", or "nothing"."""
+        return self._log_reader.where if self._log_reader is not None else None
+
+    def _from_log(self, props: PropsInfo, pid: int | None) -> tuple[FinishedRequest, ...]:
+        """The refusals and cut answers the server's log gained since the last poll, as request records."""
+        try:  # its own boundary: a bug reading the log must not cost the server's reading
+            if self._log_reader is None:
+                self._log_reader = self._make_log_reader()
+            lines = [line for line in self._log_reader.poll(pid) if line.port is None]  # not a router's
+            records = self._log_records.records(lines, props.model_name, props.n_ctx, time.time())
+        except Exception as exc:
+            self._log_reason_said = self._log_bugs.report(exc, f"{self.kind} {self.url}: reading its log")
+            return ()
+        said = self._log_reader.reason or self._log_reader.note
+        if said != self._log_reason_said:
+            self._log_reason_said = said
+            where = self._log_reader.where
+            log.info("%s %s: context overflow from %s: %s", self.kind, self.url, where, said or "reading")
+        return records
 
     def _wake_load(
         self, props: PropsInfo, waking: bool, now_s: float, answered_after_s: float, answer_s: float
