@@ -135,7 +135,7 @@ def test_publishing_never_waits_on_a_client_that_does_not_read(server: SnapshotS
     server.publish(decoding(0.0))
     _wait_doc(server.url)
     stuck = socket.create_connection(("127.0.0.1", server.port))  # an event stream never read
-    stuck.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+    stuck.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
         started = time.monotonic()

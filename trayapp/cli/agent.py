@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # loaded when the agent runs: `llm-tray --help` and the tray'
 
 log = logging.getLogger(__name__)
 
+TICK_RETRY_S = 1.0  # after a failed tick (file-descriptor limit, a bug), the next try this much later
+
 
 def token_path() -> Path:
     """The agent's token file: `agent-token` in the config dir (under LLM_TRAY_HOME)."""
@@ -94,6 +96,20 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-snapshot", action="store_true", help="no snapshot endpoint, no sampler file")
     parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name the loopback listeners answer besides localhost, 127.0.0.1 and [::1] (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser Origin the listeners answer, e.g. http://localhost:3000 (repeatable; none)",
+    )
+    parser.add_argument(
         "--new-token",
         action=_NewToken,
         nargs=0,
@@ -101,12 +117,23 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServer | None:
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    """The Host names the user allowed on the loopback listeners (--allow-host)."""
+    return tuple(getattr(args, "allow_host", None) or ())
+
+
+def _allowed_origins(args: argparse.Namespace) -> tuple[str, ...]:
+    """The browser Origins the user allowed (--allow-origin)."""
+    return tuple(getattr(args, "allow_origin", None) or ())
+
+
+def _start_snapshots(
+    args: argparse.Namespace, monitor: Monitor, token: str | None = None, source: str | None = None
+) -> SnapshotServer | None:
     """The snapshot endpoint and the sampler file (None with --no-snapshot); raises OSError."""
     if getattr(args, "no_snapshot", False):
         return None
     address = getattr(args, "snapshot_address", "127.0.0.1")
-    token, source = agent_token()
     if not is_loopback(address) and not token:
         raise ValueError(
             f"--snapshot-address {address} is not loopback: set {TOKEN_ENV} to a token first "
@@ -121,6 +148,8 @@ def _start_snapshots(args: argparse.Namespace, monitor: Monitor) -> SnapshotServ
         monitor.settings.thresholds,
         role="agent",
         intake=lambda: monitor,  # a CLI proxy's records and a bench's result (POST /v1/records, /v1/bench)
+        allowed_hosts=_allowed_hosts(args),
+        allowed_origins=_allowed_origins(args),
     )
     server.start(announce=True)
     if not is_loopback(address):
@@ -156,7 +185,24 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
 
     state = MetricsState()
     try:
-        exporter = start_exporter(state, address=args.listen_address, port=args.metrics_port)
+        token, source = agent_token()
+    except (OSError, ValueError) as exc:
+        monitor.close()
+        print(f"llm-tray agent: token: {exc}", file=sys.stderr)
+        return 1
+    try:
+        exporter = start_exporter(
+            state,
+            address=args.listen_address,
+            port=args.metrics_port,
+            token=token,
+            allowed_hosts=_allowed_hosts(args),
+            allowed_origins=_allowed_origins(args),
+        )
+    except ValueError as exc:  # beyond loopback without a token
+        monitor.close()
+        print(f"llm-tray agent: --listen-address {args.listen_address}: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         monitor.close()
         print(
@@ -164,8 +210,15 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
             file=sys.stderr,
         )
         return 1
+    if not is_loopback(args.listen_address):
+        print(
+            f"llm-tray agent: warning: /metrics listens beyond loopback: every scrape must send the token "
+            f"(from {source}); no TLS: the token and the metrics cross the network in clear text "
+            "(docs/prometheus.md)",
+            file=sys.stderr,
+        )
     try:
-        snapshots = _start_snapshots(args, monitor)
+        snapshots = _start_snapshots(args, monitor, token, source)
     except (OSError, ValueError) as exc:
         exporter.stop()
         monitor.close()
@@ -185,9 +238,25 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
 
     started = time.monotonic()
     owner = snapshots.machine_sampler if snapshots is not None else None
+    failing: str | None = None  # the tick's failure now (logged once per episode)
     try:
         while not stop.is_set():
-            snapshot = monitor.tick()
+            try:
+                snapshot = monitor.tick()
+            except Exception as exc:  # e.g. OSError EMFILE at the fd limit: the agent waits and tries again
+                what = f"{type(exc).__name__}: {exc}"
+                if what != failing:
+                    failing = what
+                    log.warning("agent: a tick failed (%s); serving on, trying again", what, exc_info=exc)
+                    print(
+                        f"llm-tray agent: a tick failed ({what}); trying again", file=sys.stderr, flush=True
+                    )
+                stop.wait(TICK_RETRY_S)
+                continue
+            if failing is not None:
+                failing = None
+                log.info("agent: ticking again")
+                print("llm-tray agent: ticking again", file=sys.stderr, flush=True)
             state.observe(snapshot)
             if snapshots is not None:
                 snapshots.publish(snapshot)

@@ -26,22 +26,24 @@ each is counted and observed once):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
-import socket
+import hmac
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from trayapp.core.loopback import is_loopback
 from trayapp.core.model import ModelStatus, RequestRecord, Snapshot
 from trayapp.core.redact import redact_url
+from trayapp.sinks.listener import GuardedHandler, GuardedServer, normal_host
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9464
@@ -334,21 +336,63 @@ class SnapshotCollector(Collector):
 
 # --------------------------------------------------------------------------- HTTP
 
+# The listener's limits (sinks/listener.py; docs/security.md). A scrape is one short GET.
+REQUEST_TIMEOUT_S = 10.0  # a whole request within this of connecting or of the last answer
+SEND_TIMEOUT_S = 10.0  # an answer not taken within this: the connection is dropped
+MAX_CONNECTIONS = 32  # connections at once; more get 503 from the accept thread
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log on stderr."""
 
+class _MetricsHandler(GuardedHandler):
+    registry: CollectorRegistry
+    token: str | None = None
+    request_timeout_s = REQUEST_TIMEOUT_S
+    send_timeout_s = SEND_TIMEOUT_S
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+    def reply_error(self, status: int, message: str) -> None:
+        body = (message + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="llm-tray"')
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        with contextlib.suppress(OSError):
+            self.reply_error(code, message or "bad request")
+
+    def do_GET(self) -> None:
+        if self.token is not None:
+            given = self.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                self.reply_error(401, "unauthorized: send Authorization: Bearer <token> (docs/prometheus.md)")
+                return
+        if urlsplit(self.path).path == "/favicon.ico":
+            self.reply_error(404, "not found: /metrics")
+            return
+        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+        body = encoder(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refuse(self) -> None:
+        self.close_connection = True
+        self.reply_error(405, "only GET /metrics")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
 
 class Exporter:
     """A running /metrics listener; `port` is the bound port (useful with port 0)."""
 
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+    def __init__(self, server: GuardedServer, thread: threading.Thread) -> None:
         self._server = server
         self._thread = thread
         self.address: str = str(server.server_address[0])
@@ -365,19 +409,36 @@ class Exporter:
         self._thread.join(timeout_s)
 
 
-def start_exporter(state: MetricsState, address: str = DEFAULT_ADDRESS, port: int = DEFAULT_PORT) -> Exporter:
+def start_exporter(
+    state: MetricsState,
+    address: str = DEFAULT_ADDRESS,
+    port: int = DEFAULT_PORT,
+    *,
+    token: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+    allowed_origins: tuple[str, ...] = (),
+) -> Exporter:
     """Serve `state.registry` on http://address:port/metrics from a daemon thread.
 
-    Binds 127.0.0.1 by default; `port=0` picks a free port (see `Exporter.port`).
-    Raises OSError when the port is taken.
+    Binds 127.0.0.1 by default; `port=0` picks a free port (see `Exporter.port`). The listener rule
+    (docs/remote.md): beyond loopback it needs `token`, then asked of every scrape
+    (`Authorization: Bearer …`); on loopback no token is asked. Raises ValueError for an address beyond
+    loopback without a token, OSError when the port is taken.
     """
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    if not is_loopback(address) and not token:
+        raise ValueError(
+            f"{address} is not a loopback address: /metrics beyond loopback needs a token "
+            "(llm-tray agent --new-token, or $LLM_TRAY_TOKEN; docs/prometheus.md)"
+        )
 
-    class Server(_Server):
-        address_family = family
+    class Handler(_MetricsHandler):
+        pass
 
-    server = make_server(address, port, make_wsgi_app(state.registry), server_class=Server,
-                         handler_class=_QuietHandler)  # fmt: skip
-    thread = threading.Thread(target=server.serve_forever, name="llm-tray-metrics", daemon=True)
+    Handler.registry = state.registry
+    Handler.token = None if is_loopback(address) else token
+    Handler.allowed_hosts = frozenset(normal_host(h) for h in allowed_hosts)
+    Handler.allowed_origins = frozenset(o.strip().lower() for o in allowed_origins)
+    server = GuardedServer((address, port), Handler, max_connections=MAX_CONNECTIONS, name="/metrics")
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="llm-tray-metrics", daemon=True)
     thread.start()
     return Exporter(server, thread)

@@ -11,8 +11,11 @@ One sampler per machine (the tray app or `llm-tray agent`) serves:
 `publish(snapshot)` only swaps a reference and wakes a builder thread, so neither the sampler
 nor the GUI thread ever waits on a client; the builder makes the documents once per tick and
 the handler threads only send bytes. Loopback by default; any other address needs a token,
-checked on every request (`Authorization: Bearer ...`, 401 without). A client that sends its
-request too slowly is dropped (socket timeout); many event streams at once get 503.
+checked on every request (`Authorization: Bearer ...`, 401 without). The limits every client meets
+(sinks/listener.py, values below, docs/security.md): a whole request within REQUEST_TIMEOUT_S, at most
+MAX_CONNECTIONS connections and MAX_STREAMS event streams (503 beyond), an event stream whose client
+does not read (its small send buffer stays full for STREAM_STALL_S) is dropped and its slot freed, and
+on loopback only a loopback `Host` (or an allowed name) and no browser `Origin` (unless allowed).
 
 `start(announce=True)` claims the sampler file (sinks/sampler_file.py) for this endpoint,
 unless another live sampler has it: then this endpoint serves all the same, unannounced, and
@@ -27,22 +30,24 @@ import contextlib
 import hmac
 import json
 import logging
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
+from trayapp.core.json_limits import json_problem
 from trayapp.core.jsonview import alert_json, snapshot_json
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import Alert, Snapshot
 from trayapp.core.text import format_snapshot, format_watch_line
 from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.listener import GuardedHandler, GuardedServer, normal_host
 from trayapp.sinks.sampler_file import (
     BENCH_PATH,
     MAX_POST_BYTES,
@@ -55,9 +60,13 @@ from trayapp.sinks.wire import WireError, from_wire, parse_records
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 10.0  # a client this slow to send its request (or to read) is dropped
+REQUEST_TIMEOUT_S = 10.0  # a whole request (line, headers, body) within this of connecting or the last answer
+SEND_TIMEOUT_S = 10.0  # an answer not taken by the client within this: the connection is dropped
+STREAM_STALL_S = 10.0  # an event stream whose send buffer stays full this long is dropped (its slot freed)
+STREAM_SNDBUF = 16 * 1024  # an event stream's socket send buffer: small, so a client that does not read shows
 KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
 MAX_STREAMS = 32  # event streams at once; more get 503
+MAX_CONNECTIONS = 64  # connections at once, streams included; more get 503 from the accept thread
 SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
 RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
@@ -91,15 +100,22 @@ class SnapshotServer:
         role: str = "tray",
         reclaim_s: float = RECLAIM_S,
         intake: Callable[[], object | None] | None = None,
+        allowed_hosts: tuple[str, ...] = (),
+        allowed_origins: tuple[str, ...] = (),
+        stream_stall_s: float = STREAM_STALL_S,
     ) -> None:
         """`intake()`: the monitor that takes posted records (`accept_proxy_records`,
         `record_bench`: trayapp/services/monitor.py), or None while there is none yet; without it the POST
-        paths answer 503."""
+        paths answer 503. `allowed_hosts`: `Host` names answered on loopback beside localhost, 127.0.0.1
+        and [::1]; `allowed_origins`: browser `Origin`s answered (none by default)."""
         if not is_loopback(address) and not token:
             raise ValueError(f"{address} is not a loopback address: the snapshot endpoint needs a token")
         self.address = address
         self.token = token
         self.request_timeout_s = request_timeout_s
+        self.allowed_hosts = frozenset(normal_host(h) for h in allowed_hosts)
+        self.allowed_origins = frozenset(o.strip().lower() for o in allowed_origins)
+        self.stream_stall_s = stream_stall_s
         self.role = role  # what the sampler file calls this process: "tray" or "agent"
         self.reclaim_s = reclaim_s
         self.intake = intake or (lambda: None)
@@ -117,7 +133,7 @@ class SnapshotServer:
         self._claim_lock = threading.Lock()  # a claim never runs during or after stop's removal
         self._owner: SamplerInfo | None = None
         self._claimed_mono_s = 0.0
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: GuardedServer | None = None
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ life
@@ -132,9 +148,13 @@ class SnapshotServer:
 
         class Handler(_Handler):
             owner = server
-            timeout = server.request_timeout_s
+            request_timeout_s = server.request_timeout_s
+            allowed_hosts = server.allowed_hosts
+            allowed_origins = server.allowed_origins
 
-        httpd = _HttpServer((self.address, self._port), Handler)
+        httpd = GuardedServer(
+            (self.address, self._port), Handler, max_connections=MAX_CONNECTIONS, name="snapshot endpoint"
+        )
         threads = [
             threading.Thread(
                 target=httpd.serve_forever,
@@ -299,25 +319,10 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        import socket
-
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, handler)
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     owner: SnapshotServer
-    timeout = REQUEST_TIMEOUT_S
-    server_version = "llm-tray"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log."""
+    request_timeout_s = REQUEST_TIMEOUT_S
+    send_timeout_s = SEND_TIMEOUT_S
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
@@ -331,6 +336,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, message: str) -> None:
         self._send(status, _json_bytes({"error": message}))
+
+    reply_error = _error  # the listener's refusals (Host, Origin) in the same form
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's errors (bad request line, too long, ...) as short JSON, with a status line."""
@@ -433,8 +440,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "body shorter than its Content-Length")
             return None
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._error(400, f"invalid JSON: {exc}")
+            return None
+        problem = json_problem(text)  # nesting and value count, before parsing (core/json_limits.py)
+        if problem is not None:
+            self._error(413 if "large" in problem else 400, problem.replace("answer", "body", 1))
+            return None
+        try:
+            return json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
             self._error(400, f"invalid JSON: {exc}")
             return None
 
@@ -468,6 +484,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(503, "too many event streams")
             return
         try:
+            # A client that does not read fills this small buffer, then a write waits STREAM_STALL_S and
+            # the stream is dropped, its slot freed (the client's own receive buffer comes first).
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
+            self.send_timeout_s = owner.stream_stall_s
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
@@ -488,7 +508,7 @@ class _Handler(BaseHTTPRequestHandler):
                 seq, events = got
                 self.wfile.write(b"".join(events) if events else b": keepalive\n\n")
                 self.wfile.flush()
-        except OSError:  # the client went away (or stopped reading for REQUEST_TIMEOUT_S)
+        except OSError:  # the client went away, or stopped reading for STREAM_STALL_S
             return
         finally:
             owner._stream_slot(-1)

@@ -3,6 +3,13 @@
 Every request is bounded in time and size, never follows a proxy set in the
 environment for loopback traffic, and turns every failure into a short,
 human-readable `FetchError` the probes can report as a server status.
+
+What another process answers is read within limits (docs/security.md, "Reading other processes"):
+at most `max_bytes` of body (MAX_BODY_BYTES by default), never compressed (`Accept-Encoding:
+identity` is asked, and a compressed answer is refused, so no small answer inflates to gigabytes),
+and its JSON only when `json_problem` (core/json_limits.py) finds it neither nested deeper than
+MAX_JSON_DEPTH nor holding more than MAX_JSON_VALUES values (7 MB of `{}` would be ~200 MB of
+Python objects): "answer too deeply nested" / "answer too large", never a RecursionError.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from trayapp.core.json_limits import json_problem
 from trayapp.core.loopback import is_loopback_url
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=1.0, read=2.0, write=2.0, pool=1.0)
@@ -45,10 +53,21 @@ class Response:
     headers: dict[str, str]
 
     def json(self) -> Any:
-        try:
-            return json.loads(self.text)
-        except json.JSONDecodeError as exc:
-            raise FetchError("error", f"invalid JSON ({exc.msg} at char {exc.pos})") from exc
+        """The body as JSON; FetchError when it is not JSON or is beyond the limits (`json_problem`)."""
+        return load_json(self.text)
+
+
+def load_json(text: str) -> Any:
+    """`text` parsed as JSON within the limits; FetchError ("error") saying what is wrong otherwise."""
+    problem = json_problem(text)
+    if problem is not None:
+        raise FetchError("error", problem)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FetchError("error", f"invalid JSON ({exc.msg} at char {exc.pos})") from exc
+    except RecursionError as exc:  # not reached within MAX_JSON_DEPTH; kept as the last word
+        raise FetchError("error", "answer too deeply nested") from exc
 
 
 @functools.cache
@@ -70,7 +89,7 @@ def make_client(
         verify=tls_context(),
         timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
         trust_env=trust_env and bool(base_url) and not is_loopback_url(base_url),
-        headers={"User-Agent": USER_AGENT},
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         follow_redirects=False,
     )
 
@@ -81,8 +100,8 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 def _error_message(body: str) -> str | None:
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = load_json(body)
+    except FetchError:
         return None
     if isinstance(data, dict):
         err = data.get("error")
@@ -106,9 +125,14 @@ def fetch(
     """One bounded request. Raises FetchError with a clear reason on any failure."""
     try:
         with client.stream(method, path, headers=headers, json=json_body) as resp:
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise FetchError(
+                    "error", f"{path}: a compressed answer ({encoding}) though none was asked for"
+                )
             chunks: list[bytes] = []
             size = 0
-            for chunk in resp.iter_bytes():
+            for chunk in resp.iter_raw():
                 size += len(chunk)
                 if size > max_bytes:
                     raise FetchError("error", f"{path}: response larger than {max_bytes // 1024} KiB")
