@@ -63,3 +63,22 @@ def test_the_backup_is_private(tmp_path: Path) -> None:
     path.write_text("[hardware]\nvram_gb = inf\n")
     backup = load_settings(path).backup_path
     assert backup is not None and stat.S_IMODE(os.stat(backup).st_mode) == 0o600
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_a_fifo_as_config_is_defaults_not_a_hang(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    os.mkfifo(path)  # reading it would block every command at start
+    result = load_settings(path)
+    assert result.settings == Settings()
+    assert any("not a regular file" in error for error in result.errors)
+
+
+def test_a_directory_or_a_huge_file_as_config_is_defaults(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    assert load_settings(folder).settings == Settings()
+    huge = tmp_path / "huge.toml"
+    huge.write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
+    result = load_settings(huge)
+    assert result.settings == Settings() and any("no config file" in e for e in result.errors)

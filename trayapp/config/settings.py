@@ -11,7 +11,9 @@ import dataclasses
 import difflib
 import ipaddress
 import math
+import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -452,15 +454,48 @@ class LoadResult:
     backup_path: Path | None = None
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config of settings is a few kB; a bigger file is not one
+
+
+def _read_config(path: Path) -> bytes:
+    """The file's bytes: a regular file of at most MAX_CONFIG_BYTES (a FIFO or a device there would
+    hang or flood every command at start). Raises OSError, or ConfigError saying what it is."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("not a regular file: the app starts on defaults (replace it with a file)")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{st.st_size} bytes is no config file (at most {MAX_CONFIG_BYTES}): "
+                "the app starts on defaults"
+            )
+        chunks, left = [], MAX_CONFIG_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"more than {MAX_CONFIG_BYTES} bytes is no config file: the app starts on defaults")
+    return data
+
+
 def load_settings(path: Path | None = None) -> LoadResult:
     """Read the config file. Never raises for a bad file: returns defaults plus the errors."""
     path = path or paths.config_file()
     try:
-        raw = path.read_bytes()
+        raw = _read_config(path)
     except FileNotFoundError:
         return LoadResult(Settings())
     except OSError as exc:
         return LoadResult(Settings(), (f"{path}: cannot read ({exc.strerror or exc})",))
+    except ConfigError as exc:
+        return LoadResult(Settings(), (f"{path}: {exc}",))
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
