@@ -6,6 +6,7 @@ file byte by byte and measures the parse."""
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from pathlib import Path
@@ -105,3 +106,15 @@ def test_a_huge_tensor_count_is_refused_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError):
         read_gguf_header(path)
     assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_a_fifo_or_a_folder_named_like_a_model_is_refused_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelFileError, match="not a regular file"):
+        read_gguf_header(fifo)
+    folder = tmp_path / "folder.gguf"
+    folder.mkdir()
+    with pytest.raises(ModelFileError):
+        read_gguf_header(folder)

@@ -21,6 +21,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 import threading
 from collections.abc import Mapping
@@ -264,8 +265,12 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
     """Parse the header of one GGUF file (one part, for split models). Raises ModelFileError."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(fd, "rb") as fh:  # non-blocking open: a FIFO there never hangs the reader
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ModelFileError(f"{p}: not a regular file")
+            size = st.st_size
             if size < 24:
                 raise ModelFileError(f"{p}: too short to be a GGUF file ({size} bytes)")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
