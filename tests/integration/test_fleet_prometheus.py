@@ -6,6 +6,10 @@ port) watch the real llama-server; a separate client generates on it; Prometheus
 API until it has stored the decode rate and the ceiling of the model from both agents, then
 checks the stored numbers against the server's own timings, and runs every PromQL query of
 the shipped Grafana dashboard against the same Prometheus.
+
+The listener rule (#25, docs/prometheus.md "Security"): the second agent's /metrics listens beyond
+loopback (`--listen-address 0.0.0.0`), so it needs the token; Prometheus scrapes it with
+`authorization: {type: Bearer, credentials_file: ...}`, and a job without the token finds it down (401).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ LIVE_METRICS = (
     "llm_tray_decoded_tokens_total",
 )
 _METRIC_NAME = re.compile(r"\bllm_tray_[a-z_]+\b")
+FLEET_TOKEN = "fleet-scrape-token-8d1f"
 
 
 # --------------------------------------------------------------------------- processes
@@ -157,11 +162,17 @@ class Fleet:
     live_at_s: float = 0.0  # a moment inside the window when both agents' decode rates were stored
 
 
-def _prometheus_config(targets: list[str]) -> str:
-    quoted = ", ".join(f"'{t}'" for t in targets)
+def _prometheus_config(open_target: str, token_target: str, token_file: Path, no_token_target: str) -> str:
+    """The loopback agent scraped as is; the agent beyond loopback with its token (as docs/prometheus.md
+    shows), and once more without it (that job must find it down)."""
     return (
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: llm-tray\n    static_configs:\n      - targets: [{quoted}]\n"
+        "scrape_configs:\n"
+        f"  - job_name: llm-tray\n    static_configs:\n      - targets: ['{open_target}']\n"
+        "  - job_name: llm-tray-lan\n"
+        f"    authorization:\n      type: Bearer\n      credentials_file: {token_file}\n"
+        f"    static_configs:\n      - targets: ['{token_target}']\n"
+        f"  - job_name: llm-tray-no-token\n    static_configs:\n      - targets: ['{no_token_target}']\n"
     )
 
 
@@ -183,6 +194,19 @@ def _wait_targets_up(prom: PromApi, instances: list[str], processes: Processes) 
     pytest.fail(f"agents not scraped within {READY_TIMEOUT_S:g} s: {health}\n{processes.diagnostics()}")
 
 
+def _wait_target_refused(prom: PromApi, instance: str, processes: Processes) -> None:
+    """The job without the token finds the agent beyond loopback down, with its 401."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    target: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        targets = prom.get("/api/v1/targets")["data"]["activeTargets"]
+        target = next((t for t in targets if t["labels"]["instance"] == instance), {})
+        if target.get("health") == "down" and "401" in target.get("lastError", ""):
+            return
+        time.sleep(0.3)
+    pytest.fail(f"the scrape without a token was not refused: {target}\n{processes.diagnostics()}")
+
+
 def _latest_common_decode(fleet: Fleet) -> float | None:
     """A time in the window at which Prometheus holds a decode rate from every agent.
 
@@ -198,13 +222,13 @@ def _latest_common_decode(fleet: Fleet) -> float | None:
     return sorted(common)[len(common) // 2] if common else None
 
 
-def _wait_metrics(port: int, processes: Processes) -> None:
+def _wait_metrics(port: int, processes: Processes, headers: dict[str, str] | None = None) -> None:
     """Until the agent on `port` answers /metrics (bounded)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     pace = threading.Event()
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers, timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -268,18 +292,29 @@ def fleet(
         ports = [free_port(), free_port()]
         for i, port in enumerate(ports):
             env = {**os.environ, "LLM_TRAY_HOME": str(root / f"agent{i}-home")}
+            env.pop("LLM_TRAY_TOKEN", None)
+            lan = ["--listen-address", "0.0.0.0"] if i == 1 else []  # beyond loopback: the token rule
+            if i == 1:
+                env["LLM_TRAY_TOKEN"] = FLEET_TOKEN
             processes.start(
                 f"agent{i}",
-                [sys.executable, "-m", "trayapp", "agent", "--metrics-port", str(port),
+                [sys.executable, "-m", "trayapp", "agent", "--metrics-port", str(port), *lan,
                  "--endpoint", llama_server.url, "--no-discover"],
                 env=env,
             )  # fmt: skip
             # One at a time: each agent measures the RAM bandwidth before it serves /metrics, and two
             # measuring at once on a small host would each see part of it (a ceiling below the decode).
-            _wait_metrics(port, processes)
+            _wait_metrics(port, processes, {"Authorization": f"Bearer {FLEET_TOKEN}"} if i == 1 else None)
+        unauthorized = httpx.get(f"http://127.0.0.1:{ports[1]}/metrics", timeout=5.0)
+        assert unauthorized.status_code == 401 and "llm_tray_" not in unauthorized.text
+        assert "warning: /metrics listens beyond loopback" in processes.log_tail("agent1", 20000)
         instances = [f"127.0.0.1:{port}" for port in ports]
+        token_file = root / "scrape-token"
+        token_file.write_text(FLEET_TOKEN + "\n")
+        token_file.chmod(0o600)
         config = root / "prometheus.yml"
-        config.write_text(_prometheus_config(instances))
+        no_token_instance = f"localhost:{ports[1]}"
+        config.write_text(_prometheus_config(instances[0], instances[1], token_file, no_token_instance))
         prom_port = free_port()
         prometheus = processes.start(
             "prometheus",
@@ -289,6 +324,7 @@ def fleet(
         prom = PromApi(f"http://127.0.0.1:{prom_port}")
         prom.wait_ready(processes, prometheus)
         _wait_targets_up(prom, instances, processes)
+        _wait_target_refused(prom, no_token_instance, processes)
         fleet = Fleet(prom=prom, instances=instances, server_url=llama_server.url)
         _generate_until_stored(fleet, processes)
         yield fleet
