@@ -247,3 +247,20 @@ def test_the_forwarder_without_a_sampler_logs_once_and_never_blocks(caplog: pyte
     failures = [r for r in caplog.records if "not sent to the sampler" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage() for r in caplog.records]
     assert forwarder.sent == 0 and forwarder.failed + forwarder.dropped == 50
+
+
+def test_a_deeply_nested_body_is_400_not_a_dropped_connection(
+    server: SnapshotServer, intake: Intake, caplog: pytest.LogCaptureFixture
+) -> None:
+    """#25: within the 256 KiB cap, 100,000 levels of nesting was a RecursionError in the handler (the
+    connection dropped, a traceback logged); it is refused before parsing (core/json_limits.py)."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with caplog.at_level(logging.WARNING):
+        refused = _post(server, "/v1/records", None, raw=deep)
+        assert refused.status_code == 400 and "body too deeply nested" in refused.json()["error"]
+        hardware = {"bench": {**to_wire(bench_result()), "hardware": json.loads("[" * 70 + "]" * 70)}}
+        bench = _post(server, "/v1/bench", hardware)
+        assert bench.status_code == 400 and "too deeply nested" in bench.json()["error"]
+    assert not [r for r in caplog.records if r.exc_info]
+    assert intake.posts == [] and intake.benches == []
+    assert _post(server, "/v1/records", _good()).status_code == 202  # and it serves on
