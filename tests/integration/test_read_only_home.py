@@ -82,3 +82,9 @@ def test_watch_and_agent_run_without_recording_and_say_read_only(read_only: tupl
     agent = _run(full, "agent", "--duration", "2", "--metrics-port", "0", "--no-discover")
     assert agent.returncode == 0, agent.stderr  # it refused to start: the sampler file's lock
     assert "read-only mode" in agent.stderr and "metrics on http://" in agent.stderr
+
+
+def test_a_new_agent_token_in_a_read_only_home_is_said(read_only: tuple[Path, Path]) -> None:
+    empty, _ = read_only
+    result = _run(empty, "agent", "--new-token")
+    assert result.returncode == 1 and "read-only mode" in result.stderr

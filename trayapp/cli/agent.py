@@ -78,7 +78,11 @@ class _NewToken(argparse.Action):
         self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:  # fmt: skip
-        path = write_new_token()
+        try:
+            path = write_new_token()
+        except OSError as exc:  # a read-only home: said, not a traceback
+            why = paths.unwritable(token_path().parent) or exc.strerror or str(exc)
+            parser.exit(1, f"llm-tray agent: cannot write {token_path()}: read-only mode? ({why})\n")
         print(f"llm-tray agent: new token written to {path} (mode 0600); the agent now requires it.")
         print(f"Give it to the tray (Settings → Remote machines): cat {path}")
         parser.exit(0)
