@@ -195,12 +195,15 @@ def test_log_options_last_wins_and_the_environment_below() -> None:
 
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Starts a real stand-in process (python sleeping) with the given argv tail and streams."""
+    """Starts a real stand-in process (python sleeping, its argv[0] "llama-server") with the given
+    argv tail and streams."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str, **streams: Any) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-c", "import time; time.sleep(60)", *args]
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=tmp_path, **streams)
+    def start(*args: str, argv0: str = "llama-server", **streams: Any) -> subprocess.Popen[bytes]:
+        argv = [argv0, "-c", "import time; time.sleep(60)", *args]
+        process = subprocess.Popen(
+            argv, executable=sys.executable, stdin=subprocess.DEVNULL, cwd=tmp_path, **streams
+        )
         started.append(process)
         # Popen returns once the child's exec began; its argv shows in /proc a moment later
         wait_until(lambda: psutil.Process(process.pid).cmdline()[1:] == argv[1:], 10.0)
@@ -264,6 +267,13 @@ def test_log_disable_and_verbosity(spawn: Callable[..., subprocess.Popen[bytes]]
     assert disabled.path is None and disabled.why == "llama-server runs with --log-disable: it writes no log"
     quiet = locate_log(spawn("--log-file", "x.log", "-lv", "1", stderr=subprocess.DEVNULL).pid)
     assert quiet.note is not None and "not answers cut short" in quiet.note
+
+
+def test_a_process_that_is_not_llama_server(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    process = spawn(argv0="docker-proxy", stderr=subprocess.DEVNULL)
+    found = locate_log(process.pid)
+    assert found.path is None and found.why is not None
+    assert f"(pid {process.pid}, docker-proxy) is not llama-server itself" in found.why
 
 
 def test_a_process_gone_and_an_os_without_proc(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:

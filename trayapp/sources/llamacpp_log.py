@@ -40,7 +40,8 @@ was not cut, and no record is made of it.
 
 Where the log is (`locate_log`): the process's `--log-file PATH` (or `LLAMA_ARG_LOG_FILE`; relative to
 its working directory), else the file its stderr goes to (stdout with `--log-jsonl`). A terminal, a
-pipe or a socket cannot be read from here, nor another user's process; `--log-disable` writes nothing;
+pipe or a socket cannot be read from here, nor another user's process, nor a server in a container (the
+process on its port is the port forwarder, not llama-server); `--log-disable` writes nothing;
 `-lv 1` hides the cut answers (info lines), `-lv 0` the refusals too.
 
 Privacy: at `-v` llama-server logs prompts. Only lines with one of `MARKERS` are decoded, only lines of
@@ -284,7 +285,8 @@ def _flag(args: Sequence[str], on: str, off: str) -> bool | None:
 
 
 def _truthy(value: str | None) -> bool:
-    """llama.cpp's reading of a boolean environment variable (common/arg.cpp `is_truthy`)."""
+    """A boolean `LLAMA_ARG_*` variable as llama-server reads it (checked on b11434: "1", "true", "on"
+    and "enabled" turn `LLAMA_ARG_LOG_JSONL` on; "yes" is refused at start)."""
     return (value or "").strip().lower() in ("on", "enabled", "true", "1")
 
 
@@ -373,8 +375,27 @@ def _uid(proc: psutil.Process) -> int | None:
         return None
 
 
-def locate_log(pid: int, *, platform: str = sys.platform, proc_root: Path = Path("/proc")) -> LogFile:
-    """Where the llama-server process `pid` writes its log (never raises for the OS's reasons)."""
+def _names(proc: psutil.Process, cmdline: Sequence[str]) -> tuple[str, ...]:
+    """Its argv[0]'s file name and the process's name, lower case."""
+    try:
+        name = proc.name()
+    except (psutil.AccessDenied, *_PSUTIL_ERRORS):
+        name = ""
+    first = os.path.basename(cmdline[0].replace("\\", "/")) if cmdline else ""
+    return tuple(n.lower() for n in (first, name) if n)
+
+
+def locate_log(
+    pid: int,
+    *,
+    platform: str = sys.platform,
+    proc_root: Path = Path("/proc"),
+    name_has: str | None = "llama",
+) -> LogFile:
+    """Where the llama-server process `pid` writes its log (never raises for the OS's reasons).
+
+    A process whose name and argv[0] lack `name_has` is not llama-server itself (Docker's port
+    forwarder in front of one in a container): its own output is not the server's log."""
     try:
         proc = psutil.Process(pid)
         cmdline = proc.cmdline()
@@ -384,6 +405,14 @@ def locate_log(pid: int, *, platform: str = sys.platform, proc_root: Path = Path
         )
     except _PSUTIL_ERRORS:
         return LogFile(None, "nothing", why=f"llama-server (pid {pid}) is gone")
+    names = _names(proc, cmdline)
+    if name_has is not None and names and not any(name_has in n for n in names):
+        return LogFile(
+            None,
+            "nothing",
+            why=f"the process on its port (pid {pid}, {names[0]}) is not llama-server itself (a container's "
+            "port forwarder?): its log cannot be found from here",
+        )
     own_uid = os.getuid() if hasattr(os, "getuid") else None
     uid = _uid(proc)
     other_user = own_uid is not None and uid is not None and uid != own_uid and own_uid != 0
