@@ -3,11 +3,13 @@ server's own end-of-request records with the proxy's, and the rates stage on a p
 
 from __future__ import annotations
 
+import pytest
+
 from trayapp.core.loopback import same_server
 from trayapp.core.model import FinishedRequest, ModelReading, ServerReading, SlotReading
 from trayapp.core.rate_helpers import merge_proxy_records
 from trayapp.core.rates import RateTracker
-from trayapp.services.proxy.inbox import RecordInbox
+from trayapp.services.proxy.inbox import LEASE_END_GRACE_S, RecordInbox
 
 URL = "http://127.0.0.1:8080"
 MODEL = "qwen3-30b-a3b"
@@ -86,3 +88,17 @@ def test_the_inbox_hands_records_over_once() -> None:
     inbox.put(URL, fin("proxy", 10, WALL0))
     assert [r.decode_tokens for _url, r in inbox.take()] == [10]
     assert inbox.take() == []
+
+
+def test_a_stopped_proxys_servers_stay_proxied_past_the_next_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `llm-tray proxy` stopped just after recording a request; the slots show it finished only at the
+    # sampler's next poll, which must still count the server as proxied (else a second, polled row)
+    now = [1000.0]
+    monkeypatch.setattr("trayapp.services.proxy.inbox.time.monotonic", lambda: now[0])
+    inbox = RecordInbox()
+    inbox.lend([URL], 30.0)
+    inbox.lend([URL], 0.0)  # its last post: the lease ends
+    now[0] += LEASE_END_GRACE_S - 0.1
+    assert inbox.proxied(URL)
+    now[0] += 0.2
+    assert not inbox.proxied(URL)

@@ -12,6 +12,9 @@ from trayapp.core.loopback import same_server, server_key
 from trayapp.core.model import FinishedRequest
 
 INBOX_LIMIT = 10_000  # records waiting for a tick; the oldest go first if nothing drains them
+# A stopped proxy's servers stay proxied this long: the monitor may see a request the proxy has just
+# recorded finish in its slots only at its next poll, and must not record it a second time from there.
+LEASE_END_GRACE_S = 5.0
 
 
 class RecordInbox:
@@ -31,8 +34,9 @@ class RecordInbox:
 
     def lend(self, upstreams: Iterable[str], lease_s: float) -> None:
         """Servers a proxy of another process forwards to (`llm-tray proxy` beside the tray): they
-        count as proxied for `lease_s` from now, renewed by its next post (0: it stopped)."""
-        until = time.monotonic() + lease_s
+        count as proxied for `lease_s` from now, renewed by its next post (0: it stopped, and they stay
+        proxied for LEASE_END_GRACE_S, past the poll that sees its last request end)."""
+        until = time.monotonic() + max(lease_s, LEASE_END_GRACE_S)
         with self._lock:
             for url in upstreams:
                 self._lent[server_key(url)] = until
