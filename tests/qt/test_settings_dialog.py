@@ -88,6 +88,7 @@ def test_mute_list_has_every_alert_kind_with_its_label(qtbot: QtBot) -> None:
         "offload",
         "kv_slowdown",
         "context_full",
+        "context_overflow",
         "below_floor",
         "low_efficiency",
         "draft_acceptance",
