@@ -319,6 +319,9 @@ def test_an_answer_that_reached_its_own_max_tokens_is_not_cut_short() -> None:
     )  # fmt: skip
     assert overflow_of(full, 256) is None
     assert overflow_of(replace(full, context_tokens=200, max_tokens_requested=None), 256) is None
+    # with --context-shift llama-server says truncated of an answer that shifted and reached n_predict
+    shifted = replace(full, stop_reason="context", decode_tokens=200, max_tokens_requested=200)
+    assert overflow_of(shifted, 256) is None
     context_said = replace(full, stop_reason="context", decode_tokens=54, max_tokens_requested=None)
     overflow = overflow_of(context_said, 256)  # llama-server /completion's `truncated: true`
     assert overflow is not None and overflow.cause == "cut_short"

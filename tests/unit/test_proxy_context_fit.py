@@ -175,3 +175,10 @@ def test_the_proxy_command_line_says_what_did_not_fit() -> None:
     assert record_line(refused).endswith("refused: a 402-token prompt, the context holds 256")
     cut = record_of("/completion", {"prompt": "x"}, (LLAMA / "completion_context_end.json").read_bytes())
     assert record_line(cut).endswith("cut short: the context is full")
+
+
+def test_a_context_shift_that_ended_the_answer_normally_is_no_context_stop() -> None:
+    doc = json.loads((LLAMA / "completion_context_end.json").read_bytes())
+    doc["stop_type"] = "eos"  # --context-shift: the context shifted (truncated) and the model ended it
+    record = record_of("/completion", {"prompt": "x"}, json.dumps(doc).encode())
+    assert record.stop_reason == "stop"

@@ -177,16 +177,14 @@ def overflow_of(
         exact = record.prompt_sent_exact
         if exact or _estimate_shows_a_cut(record.server_kind, sent, kept, limit, version):
             return _overflow(record, "truncated", limit, kept=kept)
-    if record.stop_reason == "context":
+    below_max_tokens = record.max_tokens_requested is None or (
+        (record.decode_tokens or 0) < record.max_tokens_requested
+    )
+    if record.stop_reason == "context" and below_max_tokens:  # with --context-shift it may reach n_predict
         return _overflow(record, "cut_short", limit, kept=kept)
-    if (
-        record.stop_reason == "length"
-        and record.context_tokens is not None
-        and record.context_tokens >= limit - 1
-    ):
-        wanted = record.max_tokens_requested
-        if wanted is None or (record.decode_tokens or 0) < wanted:
-            return _overflow(record, "cut_short", limit, kept=kept)
+    context_full = record.context_tokens is not None and record.context_tokens >= limit - 1
+    if record.stop_reason == "length" and context_full and below_max_tokens:
+        return _overflow(record, "cut_short", limit, kept=kept)
     return None
 
 

@@ -421,9 +421,10 @@ _VLLM_SENT_RES = tuple(
 
 def stop_reason_of(found: Mapping[str, Any]) -> StopReason | None:
     """Why the answer ended, from the captured `STOP_KEYS` and LM Studio's `stats`: "context" when
-    llama-server says the context ran out (`truncated: true`), else the server's own word
-    (`core.overflow.stop_reason_from`)."""
-    if found.get("truncated") is True:
+    llama-server says the context ran out (`truncated: true` with a length stop; with --context-shift
+    it also says so of an answer that shifted and went on to its end or its n_predict), else the
+    server's own word (`core.overflow.stop_reason_from`)."""
+    if found.get("truncated") is True and stop_reason_from(found.get("stop_type")) in ("length", None):
         return "context"
     stats = found.get("stats")
     words = [found.get(key) for key in ("stop_type", "done_reason", "finish_reason")]
