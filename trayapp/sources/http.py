@@ -132,7 +132,7 @@ def fetch(
                 )
             chunks: list[bytes] = []
             size = 0
-            for chunk in resp.iter_raw():
+            for chunk in resp.iter_bytes():  # decodes nothing: a compressed answer is refused above
                 size += len(chunk)
                 if size > max_bytes:
                     raise FetchError("error", f"{path}: response larger than {max_bytes // 1024} KiB")
