@@ -9,6 +9,9 @@ import ipaddress
 from urllib.parse import urlsplit
 
 LOOPBACK_HOST = "127.0.0.1"  # the key every name of this machine's loopback is filed under
+# The names a browser or client puts in `Host` for this machine's loopback (a listener bound there
+# answers only these, and the names the user adds: no DNS rebinding)
+LOOPBACK_HOST_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
 
 def is_loopback(host: str) -> bool:

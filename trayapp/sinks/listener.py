@@ -30,11 +30,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from trayapp.core.loopback import is_loopback
+from trayapp.core.loopback import LOOPBACK_HOST_NAMES, is_loopback
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 ACCEPT_BACKOFF_S = 0.1  # after a failed accept (fd limit): no busy loop on a socket that stays ready
 ACCEPT_LOG_EVERY_S = 60.0  # a failing accept is logged at most this often
 REQUEST_QUEUE = 128  # the listen backlog
@@ -196,7 +195,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
 
     request_timeout_s = 10.0
     send_timeout_s = 10.0
-    allowed_hosts: frozenset[str] = frozenset()  # beyond LOOPBACK_HOSTS (normal_host form)
+    allowed_hosts: frozenset[str] = frozenset()  # beyond LOOPBACK_HOST_NAMES (normal_host form)
     allowed_origins: frozenset[str] = frozenset()
     server_version = "llm-tray"
     sys_version = ""
@@ -245,7 +244,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
         bound = str(address[0]) if isinstance(address, tuple) else ""
         if hosts and is_loopback(bound):
             name = host_name(hosts[0])
-            if name not in LOOPBACK_HOSTS and name not in self.allowed_hosts:
+            if name not in LOOPBACK_HOST_NAMES and name not in self.allowed_hosts:
                 return 403, (
                     f"Host {hosts[0]!r} refused: this listener is on loopback and answers only localhost, "
                     "127.0.0.1 and [::1] (a name of your own: --allow-host NAME; docs/security.md)"
