@@ -182,3 +182,17 @@ def test_a_context_shift_that_ended_the_answer_normally_is_no_context_stop() -> 
     doc["stop_type"] = "eos"  # --context-shift: the context shifted (truncated) and the model ended it
     record = record_of("/completion", {"prompt": "x"}, json.dumps(doc).encode())
     assert record.stop_reason == "stop"
+
+
+def test_the_proxy_naming_the_status_at_the_end_keeps_the_upstreams_body() -> None:
+    # services/proxy/server.py names a 400 or 502 status again when it records the exchange
+    tap = RequestTap(
+        server_kind="llamacpp", method="POST", path="/completion", started_mono_s=T0, started_wall_s=5e9
+    )
+    tap.request_body(b'{"prompt": "x", "n_predict": 8}')
+    tap.response_head(400, {"content-type": "application/json"}, T0)
+    tap.response_body((LLAMA / "exceed_context_400.json").read_bytes(), T0)
+    tap.response_head(400, {}, T0 + 1)
+    record = tap.finish(now_mono_s=T0 + 1, now_wall_s=5e9 + 1, aborted=False)
+    assert record is not None
+    assert (record.http_status, record.prompt_tokens_sent, record.context_limit_tokens) == (400, 402, 256)

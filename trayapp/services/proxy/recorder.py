@@ -166,8 +166,10 @@ class RequestTap:
 
     # ------------------------------------------------------------------ response
     def response_head(self, status: int, headers: Mapping[str, str], now_mono_s: float) -> None:
-        """Status and lower-case headers; decides how the body is read (or not read)."""
-        if not self.active:
+        """Status and lower-case headers; decides how the body is read (or not read). The first head
+        wins: a status the proxy names at the end (its own 400 or 502) never replaces the upstream's
+        head, whose body is being read."""
+        if not self.active or self.status is not None:
             return
         self._read_request()
         self.status = status
