@@ -261,12 +261,14 @@ def response_body(head: Head, request_method: str) -> BodyFramer:
     """How a response's body is framed, given the request it answers; FramingError (the proxy
     answers 502) for a response whose end is ambiguous."""
     status = status_of(head)
+    chunked = _is_chunked(head)  # checked even where the body is empty: a client may read them
+    length = _content_length(head) if head.get("content-length") is not None else None
     if request_method == "HEAD" or status in (204, 304) or 100 <= status < 200:
         return LengthBody(0)
-    if _is_chunked(head):
+    if chunked:
         return ChunkedBody()
-    if head.get("content-length") is not None:
-        return LengthBody(_content_length(head))
+    if length is not None:
+        return LengthBody(length)
     return UntilCloseBody()
 
 
@@ -281,6 +283,6 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
     if isinstance(framer, ChunkedBody):
         headers.append(("Transfer-Encoding", "chunked"))
     elif head.get("content-length") is not None and isinstance(framer, LengthBody):
-        headers.append(("Content-Length", str(framer.left)))
+        headers.append(("Content-Length", str(_content_length(head))))
     raw = head.start_line + "\r\n" + "".join(f"{key}: {value}\r\n" for key, value in headers) + "\r\n"
     return Head(head.start_line, tuple(headers), raw.encode("latin-1"))

@@ -23,6 +23,8 @@ CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
 # (each proxied connection holds two descriptors; the rest is left to the monitor and the store).
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64  # descriptors never used by the proxies' connections
+ACCEPT_BACKLOG = 32  # the listen queue, and so the most sockets asyncio accepts in one burst before
+#                      any connection is looked at: kept out of the cap's room as well
 # At the cap the oldest connection waiting for a request head (idle or trickling) is closed to
 # make room; when every connection is busy with a request, the new one gets 503 and is closed.
 
@@ -38,8 +40,9 @@ READ_BYTES = 64 * 1024  # one socket read
 
 def connection_cap(fd_soft_limit: int | None, listeners: int = 1) -> int:
     """Connections one listener accepts at once: MAX_CONNECTIONS, or fewer so that all listeners'
-    connections (two descriptors each) stay under the descriptor limit less FD_RESERVE."""
+    connections (two descriptors each) and one accept burst each stay under the descriptor limit
+    less FD_RESERVE."""
     if fd_soft_limit is None or fd_soft_limit <= 0:
         return MAX_CONNECTIONS
-    room = (fd_soft_limit - FD_RESERVE) // (2 * max(1, listeners))
+    room = (fd_soft_limit - FD_RESERVE - ACCEPT_BACKLOG * max(1, listeners)) // (2 * max(1, listeners))
     return max(4, min(MAX_CONNECTIONS, room))

@@ -18,8 +18,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from trayapp.core.loopback import is_loopback
@@ -95,6 +96,14 @@ class _Reader:
             return data
         return await self.reader.read(READ_BYTES)
 
+    async def read_within(self, seconds: float) -> bytes:
+        """`read_some`, or asyncio.TimeoutError after `seconds`. A timer that cancels this task, not
+        `asyncio.wait_for`, which on Python < 3.12 runs each read as a task of its own (it cost the
+        proxy's first token ~0.1 ms a request)."""
+        if self.pending:
+            return await self.read_some()
+        return await _within(self.reader.read(READ_BYTES), seconds)
+
     def unread(self, data: bytes) -> None:
         if data:
             self.pending = data + self.pending
@@ -122,12 +131,12 @@ class _Reader:
                 if left <= 0:
                     raise _SlowHead
                 try:
-                    data = await asyncio.wait_for(self.read_some(), left)
+                    data = await self.read_within(left)
                 except asyncio.TimeoutError:
                     raise _SlowHead from None
             elif not buffer and first_byte_s is not None:
                 try:
-                    data = await asyncio.wait_for(self.read_some(), first_byte_s)
+                    data = await self.read_within(first_byte_s)
                 except asyncio.TimeoutError:
                     raise _Idle from None
             else:
@@ -137,6 +146,34 @@ class _Reader:
                     raise FramingError("connection closed in the middle of a head")
                 return None
             buffer += data
+
+
+_T = TypeVar("_T")
+
+
+async def _within(awaitable: Awaitable[_T], seconds: float) -> _T:
+    """`await awaitable`, or asyncio.TimeoutError after `seconds` (the caller's task is cancelled by a
+    timer; a cancel from elsewhere still propagates as CancelledError)."""
+    task = asyncio.current_task()
+    assert task is not None
+    fired: list[bool] = []
+
+    def expire() -> None:
+        fired.append(True)
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if not fired:
+            raise
+        uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+        if uncancel is not None:
+            uncancel()
+        raise asyncio.TimeoutError from None
+    finally:
+        handle.cancel()
 
 
 class _Idle(Exception):
@@ -173,6 +210,7 @@ class _Exchange:
     over_budget: bool = False
     parsed: asyncio.Future[None] | None = None  # a big body being read off the loop
     bad_body: str | None = None  # why the request body was refused (malformed chunked framing)
+    own_status: int | None = None  # the status of an answer the proxy wrote itself (400, 502)
 
 
 class _UpstreamFailed(Exception):
@@ -224,7 +262,11 @@ class ProxyServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._on_connection, self.route.listen_host, self.route.listen_port, limit=READ_BYTES
+            self._on_connection,
+            self.route.listen_host,
+            self.route.listen_port,
+            limit=READ_BYTES,
+            backlog=limits.ACCEPT_BACKLOG,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info(
@@ -447,7 +489,7 @@ class ProxyServer:
                 name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {name} {exc}"
                 writer.write(_error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
-                exchange.status = 502
+                exchange.status = exchange.own_status = 502
         finally:
             self._release(exchange)
             if not client_side.done():
@@ -460,12 +502,10 @@ class ProxyServer:
                 await response
         if exchange.bad_body is not None and exchange.status is None:  # nothing answered yet: say why
             writer.write(_error_response(400, "Bad Request", exchange.bad_body, "bad_request"))
-            exchange.status = 400
-        self._record(
-            tap,
-            status=exchange.status if exchange.status in (400, 502) else None,
-            aborted=not exchange.complete,
-        )
+            exchange.status = exchange.own_status = 400
+        # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
+        # (a 400 refusal with its numbers) was read by the recorder as it passed.
+        self._record(tap, status=exchange.own_status, aborted=not exchange.complete)
         if not (exchange.complete and keep and framer.done):
             upstream.close()
             return False, None
@@ -478,6 +518,7 @@ class ProxyServer:
             path=line.path,
             started_mono_s=time.monotonic(),
             started_wall_s=time.time(),
+            request_body_limit_bytes=limits.REQUEST_BODY_KEPT_BYTES,
         )
 
     def _record(self, tap: RequestTap, *, status: int | None, aborted: bool) -> None:
@@ -512,7 +553,7 @@ class ProxyServer:
         sends the next request early (kept for the next round)."""
         while not framer.done:
             try:
-                data = await asyncio.wait_for(client.read_some(), limits.BODY_STALL_TIMEOUT_S)
+                data = await client.read_within(limits.BODY_STALL_TIMEOUT_S)
             except asyncio.TimeoutError:
                 return "stalled"
             if not data:
@@ -643,7 +684,11 @@ class ProxyServer:
     @staticmethod
     async def _drain(writer: asyncio.StreamWriter) -> None:
         try:
-            await asyncio.wait_for(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
+            transport = writer.transport
+            if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
+                await writer.drain()  # not paused: returns at once (no timer needed)
+            else:
+                await _within(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
         except ConnectionError as exc:
             raise _Cut(str(exc)) from exc
         except asyncio.TimeoutError as exc:
