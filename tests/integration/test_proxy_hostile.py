@@ -282,7 +282,7 @@ def test_an_idle_kept_alive_connection_is_closed(short_limits: None) -> None:
 
 
 def test_a_stalled_request_body_is_closed(short_limits: None) -> None:
-    with raw_upstream() as upstream, running_proxy(upstream.url) as proxy:
+    with FakeStreamingUpstream("openai") as upstream, running_proxy(upstream.url) as proxy:  # waits for it
         port = int(proxy.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{")
