@@ -19,48 +19,26 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.llama import LlamaServer, monitor_for
+from tests.support.overflow import (
+    ALERT_WITHIN_S,
+    FILLING_PROMPT,
+    LONG_PROMPT,
+    N_CTX,
+    PROFILE,
+    overflow_alerts,
+    post_completion,
+    tick_until_alert,
+)
 from trayapp.config import paths
-from trayapp.core.model import Alert, HardwareProfile, Snapshot
-from trayapp.services.monitor import Monitor
 from trayapp.sinks.store import Store
 from trayapp.sources.llamacpp_log import LOG_SOURCE
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 
 pytestmark = pytest.mark.llamacpp
-
-N_CTX = 256
-ALERT_WITHIN_S = 2.0
-PROFILE = HardwareProfile(ram_bandwidth_gbps=30.0)  # given: no RAM benchmark competes for the cores
-LONG_PROMPT = "word " * 400  # ~400 tokens: more than 256
-FILLING_PROMPT = "word " * 200  # ~200 tokens: leaves ~55 for the answer
-
-
-def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    with httpx.Client(trust_env=False, timeout=240) as client:
-        response = client.post(url + "/completion", json=body)
-    return response.status_code, response.json()
-
-
-def _overflow_alerts(snapshot: Snapshot) -> list[Alert]:
-    return [a for a in snapshot.alerts if a.kind == "context_overflow"]
-
-
-def _tick_until_alert(monitor: Monitor, answered_mono_s: float, limit_s: float = 10.0) -> list[Snapshot]:
-    """The sampler's loop (a tick a second) until the alert shows (bounded)."""
-    snapshots: list[Snapshot] = []
-    pace = threading.Event()
-    while time.monotonic() - answered_mono_s < limit_s:
-        snapshots.append(monitor.tick())
-        if _overflow_alerts(snapshots[-1]):
-            break
-        pace.wait(1.0)
-    return snapshots
 
 
 def _request_rows() -> list[dict[str, object]]:
@@ -77,9 +55,9 @@ def test_a_refusal_sent_straight_to_the_server_alerts_from_its_log(
         monitor = monitor_for(server.url, record=True, profile=PROFILE)
         try:
             assert monitor.tick().servers[0].status == "ok"  # the log is found, and read from its end on
-            status, body = _post(server.url, request)
+            status, body = post_completion(server.url, request)
             answered = time.monotonic()
-            snapshots = _tick_until_alert(monitor, answered)
+            snapshots = tick_until_alert(monitor, answered)
             seen_s = time.monotonic() - answered
             for _ in range(3):  # the episode goes on: one alert, not one per tick
                 snapshots.append(monitor.tick())
@@ -87,7 +65,7 @@ def test_a_refusal_sent_straight_to_the_server_alerts_from_its_log(
             monitor.close()
     error = body["error"]
     assert status == 400 and error["type"] == "exceed_context_size_error", body
-    alerts = [a for s in snapshots for a in _overflow_alerts(s)]
+    alerts = [a for s in snapshots for a in overflow_alerts(s)]
     assert alerts, server.log_tail()
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) - 3 <= 2, seen_s
     assert len({a.id for a in alerts}) == 1
@@ -121,9 +99,9 @@ def test_an_answer_cut_at_the_context_end_is_cut_short_from_the_log(
         try:
             assert probe.poll(0.0).status == "ok"
             assert monitor.tick().servers[0].status == "ok"
-            status, body = _post(server.url, request)
+            status, body = post_completion(server.url, request)
             answered = time.monotonic()
-            snapshots = _tick_until_alert(monitor, answered)
+            snapshots = tick_until_alert(monitor, answered)
             seen_s = time.monotonic() - answered
             reading = probe.poll(1.0)
         finally:
@@ -138,7 +116,7 @@ def test_an_answer_cut_at_the_context_end_is_cut_short_from_the_log(
     assert record.context_tokens == body["tokens_cached"] + 1
     assert record.decode_tokens == timings["predicted_n"] < request["n_predict"]
     assert record.context_limit_tokens == N_CTX
-    alerts = [a for s in snapshots for a in _overflow_alerts(s)]
+    alerts = [a for s in snapshots for a in overflow_alerts(s)]
     assert alerts, server.log_tail()
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) <= 2, seen_s
     alert = alerts[-1]
@@ -188,7 +166,9 @@ def test_a_server_logging_to_a_pipe_gives_no_records_and_says_why_once(
         probe = LlamaCppProbe(server.url)
         try:
             readings = [probe.poll(0.0)]
-            status, body = _post(server.url, {"prompt": LONG_PROMPT, "n_predict": 8, "cache_prompt": False})
+            status, body = post_completion(
+                server.url, {"prompt": LONG_PROMPT, "n_predict": 8, "cache_prompt": False}
+            )
             readings += [probe.poll(float(i)) for i in range(1, 4)]
         finally:
             probe.close()

@@ -13,49 +13,28 @@ Every number is compared with what the server said for the same request. Every w
 from __future__ import annotations
 
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.llama import LlamaServer, monitor_for
+from tests.support.overflow import (
+    ALERT_WITHIN_S,
+    FILLING_PROMPT,
+    LONG_PROMPT,
+    N_CTX,
+    PROFILE,
+    overflow_alerts,
+    post_completion,
+    tick_until_alert,
+)
 from tests.support.proxy import running_proxy
-from trayapp.core.model import Alert, FinishedRequest, HardwareProfile, Snapshot
-from trayapp.services.monitor import Monitor
+from trayapp.core.model import FinishedRequest, Snapshot
 from trayapp.services.proxy.inbox import RecordInbox
 
 pytestmark = pytest.mark.llamacpp
-
-N_CTX = 256
-ALERT_WITHIN_S = 2.0
-PROFILE = HardwareProfile(ram_bandwidth_gbps=30.0)  # given: no RAM benchmark competes for the cores
-LONG_PROMPT = "word " * 400  # ~400 tokens: more than 256
-FILLING_PROMPT = "word " * 200  # ~200 tokens: leaves ~55 for the answer
-
-
-def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    with httpx.Client(trust_env=False, timeout=240) as client:
-        response = client.post(url + "/completion", json=body)
-    return response.status_code, response.json()
-
-
-def _overflow_alerts(snapshot: Snapshot) -> list[Alert]:
-    return [a for a in snapshot.alerts if a.kind == "context_overflow"]
-
-
-def _tick_until_alert(monitor: Monitor, answered_mono_s: float, limit_s: float = 10.0) -> list[Snapshot]:
-    """The sampler's loop (a tick a second) until the alert shows; each snapshot's tick time kept."""
-    snapshots: list[Snapshot] = []
-    pace = threading.Event()
-    while time.monotonic() - answered_mono_s < limit_s:
-        snapshots.append(monitor.tick())
-        if _overflow_alerts(snapshots[-1]):
-            break
-        pace.wait(1.0)
-    return snapshots
 
 
 def _through_proxy(
@@ -68,9 +47,9 @@ def _through_proxy(
     try:
         with running_proxy(server.url, "llamacpp", inbox=inbox) as proxy:
             monitor.tick()
-            status, body = _post(proxy.url, request)
+            status, body = post_completion(proxy.url, request)
             answered = time.monotonic()
-            snapshots = _tick_until_alert(monitor, answered)
+            snapshots = tick_until_alert(monitor, answered)
             seen_s = time.monotonic() - answered
             (record,) = proxy.records.wait_for(1)
             snapshots += [monitor.tick() for _ in range(ticks_after)]
@@ -92,7 +71,7 @@ def test_a_refused_prompt_alerts_with_a_fix_that_works(
     assert record.http_status == 400
     assert record.prompt_tokens_sent == error["n_prompt_tokens"] > N_CTX
     assert record.context_limit_tokens == error["n_ctx"] == N_CTX
-    alerts = [a for s in snapshots for a in _overflow_alerts(s)]
+    alerts = [a for s in snapshots for a in overflow_alerts(s)]
     assert alerts, server.log_tail()
     # the first or second tick after the answer (the proxy files its record as the answer leaves it)
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) - 3 <= 2, seen_s
@@ -110,7 +89,7 @@ def test_a_refused_prompt_alerts_with_a_fix_that_works(
     assert found is not None, command
     fixed_ctx = int(found.group(1))
     with LlamaServer(model_path, binary=llama_binary, ctx_size=fixed_ctx, log_dir=tmp_path) as fixed:
-        status, body = _post(fixed.url, request)
+        status, body = post_completion(fixed.url, request)
     assert status == 200, body
     assert body["timings"]["prompt_n"] + body["timings"].get("cache_n", 0) == error["n_prompt_tokens"]
     assert body["truncated"] is False
@@ -128,7 +107,7 @@ def test_an_answer_that_runs_into_the_context_end_is_cut_short(
     assert record.stop_reason == "context"
     assert record.decode_tokens == timings["predicted_n"] < request["n_predict"]
     assert record.context_tokens == timings["prompt_n"] + timings.get("cache_n", 0) + timings["predicted_n"]
-    alerts = [a for s in snapshots for a in _overflow_alerts(s)]
+    alerts = [a for s in snapshots for a in overflow_alerts(s)]
     assert alerts, server.log_tail()
     assert seen_s <= ALERT_WITHIN_S and len(snapshots) <= 2, seen_s
     alert = alerts[-1]
