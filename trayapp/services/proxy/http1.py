@@ -1,8 +1,12 @@
 """HTTP/1.1 message framing for a pass-through proxy: heads, and where a body ends.
 
-Nothing here re-frames: the pump forwards the bytes it read exactly as they came, and a
+Bodies are never re-framed: the pump forwards the bytes it read exactly as they came, and a
 `BodyFramer` only says how many of them belong to the current message and which of them are
-payload (chunked framing removed) for the recorder. Sans-I/O, so it is tested byte by byte.
+payload (chunked framing removed) for the recorder. A request head goes up rebuilt (`normalised`:
+one header per line, its framing stated once). Strict where lenient servers differ (RFC 9112, issue
+#25): whatever two parsers could end at different bytes raises FramingError, so it is refused, never
+forwarded (tests/unit/test_proxy_framing_fuzz.py holds this against h11). Sans-I/O, so it is tested
+byte by byte.
 """
 
 from __future__ import annotations
