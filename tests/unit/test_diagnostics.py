@@ -113,7 +113,9 @@ def test_diagnostics_say_when_the_ceiling_moved_with_the_ram_bandwidth() -> None
     change came an hour and 100 s earlier, the same day, so only the time is given."""
     base = snapshot()
     change = RamBandwidthChange(
-        previous_gbps=28.4, gbps=31.3, changed_at_wall_s=1_700_000_000.0 - 3600,
+        previous_gbps=28.4,
+        gbps=31.3,
+        changed_at_wall_s=1_700_000_000.0 - 3600,
         reason="first quiet measurement",
     )
     host = replace(base.hardware.host, ram_bandwidth_change=change)
