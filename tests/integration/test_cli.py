@@ -150,3 +150,13 @@ def test_tray_without_a_display_says_what_to_use_instead() -> None:
     assert result.returncode == 1
     assert "no graphical display" in result.stderr and "llm-tray agent" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_model_name_cannot_drive_the_terminal(fake_ollama: FakeOllama) -> None:
+    """#25: a server names its model with terminal escapes (retitle, clear, OSC 52 clipboard write)."""
+    hostile = "evil\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07"
+    fake_ollama.load(hostile, size=1_000_000, size_vram=1_000_000, context_length=4096)
+    result = run_cli("status", "--endpoint", f"ollama={fake_ollama.url}", "--no-discover")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "evil\\x1b]0;pwned\\x07" in result.stdout  # shown, not obeyed

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from trayapp.core.bar import DEFAULT_MAX_WIDTH, FORMATS, render
+from trayapp.core.terminal import terminal_safe
 from trayapp.sinks import sampler_file
 
 RETRY_S = 3.0  # --follow: how often to look for a sampler again
@@ -42,7 +43,7 @@ def _open_command() -> list[str]:
 def _emit(text: str, fmt: str, follow: bool) -> None:
     if follow and fmt == "swiftbar":
         print("~~~", flush=False)  # SwiftBar's streamable plugins: each update after this line
-    print(text, flush=True)
+    print(terminal_safe(text), flush=True)
 
 
 def run_bar(args: argparse.Namespace) -> int:
@@ -160,7 +161,7 @@ def watch_from(info: sampler_file.SamplerInfo, args: argparse.Namespace) -> int:
             if args.json and event == "snapshot":
                 print(data, flush=True)
             elif not args.json and event == "line":
-                print(json.loads(data), flush=True)
+                print(terminal_safe(json.loads(data)), flush=True)
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 break
     except (OSError, ValueError, httpx.HTTPError) as exc:

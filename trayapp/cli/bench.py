@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from trayapp.core.bench import BenchOptions
 from trayapp.core.bench_json import bench_json
+from trayapp.core.terminal import terminal_safe
 from trayapp.services.bench_job import BenchError, Progress, find_target, run_job
 from trayapp.services.bench_report import format_result, store_baseline
 
@@ -91,7 +92,7 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
     if args.json:
         print(json.dumps({**bench_json(result), "baseline_stored": stored, "baseline_note": note}, indent=2))
     else:
-        print(format_result(result))
+        print(terminal_safe(format_result(result)))
         if stored:
             print("baseline   stored: later sessions of this model on this hardware are compared with it")
     if note:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from trayapp.config import paths
 from trayapp.core.model import SessionRecord
+from trayapp.core.terminal import terminal_safe
 from trayapp.sinks.export import EXPORT_TABLES, FORMATS, ExportError, export, iso_utc
 
 if TYPE_CHECKING:  # the store loads when a command runs (the CLI's parser imports this module)
@@ -254,7 +255,7 @@ def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | N
     elif not rows:
         print(f"no bench results stored yet: run `llm-tray bench` (store: {_store_path(args)})")
     else:
-        print(format_bench(rows))
+        print(terminal_safe(format_bench(rows)))
     return 0
 
 
@@ -285,7 +286,7 @@ def run_sessions(args: argparse.Namespace) -> int:
     elif not sessions:
         print(f"no sessions recorded yet (store: {_store_path(args)})")
     else:
-        print(format_sessions(sessions))
+        print(terminal_safe(format_sessions(sessions)))
     if benched and not getattr(args, "json", False):
         print("bench results are stored too: llm-tray sessions --bench")
     return 0

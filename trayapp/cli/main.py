@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from trayapp import __version__
 from trayapp.core.quants import KV_TYPES
+from trayapp.core.terminal import terminal_safe
 
 if TYPE_CHECKING:  # the commands import what they need when they run: `llm-tray bar` starts fast
     from trayapp.config.settings import EndpointConfig, Settings
@@ -294,7 +295,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(snapshot_json(snapshot), indent=2))
     else:
-        print(format_snapshot(snapshot, _hardware_note(args)))
+        print(terminal_safe(format_snapshot(snapshot, _hardware_note(args))))
     return 0
 
 
@@ -334,7 +335,7 @@ def run_watch(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(snapshot_json(snapshot)), flush=True)
             else:
-                print(format_watch_line(snapshot), flush=True)
+                print(terminal_safe(format_watch_line(snapshot)), flush=True)
             if monitor.store_error:
                 print(f"llm-tray: store: {monitor.store_error}", file=sys.stderr)
             next_at += args.interval

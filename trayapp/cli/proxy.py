@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from trayapp.config import paths
 from trayapp.config.files import read_secret_file
 from trayapp.core.model import FinishedRequest, HardwareProfile
+from trayapp.core.terminal import terminal_safe
 from trayapp.core.units import format_rate
 
 if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (a fast `--help`)
@@ -317,4 +318,4 @@ def _print_records(printed: queue.SimpleQueue[FinishedRequest], as_json: bool) -
         if as_json:
             print(json.dumps({"event": "request", **asdict(record)}), flush=True)
         else:
-            print(record_line(record), flush=True)
+            print(terminal_safe(record_line(record)), flush=True)
