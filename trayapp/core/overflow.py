@@ -213,25 +213,13 @@ def _overflow(record: RequestRecord, cause: OverflowCause, limit: int, *, kept: 
     )
 
 
-def _same_request_less_exact(remembered: _Remembered, overflow: Overflow) -> bool:
-    known = remembered.overflow
+def _same_request(a: Overflow, b: Overflow) -> bool:
+    """Two accounts of one request (the proxy's and the server log's): same cause, same tokens kept,
+    within the hold time of each other."""
     return (
-        known.sent_exact
-        and not overflow.sent_exact
-        and known.cause == overflow.cause
-        and known.tokens_kept == overflow.tokens_kept
-        and 0 <= overflow.finished_wall_s - known.finished_wall_s <= OVERFLOW_HOLD_S
-    )
-
-
-def _same_request_more_exact(remembered: _Remembered, overflow: Overflow) -> bool:
-    known = remembered.overflow
-    return (
-        overflow.sent_exact
-        and not known.sent_exact
-        and known.cause == overflow.cause
-        and known.tokens_kept == overflow.tokens_kept
-        and abs(overflow.finished_wall_s - known.finished_wall_s) <= OVERFLOW_HOLD_S
+        a.cause == b.cause
+        and a.tokens_kept == b.tokens_kept
+        and abs(a.finished_wall_s - b.finished_wall_s) <= OVERFLOW_HOLD_S
     )
 
 
@@ -272,14 +260,17 @@ class OverflowWatch:
             if (
                 overflow is not None
                 and remembered is not None
-                and _same_request_less_exact(remembered, overflow)
+                and remembered.overflow.sent_exact
+                and not overflow.sent_exact
+                and _same_request(remembered.overflow, overflow)
             ):
                 continue  # the proxy's estimate of a request the server's log counted exactly
             if overflow is not None:
                 prompt, answer = overflow.prompt_and_answer()
                 if remembered is not None:
                     # the log's exact count of a request the proxy estimated replaces the estimate
-                    replaced = _same_request_more_exact(remembered, overflow)
+                    known = remembered.overflow
+                    replaced = overflow.sent_exact and not known.sent_exact and _same_request(known, overflow)
                     prompt = max(prompt, 0 if replaced else remembered.prompt_tokens)
                     answer = max(answer, remembered.answer_tokens)
                 needed = context_needed(server.kind, server.version, prompt, answer)
