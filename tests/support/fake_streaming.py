@@ -74,6 +74,7 @@ class Capture:
     response_body: bytearray = field(default_factory=bytearray)  # the payload (de-chunked)
     payload_writes: list[bytes] = field(default_factory=list)  # one entry per socket write of payload
     write_times: list[float] = field(default_factory=list)  # when each of payload_writes was sent
+    tokens_paced_from: float | None = None  # token line i is written no earlier than this + i × token_delay_s
     tokens_sent: int = 0
     first_byte_at: float | None = None
     first_token_at: float | None = None
@@ -396,7 +397,7 @@ class FakeStreamingUpstream:
             wire.head(200, self._headers(content_type, None))
         for data in preface:
             self._line(wire, data)
-        start = time.monotonic()  # token i leaves at start + i × token_delay_s (no drift)
+        start = wire.cap.tokens_paced_from = time.monotonic()  # token i leaves at start + i × delay (no drift)
         for i, line in enumerate([*token_lines, None]):
             wire.wait(start + i * self.token_delay_s - time.monotonic(), "streaming")
             if self.die_after_tokens is not None and wire.cap.tokens_sent >= self.die_after_tokens:
