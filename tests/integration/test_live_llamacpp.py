@@ -44,9 +44,13 @@ def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, mo
         "predicted_per_second"
     ]
     assert measured <= ceiling, f"decode {measured:.1f} tok/s above the {ceiling:.1f} tok/s ceiling"
-    assert measured >= 0.15 * ceiling, (
-        f"decode {measured:.1f} tok/s is under 15 % of {ceiling:.1f}: unit error?"
+    # Units, by hand from the report's own figures: bandwidth (GB/s) ÷ bytes read per token at this
+    # context. The measured speed bounds the ceiling from below only: on a busy host the same model
+    # decodes 10× slower than alone (9.8 of 82 tok/s seen), so a lower bound on it would test the host.
+    assert ceiling == pytest.approx(
+        report["bandwidth_gbps"] * 1e9 / report["bytes_per_token_at_context"], rel=5e-3
     )
+    assert 2 <= report["ram_bandwidth_gbps"] <= 2000, report["ram_bandwidth_gbps"]  # GB/s, not bits or MB
 
 
 def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) -> None:
