@@ -70,7 +70,9 @@ async def _attacker(port: int, trickle: bool, stop: asyncio.Event, counts: Count
         await asyncio.sleep(1.0)  # back a second later: a steady pressure, not a busy loop
 
 
-async def _client(port: int, stop: asyncio.Event, results: list[tuple[float, bool]]) -> None:
+async def _client(
+    port: int, stop: asyncio.Event, results: list[tuple[float, bool]], counts: Counter[str]
+) -> None:
     body = json.dumps(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     ).encode()
@@ -86,9 +88,11 @@ async def _client(port: int, stop: asyncio.Event, results: list[tuple[float, boo
             writer.write(request)
             response = await asyncio.wait_for(reader.read(), 10)
             ok = response.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in response
+            if not ok:
+                counts["client got " + (response[:12].decode("latin-1") or "no response")] += 1
             writer.close()
-        except (OSError, asyncio.TimeoutError):
-            pass
+        except (OSError, asyncio.TimeoutError) as exc:
+            counts["client got " + type(exc).__name__] += 1
         results.append((time.monotonic() - started, ok))
         await asyncio.sleep(0.05)
 
@@ -100,7 +104,7 @@ async def _soak(port: int, pid: int) -> tuple[list[tuple[float, bool]], dict[str
     rss: list[float] = []
     tasks = [asyncio.create_task(_attacker(port, i % 2 == 1, stop, counts)) for i in range(ATTACKERS)]
     await asyncio.sleep(1.0)  # the attackers first: the cap is full before any client comes
-    tasks += [asyncio.create_task(_client(port, stop, results)) for _ in range(CLIENTS)]
+    tasks += [asyncio.create_task(_client(port, stop, results, counts)) for _ in range(CLIENTS)]
     deadline = time.monotonic() + SOAK_S
     while time.monotonic() < deadline:
         rss.append(_rss_mb(pid))

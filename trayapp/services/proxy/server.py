@@ -27,6 +27,7 @@ from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
+from trayapp.services.proxy.admission import Slots
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -103,6 +104,10 @@ class _Reader:
         if self.pending:
             return await self.read_some()
         return await _within(self.reader.read(READ_BYTES), seconds)
+
+    def has_unread_bytes(self) -> bool:
+        """Bytes received and not parsed yet: pushed back here, or buffered by asyncio."""
+        return bool(self.pending) or bool(getattr(self.reader, "_buffer", b""))
 
     def unread(self, data: bytes) -> None:
         if data:
@@ -244,14 +249,10 @@ class ProxyServer:
         self.on_record = on_record
         self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind)
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
-        self._waiting: dict[asyncio.Task[None], float] = {}  # connections between requests: since when
         self._recorder_failed = False
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
-        self.max_connections = max_connections or limits.connection_cap(_fd_soft_limit(), listeners)
-        self.refused = 0  # connections answered 503 at the cap
-        self.evicted = 0  # idle or trickling connections closed to make room
+        self.slots = Slots(max_connections or limits.connection_cap(_fd_soft_limit(), listeners))
         self._held_bytes = 0  # request bodies the recorder holds now (all connections)
         self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
 
@@ -277,7 +278,7 @@ class ProxyServer:
         )
 
     def cancel_connections(self) -> None:
-        for task in list(self._connections):
+        for task in list(self.slots.held):
             task.cancel()
 
     async def close(self) -> None:
@@ -292,8 +293,8 @@ class ProxyServer:
                 await asyncio.sleep(0)
             self._server.close()
         self.cancel_connections()
-        if self._connections:
-            await asyncio.wait(self._connections, timeout=5)
+        if self.slots.held:
+            await asyncio.wait(self.slots.held, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
         await self._prompts.close()
@@ -301,11 +302,9 @@ class ProxyServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= self.max_connections and not self._evict_one():
-            self.refused += 1
-            self._say_once(
-                "cap", "proxy at its connection cap (%d): new connections get 503", self.max_connections
-            )
+        evicted = self.slots.evicted
+        if not self.slots.admit(task):
+            self._say_once("cap", "proxy at its connection cap (%d): new connections get 503", self.slots.cap)
             writer.write(
                 _error_response(
                     503,
@@ -319,13 +318,20 @@ class ProxyServer:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
             return
-        self._connections.add(task)
+        if self.slots.evicted > evicted:
+            self._say_once(
+                "evict",
+                "proxy at its connection cap (%d): closing idle connections to make room",
+                self.slots.cap,
+            )
         client = _Reader(reader)
+        sock = writer.get_extra_info("socket")
+        fileno = sock.fileno() if sock is not None else -1
         upstream: _Upstream | None = None
         try:
             first = True
             while True:
-                self._waiting[task] = time.monotonic()
+                self.slots.waiting(task, client.has_unread_bytes, fileno)
                 try:
                     if first:
                         head = await client.read_head(None, limits.HEAD_TIMEOUT_S)
@@ -343,7 +349,7 @@ class ProxyServer:
                 except _Idle:
                     break
                 finally:
-                    self._waiting.pop(task, None)
+                    self.slots.busy(task)
                 first = False
                 if head is None:
                     break
@@ -361,8 +367,7 @@ class ProxyServer:
                 exc_info=True,
             )
         finally:
-            self._waiting.pop(task, None)
-            self._connections.discard(task)
+            self.slots.release(task)
             if upstream is not None:
                 upstream.close()
             writer.close()  # before any await: a cancel arriving now must not leave a socket open
@@ -370,23 +375,6 @@ class ProxyServer:
                 if closing is not None:  # the transport flushes what it holds, then closes
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await asyncio.wait_for(closing.wait_closed(), CLOSE_TIMEOUT_S)
-
-    def _evict_one(self) -> bool:
-        """At the cap: close the connection that has waited longest for a request head (idle or
-        trickling) to make room; False when every connection is busy with a request."""
-        if not self._waiting:
-            return False
-        oldest = min(self._waiting, key=self._waiting.__getitem__)
-        del self._waiting[oldest]
-        self._connections.discard(oldest)  # its slot is free now; its task closes its socket
-        oldest.cancel()
-        self.evicted += 1
-        self._say_once(
-            "evict",
-            "proxy at its connection cap (%d): closing idle connections to make room",
-            self.max_connections,
-        )
-        return True
 
     def _say_once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
         if key not in self._said:
