@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.images import differing_pixels, std_dev
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, OpenEndedGeneration
 from tests.support.sni_host import HOST_BAR_HEIGHT_PX, SniDisplay, SniItem, real_sni_marks, wait_until
-from tests.support.trayapp_process import GENERATE_TOKENS, START_TIMEOUT_S, TrayAppProcess, is_event
+from tests.support.trayapp_process import START_TIMEOUT_S, TrayAppProcess, is_event
 
 pytestmark = real_sni_marks()
 
@@ -82,9 +82,7 @@ def test_tray_icon_and_menu_on_a_status_notifier_host(
         assert any(f"127.0.0.1:{port}" in label for label in labels), labels
 
         # A separate client generates: the item's pixmaps and tooltip change, and so does the bar.
-        request = generate_in_background(
-            llama_server.url, "Tell a long story about a lighthouse.", GENERATE_TOKENS, ignore_eos=True
-        )
+        request = OpenEndedGeneration(llama_server.url, "Tell a long story about a lighthouse.")
         live = app.wait_live_number(60.0)
         assert live["health"] not in ("idle", "none")
         live_digest = item.icon_digest()
@@ -93,8 +91,7 @@ def test_tray_icon_and_menu_on_a_status_notifier_host(
         gen_shot = display.screenshot(tmp_path / "sni-generating.png", crop=corner)
         changed = differing_pixels(idle_shot, gen_shot)
         assert changed >= 20, f"the host draws the same icon idle and generating ({changed} pixels differ)"
-        result = request.result(timeout=180)
-        assert result["timings"]["predicted_n"] > 0
+        assert request.stop() > 0  # hung up: the server stops generating
 
         # The menu works: "Open dashboard" opens it, "Quit" quits.
         _click(item, "Open dashboard")

@@ -397,7 +397,9 @@ class FakeStreamingUpstream:
             wire.head(200, self._headers(content_type, None))
         for data in preface:
             self._line(wire, data)
-        start = wire.cap.tokens_paced_from = time.monotonic()  # token i leaves at start + i × delay (no drift)
+        start = wire.cap.tokens_paced_from = (
+            time.monotonic()
+        )  # token i leaves at start + i × delay (no drift)
         for i, line in enumerate([*token_lines, None]):
             wire.wait(start + i * self.token_delay_s - time.monotonic(), "streaming")
             if self.die_after_tokens is not None and wire.cap.tokens_sent >= self.die_after_tokens:

@@ -260,6 +260,48 @@ def generate_in_background(url: str, prompt: str, n_predict: int, **kwargs: Any)
     return future
 
 
+class OpenEndedGeneration:
+    """A streamed `/completion` that runs until the test has seen what it needs, then `stop()`s it by
+    hanging up (llama-server then stops generating): its length follows the host's speed, never a
+    token count a slow host might not reach in time (1,000 tokens took over 120 s on the CI host)."""
+
+    def __init__(self, url: str, prompt: str, *, n_predict: int = 20_000, **params: Any) -> None:
+        self.tokens_received = 0
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        body = {"prompt": prompt, "n_predict": n_predict, "stream": True, "ignore_eos": True, **params}
+        self._thread = Thread(target=self._run, args=(url, body), name="llama-open-ended", daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str, body: dict[str, Any]) -> None:
+        try:
+            with (
+                _client(60.0) as client,
+                client.stream("POST", url.rstrip("/") + "/completion", json=body) as response,
+            ):
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    if self._stopping.is_set():
+                        return  # leaving the block closes the connection: the server stops
+                    if line.startswith("data: ") and json.loads(line[6:]).get("content"):
+                        self.tokens_received += 1
+        except BaseException as exc:  # reported by stop()
+            if not self._stopping.is_set():
+                self.error = exc
+        finally:
+            self._done.set()
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """Hang up; the tokens received until then (raises what the request raised, if it failed)."""
+        self._stopping.set()
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"the streamed request did not end within {timeout_s:g} s of hanging up")
+        if self.error is not None:
+            raise self.error
+        return self.tokens_received
+
+
 @contextmanager
 def duty_cycle(pid: int, *, stop_s: float, run_s: float, limit_s: float = 240.0) -> Iterator[None]:
     """Slow a process down for real while the block runs: SIGSTOP for `stop_s`, SIGCONT for `run_s`.

@@ -25,7 +25,6 @@ Event = dict[str, Any]
 Geometry = tuple[int, int, int, int]  # x, y, width, height in root coordinates
 LIVE_NUMBER = re.compile(r"\d+(\.\d)?")
 START_TIMEOUT_S = 60.0  # the app started to its first events, on a slow, shared machine
-GENERATE_TOKENS = 1000  # a request that outlasts the 5 s idle poll on a slow, shared machine
 
 
 def is_event(name: str, **fields: Any) -> Callable[[Event], bool]:
