@@ -222,7 +222,7 @@ def generate(
     *,
     stream: bool = False,
     api_key: str | None = None,
-    timeout_s: float = 120.0,
+    timeout_s: float = 300.0,
     **params: Any,
 ) -> dict[str, Any]:
     """One `/completion` request; returns the final response object (with `timings`).

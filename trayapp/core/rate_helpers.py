@@ -103,14 +103,44 @@ def _with_eta(progress: PrefillProgress) -> PrefillProgress:
     )
 
 
-def window_rate(points: deque[tuple[float, int, int | None]]) -> float | None:
-    if len(points) < 2:
+def _window_start(points: deque[tuple[float, int, int | None]], window_s: float) -> int | None:
+    """Index of the window's first point: the newest poll that *first* saw a count at least
+    `window_s` before the poll that first saw the newest count (else the oldest such first).
+    Starting where a count first appeared keeps a slow stream's rate whole: a window starting
+    between two tokens would count one token over part of the gap. None: one count only."""
+    firsts = [i for i, (_, n, _) in enumerate(points) if i == 0 or n > points[i - 1][1]]
+    if len(firsts) < 2:
         return None
-    t0, n0, _ = points[0]
-    t1, n1, _ = points[-1]
-    if t1 <= t0 or n1 < n0:
+    t_last = points[firsts[-1]][0]
+    start = firsts[0]
+    for i in firsts[:-1]:
+        if t_last - points[i][0] >= window_s:
+            start = i
+    return start
+
+
+def trim_window(points: deque[tuple[float, int, int | None]], window_s: float, max_points: int) -> None:
+    """Drop the polls before the window's start (and any over `max_points`, the oldest first)."""
+    start = _window_start(points, window_s) or 0
+    for _ in range(start):
+        points.popleft()
+    while len(points) > max_points:
+        points.popleft()
+
+
+def window_rate(points: deque[tuple[float, int, int | None]], window_s: float) -> float | None:
+    """Tokens ÷ seconds between the first polls that saw the window's first and newest counts, but
+    no more than the newest count plus one over the seconds until now: a next token that has not
+    come yet lowers it (a stream that slows or stalls reads so). None: one count seen only."""
+    start = _window_start(points, window_s)
+    if start is None:
         return None
-    rate = (n1 - n0) / (t1 - t0)
+    t0, n0, _ = points[start]
+    t_now, n_now, _ = points[-1]
+    t_last = next(t for t, n, _ in points if n == n_now)
+    if t_last <= t0:
+        return None
+    rate = min((n_now - n0) / (t_last - t0), (n_now - n0 + 1) / (t_now - t0))
     return rate if rate < MAX_PLAUSIBLE_TOK_S else None
 
 

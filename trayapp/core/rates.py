@@ -44,10 +44,12 @@ from trayapp.core.rate_helpers import (
     record_from_finished,
     record_from_track,
     sum_prefill,
+    trim_window,
     window_rate,
 )
 
-RATE_WINDOW_S = 4.0  # live decode rate = tokens over (at most) the last few seconds
+RATE_WINDOW_S = 4.0  # live decode rate = tokens over the last few seconds (longer when slower)
+MAX_WINDOW_POINTS = 120  # a stalled stream's window stops growing here
 STALL_AFTER_S = 10.0  # decoding with no new token for this long → "stalled"
 # Servers whose token counters move only when a request finishes (llama-server's /metrics):
 # no live rate from them, but tokens ÷ busy seconds over finished requests is exact. The
@@ -316,10 +318,9 @@ def _update_slot(
             else:
                 track.last_ttft_s, track.last_ttft_exact = None, None
         state.points.append((now_mono_s, n_decoded, slot.context_tokens))
-        while len(state.points) > 2 and now_mono_s - state.points[1][0] >= RATE_WINDOW_S:
-            state.points.popleft()
+        trim_window(state.points, RATE_WINDOW_S, MAX_WINDOW_POINTS)
 
-    rate = window_rate(state.points)
+    rate = window_rate(state.points, RATE_WINDOW_S)
     if n_decoded == 0:
         return _StreamRate(None, slot.context_tokens, "prefill", prefill_progress(slot, state)), record
     if now_mono_s - state.last_progress_mono_s >= STALL_AFTER_S:
