@@ -21,8 +21,8 @@ import pytest
 from tests.support.fake_streaming import FakeStreamingUpstream
 from tests.support.llama import free_port
 from tests.support.proxy import running_proxy
+from trayapp.services.proxy.route import Route
 from trayapp.services.proxy.runner import ProxyThread
-from trayapp.services.proxy.server import Route
 
 WORDS = ("Zanzibar", "quokka", "marmalade")
 TIMEOUT = httpx.Timeout(10.0)

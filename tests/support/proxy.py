@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.services.proxy.prompt_length import PromptBoard
+from trayapp.services.proxy.route import Route
 from trayapp.services.proxy.runner import ProxyThread
-from trayapp.services.proxy.server import Route
 
 
 @dataclass

@@ -16,8 +16,8 @@ from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy.inbox import RecordInbox
 
 if TYPE_CHECKING:  # loaded when a proxy is turned on: asyncio and the HTTP stack cost ~0.2 s at start
+    from trayapp.services.proxy.route import Route
     from trayapp.services.proxy.runner import ProxyThread
-    from trayapp.services.proxy.server import Route
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ class ProxyService:
             self._running.pop(config).stop()
         problems: list[str] = []
         if wanted:
+            from trayapp.services.proxy.route import Route
             from trayapp.services.proxy.runner import ProxyThread
-            from trayapp.services.proxy.server import Route
         for config in wanted:
             if config in self._running:
                 continue

@@ -30,7 +30,7 @@ from trayapp.core.units import format_rate
 
 if TYPE_CHECKING:  # the proxy and the monitor load only when the command runs (a fast `--help`)
     from trayapp.services.monitor import Monitor
-    from trayapp.services.proxy.server import Route
+    from trayapp.services.proxy.route import Route
     from trayapp.sinks.sampler_file import SamplerInfo
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _token(args: argparse.Namespace, remote: bool) -> str | None:
 def build_routes(args: argparse.Namespace) -> list[Route]:
     from trayapp.config.settings import endpoint_from_arg
     from trayapp.core.loopback import is_loopback
-    from trayapp.services.proxy.server import Route
+    from trayapp.services.proxy.route import Route
 
     if len(args.listen) != len(args.upstream):
         raise ValueError("give one --listen for each --upstream")

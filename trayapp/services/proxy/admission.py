@@ -85,3 +85,13 @@ class Slots:
             self.evicted += 1
             return True
         return False
+
+
+def fd_soft_limit() -> int | None:
+    """This process's soft limit on open files (what the cap stays under); None: none or unknown."""
+    try:
+        import resource  # not on Windows
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)

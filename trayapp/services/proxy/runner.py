@@ -8,7 +8,8 @@ import threading
 from collections.abc import Sequence
 
 from trayapp.services.proxy.prompt_length import PromptBoard
-from trayapp.services.proxy.server import ProxyServer, RecordSink, Route
+from trayapp.services.proxy.route import Route
+from trayapp.services.proxy.server import ProxyServer, RecordSink
 
 log = logging.getLogger(__name__)
 

@@ -13,185 +13,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import json
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
-from urllib.parse import urlsplit
 
-from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
-from trayapp.services.proxy.admission import Slots
+from trayapp.services.proxy.admission import Slots, fd_soft_limit
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
     Head,
     RequestLine,
     normalised,
-    parse_head,
     request_body,
     response_body,
     status_of,
 )
-from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, MAX_HEAD_BYTES, READ_BYTES
+from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard, PromptCounter
+from trayapp.services.proxy.reading import Idle, Reader, SlowHead, error_response, within
 from trayapp.services.proxy.recorder import RequestTap
+from trayapp.services.proxy.route import Route
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Route:
-    """Listen on `listen_host:listen_port`, forward to `upstream_url` (a server of `server_kind`)."""
-
-    listen_host: str
-    listen_port: int
-    upstream_url: str
-    server_kind: str = "openai"
-    token: str | None = None  # required from clients when set (always set off loopback)
-
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.upstream_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(
-                f"upstream must be an http:// URL (local servers speak plain HTTP): {self.upstream_url}"
-            )
-        if not is_loopback(self.listen_host) and not self.token:
-            raise ValueError(f"listening on {self.listen_host} (not loopback) needs a token")
-        if self.token is not None and not _TOKEN_CHARS.fullmatch(self.token):
-            raise ValueError(
-                "the proxy's client token must be printable ASCII without spaces (clients send it as "
-                "an HTTP bearer credential): set another value"
-            )
-
-    @property
-    def upstream_host(self) -> str:
-        return urlsplit(self.upstream_url).hostname or "127.0.0.1"
-
-    @property
-    def upstream_port(self) -> int:
-        return urlsplit(self.upstream_url).port or 80
-
-
-_TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")  # what a bearer credential can carry in any client
-
 RecordSink = Callable[[Route, FinishedRequest], None]
-
-
-class _Reader:
-    """A StreamReader with a push-back buffer (bytes read past the end of one message)."""
-
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
-        self.pending = b""
-
-    async def read_some(self) -> bytes:
-        if self.pending:
-            data, self.pending = self.pending, b""
-            return data
-        return await self.reader.read(READ_BYTES)
-
-    async def read_within(self, seconds: float) -> bytes:
-        """`read_some`, or asyncio.TimeoutError after `seconds`. A timer that cancels this task, not
-        `asyncio.wait_for`, which on Python < 3.12 runs each read as a task of its own (it cost the
-        proxy's first token ~0.1 ms a request)."""
-        if self.pending:
-            return await self.read_some()
-        return await _within(self.reader.read(READ_BYTES), seconds)
-
-    def has_unread_bytes(self) -> bool:
-        """Bytes received and not parsed yet: pushed back here, or buffered by asyncio."""
-        return bool(self.pending) or bool(getattr(self.reader, "_buffer", b""))
-
-    def unread(self, data: bytes) -> None:
-        if data:
-            self.pending = data + self.pending
-
-    async def read_head(self, first_byte_s: float | None = None, whole_s: float | None = None) -> Head | None:
-        """The next message head; None when the peer closed before sending one. `first_byte_s`: the
-        head must start within it (else `_Idle`); `whole_s`: the head must be complete within it,
-        counted from its first byte (else `_SlowHead`). None: no limit (a response head)."""
-        buffer = b""
-        loop = asyncio.get_running_loop()
-        deadline: float | None = None
-        while True:
-            while buffer.startswith(b"\r\n"):  # empty lines before a request line are allowed
-                buffer = buffer[2:]
-            end = buffer.find(b"\r\n\r\n")
-            if end >= 0:
-                self.unread(buffer[end + 4 :])
-                return parse_head(buffer[: end + 4])
-            if len(buffer) > MAX_HEAD_BYTES:
-                raise FramingError("head larger than 64 KiB")
-            if deadline is None and whole_s is not None and (buffer or first_byte_s is None):
-                deadline = loop.time() + whole_s
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise _SlowHead
-                try:
-                    data = await self.read_within(left)
-                except asyncio.TimeoutError:
-                    raise _SlowHead from None
-            elif not buffer and first_byte_s is not None:
-                try:
-                    data = await self.read_within(first_byte_s)
-                except asyncio.TimeoutError:
-                    raise _Idle from None
-            else:
-                data = await self.read_some()
-            if not data:
-                if buffer:
-                    raise FramingError("connection closed in the middle of a head")
-                return None
-            buffer += data
-
-
-_T = TypeVar("_T")
-
-
-async def _within(awaitable: Awaitable[_T], seconds: float) -> _T:
-    """`await awaitable`, or asyncio.TimeoutError after `seconds` (the caller's task is cancelled by a
-    timer; a cancel from elsewhere still propagates as CancelledError)."""
-    task = asyncio.current_task()
-    assert task is not None
-    fired: list[bool] = []
-
-    def expire() -> None:
-        fired.append(True)
-        task.cancel()
-
-    handle = asyncio.get_running_loop().call_later(seconds, expire)
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        if not fired:
-            raise
-        uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-        if uncancel is not None:
-            uncancel()
-        raise asyncio.TimeoutError from None
-    finally:
-        handle.cancel()
-
-
-class _Idle(Exception):
-    """No request started within the idle limit: the connection is closed quietly."""
-
-
-class _SlowHead(Exception):
-    """A request head did not arrive whole within the header limit (408, then closed)."""
 
 
 @dataclass
 class _Upstream:
-    reader: _Reader
+    reader: Reader
     writer: asyncio.StreamWriter
 
     def usable(self) -> bool:
@@ -222,18 +77,6 @@ class _UpstreamFailed(Exception):
     """The upstream could not be reached, or closed before answering."""
 
 
-def _error_response(
-    status: int, reason: str, message: str, kind: str, retry_after: str | None = None, **extra: str
-) -> bytes:
-    body = json.dumps({"error": {"message": message, "type": kind, **extra}}).encode()
-    retry = f"Retry-After: {retry_after}\r\n" if retry_after else ""
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{retry}"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
 class ProxyServer:
     """One route's listener. `start()` binds; `close()` stops listening and ends open streams."""
 
@@ -252,7 +95,7 @@ class ProxyServer:
         self._recorder_failed = False
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
-        self.slots = Slots(max_connections or limits.connection_cap(_fd_soft_limit(), listeners))
+        self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
         self._held_bytes = 0  # request bodies the recorder holds now (all connections)
         self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
 
@@ -306,7 +149,7 @@ class ProxyServer:
         if not self.slots.admit(task):
             self._say_once("cap", "proxy at its connection cap (%d): new connections get 503", self.slots.cap)
             writer.write(
-                _error_response(
+                error_response(
                     503,
                     "Service Unavailable",
                     "llm-tray proxy: too many connections",
@@ -324,7 +167,7 @@ class ProxyServer:
                 "proxy at its connection cap (%d): closing idle connections to make room",
                 self.slots.cap,
             )
-        client = _Reader(reader)
+        client = Reader(reader)
         sock = writer.get_extra_info("socket")
         fileno = sock.fileno() if sock is not None else -1
         upstream: _Upstream | None = None
@@ -338,15 +181,15 @@ class ProxyServer:
                     else:
                         head = await client.read_head(limits.IDLE_TIMEOUT_S, limits.HEAD_TIMEOUT_S)
                 except FramingError as exc:
-                    writer.write(_error_response(400, "Bad Request", str(exc), "bad_request"))
+                    writer.write(error_response(400, "Bad Request", str(exc), "bad_request"))
                     break
-                except _SlowHead:
+                except SlowHead:
                     message = (
                         f"llm-tray proxy: the request head did not arrive within {limits.HEAD_TIMEOUT_S:g} s"
                     )
-                    writer.write(_error_response(408, "Request Timeout", message, "request_timeout"))
+                    writer.write(error_response(408, "Request Timeout", message, "request_timeout"))
                     break
-                except _Idle:
+                except Idle:
                     break
                 finally:
                     self.slots.busy(task)
@@ -381,30 +224,6 @@ class ProxyServer:
             self._said.add(key)
             log.warning(message, *args, exc_info=exc_info)
 
-    def _authorized(self, head: Head) -> Head | None:
-        """The head to forward when the client may use the proxy (our token removed), else None.
-        `Proxy-Authorization` is for this hop and never forwarded; `Authorization` is forwarded
-        unless it carries our token (it is then ours, not the upstream's API key)."""
-        token = self.route.token
-        if token is None:
-            return head
-        wanted = token.encode()
-        ours: set[str] = set()
-        for key, value in head.headers:
-            scheme, _, credential = value.partition(" ")
-            name = key.lower()
-            if (
-                name in ("proxy-authorization", "authorization")
-                and scheme.lower() == "bearer"
-                and hmac.compare_digest(credential.strip().encode("latin-1"), wanted)
-            ):
-                ours.add(name)
-        if not ours:
-            return None
-        dropped = {"proxy-authorization", *ours}
-        headers = tuple((key, value) for key, value in head.headers if key.lower() not in dropped)
-        return Head(head.start_line, headers, b"")
-
     async def _open_upstream(self) -> _Upstream:
         try:
             reader, writer = await asyncio.wait_for(
@@ -413,22 +232,22 @@ class ProxyServer:
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise _UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
-        return _Upstream(_Reader(reader), writer)
+        return _Upstream(Reader(reader), writer)
 
     async def _serve(
-        self, head: Head, client: _Reader, writer: asyncio.StreamWriter, upstream: _Upstream | None
+        self, head: Head, client: Reader, writer: asyncio.StreamWriter, upstream: _Upstream | None
     ) -> tuple[bool, _Upstream | None]:
         """One request → (keep the client connection, the upstream connection to reuse)."""
         try:
             line = RequestLine.of(head)
             framer = request_body(head)
         except FramingError as exc:
-            writer.write(_error_response(400, "Bad Request", str(exc), "bad_request"))
+            writer.write(error_response(400, "Bad Request", str(exc), "bad_request"))
             return False, upstream
-        authorized = self._authorized(head)
+        authorized = self.route.authorized_head(head)
         if authorized is None:
             writer.write(
-                _error_response(
+                error_response(
                     401, "Unauthorized", "llm-tray proxy: a bearer token is required", "unauthorized"
                 )
             )
@@ -444,7 +263,7 @@ class ProxyServer:
                 upstream_name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {upstream_name} unreachable ({exc})"
                 writer.write(
-                    _error_response(
+                    error_response(
                         502, "Bad Gateway", message, "upstream_unreachable", upstream=upstream_name
                     )
                 )
@@ -476,7 +295,7 @@ class ProxyServer:
             if exchange.status is None:
                 name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {name} {exc}"
-                writer.write(_error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
+                writer.write(error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
                 exchange.status = exchange.own_status = 502
         finally:
             self._release(exchange)
@@ -489,7 +308,7 @@ class ProxyServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await response
         if exchange.bad_body is not None and exchange.status is None:  # nothing answered yet: say why
-            writer.write(_error_response(400, "Bad Request", exchange.bad_body, "bad_request"))
+            writer.write(error_response(400, "Bad Request", exchange.bad_body, "bad_request"))
             exchange.status = exchange.own_status = 400
         # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
         # (a 400 refusal with its numbers) was read by the recorder as it passed.
@@ -529,7 +348,7 @@ class ProxyServer:
 
     async def _client_side(
         self,
-        client: _Reader,
+        client: Reader,
         framer: BodyFramer,
         upstream: _Upstream,
         tap: RequestTap,
@@ -676,17 +495,8 @@ class ProxyServer:
             if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
                 await writer.drain()  # not paused: returns at once (no timer needed)
             else:
-                await _within(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
+                await within(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
         except ConnectionError as exc:
             raise _Cut(str(exc)) from exc
         except asyncio.TimeoutError as exc:
             raise _Cut("the client read nothing for too long") from exc
-
-
-def _fd_soft_limit() -> int | None:
-    try:
-        import resource  # not on Windows
-    except ImportError:
-        return None
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else int(soft)
