@@ -202,7 +202,10 @@ def test_request_loads_a_model_with_a_measured_load_time_live_rate_and_eviction(
             if (m := models_of(s)["beta"]).phase == "decoding" and m.decode_tok_s is not None
         ]
         assert len(rates) >= 3, beta_phases
-        assert statistics.median(rates) == pytest.approx(timings["predicted_per_second"], rel=0.25)
+        # the live rates are sliding windows of equal length: their mean is the rate over the
+        # request, as the server's is; a median is not (beside a busy neighbour the speed comes in
+        # bursts and a median of windows read 3.35 against the server's 4.80 tok/s)
+        assert statistics.mean(rates) == pytest.approx(timings["predicted_per_second"], rel=0.25)
         beta = models_of(snapshots[-1])["beta"]
         assert beta.weights_bytes == 246_587_904 and beta.context_length == 2048  # router's meta, -c
         assert beta.bytes_per_token_exact and beta.ceiling_tok_s  # the file's own facts
