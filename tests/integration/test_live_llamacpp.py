@@ -242,4 +242,8 @@ def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_serv
     assert {s.servers[0].status for s in silent} & {"error", "unreachable"}  # no answer in time
     assert future.result()["timings"]["predicted_n"] == 400  # the request went on after the pause
     sessions = {m.session_id for s in before + silent + after for _, m in s.models() if m.session_id}
-    assert len(sessions) == 1, sessions
+    seen = [
+        (s.servers[0].status, s.servers[0].reason, [(m.name, m.phase, m.session_id) for _, m in s.models()])
+        for s in before + silent + after
+    ]
+    assert len(sessions) == 1, (sessions, seen)

@@ -7,7 +7,7 @@ checked as the user gets it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -512,6 +512,21 @@ def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session() -> None:
     assert not [s for r in silent for s in r.sessions if s.ended_wall_s is not None]
     resumed = tick(engine, reading(slot(3, task=2, ctx=6003)), 161.0)
     assert only(resumed).session_id == first
+
+
+def test_a_partial_answer_mid_request_is_silence_not_idleness() -> None:
+    """Seen on a busy host: the poll right after the server froze got /props but not /slots, an
+    `error` reading that still names the model, read as idle; the silence after it then ended the
+    session and the resumed request began another. A failed poll says nothing of the phase."""
+    engine = Stages(idle_gap_s=6.0)
+    first = decode_run(engine, 0.0, 3, 50.0, task=1)[-1].session_id
+    partial = reading(slot(150, task=1))
+    partial = replace(partial, status="error", reason="/slots: no answer within 2 s (hung?)")
+    partial = replace(partial, models=(replace(partial.models[0], slots=()),))  # named, no slots
+    silent = [tick(engine, partial, 4.0)]
+    silent += [tick(engine, reading(status="error"), float(t)) for t in range(6, 20, 2)]
+    assert not [s for r in silent for s in r.sessions if s.ended_wall_s is not None]
+    assert only(tick(engine, reading(slot(170, task=1)), 21.0)).session_id == first
 
 
 def test_a_server_silent_after_its_requests_ended_ends_its_session_after_the_idle_gap() -> None:

@@ -114,15 +114,23 @@ class SessionTracker:
         self, reading: ServerReading, model: SessionInput, track: _Track, now_mono_s: float, now_wall_s: float
     ) -> list[SessionRecord]:
         changes: list[SessionRecord] = []
-        if self._silent_mid_request(track, now_mono_s):  # it answers again: it was busy all along
+        # A failed poll may still name the model (a partial answer: /props answered, /slots timed
+        # out) with a phase the server never said: silence, as when it names nothing.
+        answered = reading.status not in ("unreachable", "error")
+        if not answered:
+            if track.busy_when_last_seen and track.silent_since_mono_s is None:
+                track.silent_since_mono_s = now_mono_s
+        elif self._silent_mid_request(track, now_mono_s):  # it answers again: it was busy all along
             track.last_activity_mono_s, track.last_activity_wall_s = now_mono_s, now_wall_s
         ended = self._maybe_end(track, now_mono_s)  # the idle gap passed (even unpolled)
         if ended is not None:
             changes.append(ended)
         requests = model.requests
-        track.busy_when_last_seen = is_busy(model.rate.phase)
-        track.silent_since_mono_s = None
-        if not (is_busy(model.rate.phase) or requests):
+        busy = answered and is_busy(model.rate.phase)
+        if answered:
+            track.busy_when_last_seen = busy
+            track.silent_since_mono_s = None
+        if not (busy or requests):
             return changes
         if track.session is None:
             track.session = SessionRecord(
