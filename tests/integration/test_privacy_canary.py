@@ -2,7 +2,8 @@
 
 A real llama-server with `--api-key` gets canary prompts (streaming and not) from a separate
 client while the real Monitor records at DEBUG log level. One key comes from the keyring, one
-from a named environment variable, and one was typed into config.toml by mistake. Afterwards
+from a named environment variable, and one was typed into config.toml by mistake; a fourth
+endpoint carries a password in its URL (a server shown down, named without it). Afterwards
 no canary may appear in any file under LLM_TRAY_HOME (except the user's own config.toml), in
 any export format, the HTML report, the agent's /metrics, `status --json`, or the diagnostics
 text the tray's "Copy diagnostics" puts on the clipboard.
@@ -38,6 +39,8 @@ from trayapp.sources.secrets import SERVICE
 
 pytestmark = pytest.mark.llamacpp
 
+DEAD_PORT = 11  # nothing listens there: a server behind a URL with credentials, shown down
+CREDENTIALED_AS = f"http://127.0.0.1:{DEAD_PORT}"  # how every surface names it: no credentials
 RAM_GBPS = "50"  # given, so no command measures this machine's RAM bandwidth
 GENERATE_TIMEOUT_S = 180.0
 
@@ -50,10 +53,12 @@ class Canaries:
         self.env_key = f"CANARY-ENV-{uuid.uuid4().hex}"
         self.keyring_key = f"CANARY-KEYRING-{uuid.uuid4().hex}"
         self.config_key = f"CANARY-CFG-{uuid.uuid4().hex}"
+        self.url_password = f"CANARY-URL-{uuid.uuid4().hex}"  # in an endpoint's URL (#25)
 
     def needles(self) -> dict[str, bytes]:
         values = {"prompt": self.prompt, "env key": self.env_key, "keyring key": self.keyring_key}
         values["config key"] = self.config_key
+        values["URL password"] = self.url_password
         return {name: value.split("-")[-1].encode() for name, value in values.items()}
 
     def found_in(self, data: bytes) -> list[str]:
@@ -108,7 +113,9 @@ def _config(server: LlamaServer, keyring_url: str, canaries: Canaries) -> str:
     return (
         f'[[endpoints]]\nurl = "{server.url}"\nkind = "llamacpp"\napi_key_env = "LLM_TRAY_CANARY_KEY"\n\n'
         f'[[endpoints]]\nurl = "{keyring_url}"\nkind = "llamacpp"\nuse_keyring = true\n\n'
-        f'[[endpoints]]\nurl = "http://127.0.0.1:9"\nkind = "llamacpp"\napi_key = "{canaries.config_key}"\n'
+        f'[[endpoints]]\nurl = "http://127.0.0.1:9"\nkind = "llamacpp"\napi_key = "{canaries.config_key}"\n\n'
+        f'[[endpoints]]\nurl = "http://llmtray:{canaries.url_password}@127.0.0.1:{DEAD_PORT}"\n'
+        'kind = "llamacpp"\n'
     )
 
 
@@ -233,6 +240,7 @@ def test_no_canary_anywhere(
             snapshots += _overflow_through_proxy(monitor, server, inbox, canaries)
             live = next(s for s in reversed(snapshots) if any(m.decode_tok_s for _, m in s.models()))
             statuses = {s.url: s.status for s in live.servers}
+            assert statuses.pop(CREDENTIALED_AS) != "ok", statuses  # named without its credentials
             assert statuses == {server.url: "ok", keyring_url: "ok"}, statuses  # both keys really used
             for path, data in _home_files(_tray_home).items():  # the store still open: -wal, -shm
                 _assert_clean(str(path), data, canaries)
@@ -245,6 +253,7 @@ def test_no_canary_anywhere(
         status = run_cli("status", "--json", "--no-discover", "--ram-bandwidth-gbps", RAM_GBPS)
         assert status.returncode == 0, status.stderr
         servers = {s["url"]: s["status"] for s in json.loads(status.stdout)["servers"]}
+        assert servers.pop(CREDENTIALED_AS) != "ok", servers
         assert servers == {server.url: "ok", keyring_url: "ok"}, servers
         _assert_clean("status --json", status.stdout + status.stderr, canaries)
         assert "endpoints[2].api_key" in status.stderr, status.stderr

@@ -11,6 +11,7 @@ from types import TracebackType
 
 from trayapp.config import paths
 from trayapp.config.files import create_private_file
+from trayapp.config.log_format import RedactingFormatter
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,11 @@ def setup_logging(log_path: Path | None = None) -> Path:
     except OSError as exc:
         file_error = exc
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
     console = logging.StreamHandler()
     console.setLevel(logging.WARNING)
-    console.setFormatter(logging.Formatter("llm-tray: %(message)s"))
+    console.setFormatter(RedactingFormatter("llm-tray: %(message)s"))
     logger.addHandler(console)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # the root logger's console handler would print INFO lines too

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from trayapp import __version__
+from trayapp.config.log_format import RedactingFormatter
 from trayapp.core.quants import KV_TYPES
 from trayapp.core.terminal import terminal_safe
 
@@ -491,7 +492,9 @@ def run_tray(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="llm-tray: %(message)s")
+    console = logging.StreamHandler()
+    console.setFormatter(RedactingFormatter("llm-tray: %(message)s"))  # no secret reaches a terminal
+    logging.basicConfig(level=logging.WARNING, handlers=[console])
     from trayapp.cli import logs
 
     commands = {

@@ -524,12 +524,17 @@ _SECRET_LINE = re.compile(
 SECRET_REMOVED = '"<removed: API keys belong in the OS keyring or api_key_env>"'
 
 
+# A password in a URL (`http://user:password@host`): the backup keeps the user name, not the password.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:\"']*:)[^\s/@\"']*@")
+
+
 def _without_secrets(raw: bytes) -> bytes:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw  # not text: kept as it is, so nothing the user wrote is lost
-    return _SECRET_LINE.sub(lambda m: m.group(1) + SECRET_REMOVED, text).encode("utf-8")
+    text = _SECRET_LINE.sub(lambda m: m.group(1) + SECRET_REMOVED, text)
+    return _URL_PASSWORD.sub(lambda m: m.group(1) + "<removed>@", text).encode("utf-8")
 
 
 def _backup(path: Path) -> Path | None:

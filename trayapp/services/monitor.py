@@ -205,7 +205,7 @@ class Monitor:
             )
             if why and endpoint.url not in self._key_warned:
                 self._key_warned.add(endpoint.url)
-                self.warnings.append(f"{endpoint.url}: no API key ({why})")
+                self.warnings.append(f"{redact_url(endpoint.url)}: no API key ({why})")
             return key
 
         self._key_warned: set[str] = set()
@@ -415,7 +415,8 @@ class Monitor:
         for endpoint in self._endpoint_configs():
             endpoint_profile = endpoint.hardware_profile(profile)
             if endpoint_profile != profile:  # a server on another machine, described in the config
-                machines[endpoint.url] = resolve_machine(hardware, endpoint_profile, gpu_lookup)
+                # keyed as its probe names the server (HttpProbe.url: no credentials)
+                machines[redact_url(endpoint.url)] = resolve_machine(hardware, endpoint_profile, gpu_lookup)
         return machines, default
 
     def _record(self, output: TickOutput) -> None:

@@ -23,6 +23,7 @@ import httpx
 from trayapp.core.loopback import server_key
 from trayapp.core.model import HardwareProfile, ServerReading, ServerState
 from trayapp.core.probe import ServerProbe
+from trayapp.core.redact import redact_url
 from trayapp.core.server_kinds import default_ports, server_kind_row
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.http import FetchError, auth_headers, fetch, make_client
@@ -165,7 +166,7 @@ class UnidentifiedProbe:
     kind = "unknown"
 
     def __init__(self, url: str, status: ServerState, reason: str) -> None:
-        self.url = url
+        self.url = redact_url(url)  # as every probe names its server (HttpProbe)
         self.status: ServerState = status
         self.reason = reason
 
@@ -275,7 +276,9 @@ class Discovery:
     def endpoint_for(self, url: str) -> Endpoint | None:
         """The endpoint (configured, or found by the scan with its kind) behind a probe's url."""
         for target in self._targets:
-            if target.endpoint.url == url or (target.probe is not None and target.probe.url == url):
+            if url in (target.endpoint.url, redact_url(target.endpoint.url)) or (
+                target.probe is not None and target.probe.url == url
+            ):
                 return target.endpoint
         return None
 
@@ -300,7 +303,9 @@ class Discovery:
                 try:
                     kind, why = future.result()
                 except Exception as exc:  # a bug in identification must not stop discovery
-                    log.error("discovery: identifying %s failed", target.endpoint.url, exc_info=exc)
+                    log.error(
+                        "discovery: identifying %s failed", redact_url(target.endpoint.url), exc_info=exc
+                    )
                     kind, why = None, f"identification failed: {type(exc).__name__}: {exc}"
                 self._apply(target, kind, why)
         return [target.probe for target in self._targets if target.probe is not None]
@@ -314,13 +319,13 @@ class Discovery:
         if target.configured and target.endpoint.kind:
             # The user named the kind: only a llama-server's mode (router or not) is decided here.
             if kind in ("llamacpp", ROUTER_KIND) and _probe_kind(current) != kind:
-                log.info("discovery: %s identified as %s (%s)", target.endpoint.url, kind, why)
+                log.info("discovery: %s identified as %s (%s)", redact_url(target.endpoint.url), kind, why)
                 self._close(current)
                 target.probe = self._make(kind, target.endpoint)
             return
         if kind is not None:
             if current is None or _probe_kind(current) != kind:
-                log.info("discovery: %s identified as %s (%s)", target.endpoint.url, kind, why)
+                log.info("discovery: %s identified as %s (%s)", redact_url(target.endpoint.url), kind, why)
                 self._close(current)
                 target.probe = self._make(kind, target.endpoint)
                 if not target.configured:
@@ -331,7 +336,7 @@ class Discovery:
                 status: ServerState = "unreachable" if why.startswith("unreachable") else "error"
                 target.probe = UnidentifiedProbe(target.endpoint.url, status, why)
         elif current is not None and why.startswith(("unreachable", "no answer")):
-            log.info("discovery: %s is gone (%s)", target.endpoint.url, why)
+            log.info("discovery: %s is gone (%s)", redact_url(target.endpoint.url), why)
             self._close(current)
             target.probe = None
             target.endpoint = Endpoint(target.endpoint.url)
@@ -342,7 +347,7 @@ class Discovery:
                 kind, endpoint.url, api_key=self._api_key(endpoint), facts_loader=self._facts_loader
             )
         except Exception as exc:  # a bug in a probe's constructor: show it on that server, keep discovering
-            log.exception("discovery: no probe for %s at %s", kind, endpoint.url)
+            log.exception("discovery: no probe for %s at %s", kind, redact_url(endpoint.url))
             return UnidentifiedProbe(
                 endpoint.url, "error", f"no probe for {kind}: {type(exc).__name__}: {exc}"
             )
@@ -351,7 +356,7 @@ class Discovery:
         try:
             return self._api_key_lookup(endpoint)
         except Exception as exc:
-            log.warning("discovery: API key lookup failed for %s: %s", endpoint.url, exc)
+            log.warning("discovery: API key lookup failed for %s: %s", redact_url(endpoint.url), exc)
             return None
 
     def _executor(self) -> ThreadPoolExecutor:

@@ -13,6 +13,7 @@ import httpx
 from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback_url
 from trayapp.core.model import SERVER_STATES, ServerReading, ServerState
+from trayapp.core.redact import redact_url
 from trayapp.sources.http import (
     FetchError,
     Response,
@@ -37,14 +38,15 @@ class HttpProbe:
     status "error" saying what was wrong; any other exception — a `ValueError`
     or `KeyError` included — is a bug: status "error", reason "internal error:
     …", and its traceback logged once per distinct failure (`BugLog`). Status
-    changes are logged. `url` is kept exactly as given; the client is closed by
-    `close` only when the probe made it.
+    changes are logged. `url`, the server's name everywhere it is shown or stored, is the given URL
+    without credentials or query (`redact_url`); only the client holds those. The client is closed
+    by `close` only when the probe made it.
     """
 
     kind: str
 
     def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
-        self.url = url
+        self.url = redact_url(url)
         base = url.rstrip("/")
         self._own_client = client is None
         self._client = client if client is not None else make_client(base)
