@@ -3,8 +3,10 @@
 Runs `bench/gui_stall.py` (the real app with its real Monitor in-process on Xvfb + trayer, the
 dashboard open, a 20 ms QTimer heartbeat on the GUI thread) against a llama-server this test
 owns: the bench freezes it with SIGSTOP for one phase, and this test sends SIGCONT afterwards
-whatever happened. No beat may come more than 250 ms late. The precise p99 is the bench's job
-(docs/performance.md); this is the bound a user would notice.
+whatever happened. A GUI thread that waited on the frozen server even once would be late by the
+probe's whole read timeout (2 s); no beat may come half that late. A tighter fixed bound (250 ms)
+measured the host, not the app: beside a busy neighbour the OS alone delays a process that long.
+The precise p99 is the bench's job (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ from pathlib import Path
 from tests.support.llama import LlamaServer
 from tests.support.trayapp_process import REPO
 from tests.support.xdisplay import real_tray_marks
+from trayapp.sources.http import DEFAULT_TIMEOUT
 
 pytestmark = real_tray_marks()
 
 PHASE_S = 8.0
 BEAT_MS = 20.0
-MAX_LATE_MS = 250.0
+PROBE_READ_TIMEOUT_S = DEFAULT_TIMEOUT.read or 2.0
+MAX_LATE_MS = PROBE_READ_TIMEOUT_S * 1000 / 2  # 1 s: half of what one blocking poll would cost
 BENCH_TIMEOUT_S = 240.0  # app start + dashboard + 2 phases + waiting for decoding, on a shared machine
 
 
-def test_gui_thread_is_never_late_by_more_than_250_ms(
+def test_gui_thread_never_waits_on_a_server(
     llama_binary: Path, model_path: Path, tmp_path: Path
 ) -> None:
     server = LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path)

@@ -28,6 +28,9 @@ def real_tray_marks() -> list[pytest.MarkDecorator]:
     ]
 
 
+START_TIMEOUT_S = 60.0  # Xvfb and trayer, cold, beside a busy neighbour (20 s was not enough once)
+
+
 def _free_display() -> int:
     for number in range(90, 200):
         if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
@@ -70,7 +73,7 @@ class XDisplay:
                 stderr=subprocess.DEVNULL,
             )
         )
-        _wait(lambda: Path(f"/tmp/.X11-unix/X{self.number}").exists(), 20, "Xvfb")
+        _wait(lambda: Path(f"/tmp/.X11-unix/X{self.number}").exists(), START_TIMEOUT_S, "Xvfb")
         if self.tray:
             self._procs.append(
                 subprocess.Popen(
@@ -96,7 +99,7 @@ class XDisplay:
                     stderr=subprocess.DEVNULL,
                 )
             )
-            _wait(lambda: bool(self.find_windows("trayer")), 20, "trayer's window")
+            _wait(lambda: bool(self.find_windows("trayer")), START_TIMEOUT_S, "trayer's window")
         return self
 
     def find_windows(self, class_name: str) -> list[str]:
