@@ -53,6 +53,15 @@ class _Track:
     silent_since_mono_s: float | None = None  # the first unanswered poll since that answer
 
 
+SILENT_STATES = ("unreachable", "error")  # a poll that got no (whole) answer
+
+
+def _note_silence(track: _Track, now_mono_s: float) -> None:
+    """The first unanswered poll since an answer that showed the model busy starts its silence."""
+    if track.busy_when_last_seen and track.silent_since_mono_s is None:
+        track.silent_since_mono_s = now_mono_s
+
+
 class SessionTracker:
     """Every (server, model)'s session across ticks. One instance per pipeline."""
 
@@ -75,11 +84,10 @@ class SessionTracker:
         for (url, name), track in list(self._tracks.items()):
             if url != reading.url or name in listed:
                 continue
-            if reading.status in ("unreachable", "error"):
+            if reading.status in SILENT_STATES:
                 # Keep the session across a short outage; the idle gap still ends it, unless the
                 # model was busy at the last answer (`_silent_mid_request`).
-                if track.busy_when_last_seen and track.silent_since_mono_s is None:
-                    track.silent_since_mono_s = now_mono_s
+                _note_silence(track, now_mono_s)
                 ended = self._maybe_end(track, now_mono_s)
                 if ended is not None:
                     changes.append(ended)
@@ -116,10 +124,9 @@ class SessionTracker:
         changes: list[SessionRecord] = []
         # A failed poll may still name the model (a partial answer: /props answered, /slots timed
         # out) with a phase the server never said: silence, as when it names nothing.
-        answered = reading.status not in ("unreachable", "error")
+        answered = reading.status not in SILENT_STATES
         if not answered:
-            if track.busy_when_last_seen and track.silent_since_mono_s is None:
-                track.silent_since_mono_s = now_mono_s
+            _note_silence(track, now_mono_s)
         elif self._silent_mid_request(track, now_mono_s):  # it answers again: it was busy all along
             track.last_activity_mono_s, track.last_activity_wall_s = now_mono_s, now_wall_s
         ended = self._maybe_end(track, now_mono_s)  # the idle gap passed (even unpolled)
