@@ -48,22 +48,22 @@ def test_at_the_cap_an_idle_connection_gives_way_and_one_with_its_request_here_d
         arrived, idle, buffered, newcomer, last = tasks
         slots = Slots(cap=3)
         for task in (arrived, idle, buffered):
-            assert slots.admit(task)
+            assert slots.admit(task) == "free"
         # the oldest waiting one has its request in the kernel; the third's was read by asyncio
         slots.waiting(arrived, lambda: False, _pair(pairs, b"GET / HTTP/1.1\r\n\r\n").fileno())
         slots.waiting(idle, lambda: False, _pair(pairs).fileno())
         slots.waiting(buffered, lambda: True, _pair(pairs).fileno())
 
-        assert slots.admit(newcomer)  # the idle one made room, though it is not the oldest
+        assert slots.admit(newcomer) == "evicted"  # the idle one made room, though it is not the oldest
         await asyncio.sleep(0)
         assert idle.cancelled() and not arrived.done() and not buffered.done()
         assert slots.held == {arrived, buffered, newcomer} and slots.evicted == 1
 
-        assert not slots.admit(last)  # every waiting connection has a request to read: 503
+        assert slots.admit(last) is None  # every waiting connection has a request to read: 503
         assert slots.refused == 1 and last not in slots.held
         slots.busy(arrived)
         slots.release(buffered)
-        assert slots.admit(last)  # a slot freed by a connection that ended
+        assert slots.admit(last) == "free"  # a slot freed by a connection that ended
         never.set()
         await asyncio.gather(*(t for t in tasks if t is not idle))
 

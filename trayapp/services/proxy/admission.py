@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 try:  # FIONREAD: bytes the kernel holds for a socket (POSIX); elsewhere only what asyncio read
     import fcntl
@@ -57,13 +58,15 @@ class Slots:
         self.refused = 0  # connections answered 503 at the cap
         self.evicted = 0  # idle or trickling connections closed to make room
 
-    def admit(self, connection: Connection) -> bool:
-        """Hold a slot for `connection`, closing a waiting one at the cap; False: refuse it."""
-        if len(self.held) >= self.cap and not self._evict_one():
+    def admit(self, connection: Connection) -> Literal["free", "evicted"] | None:
+        """Hold a slot for `connection`: a free one, or one a waiting connection was closed to
+        make at the cap ("evicted"); None: refuse it."""
+        evicted = len(self.held) >= self.cap
+        if evicted and not self._evict_one():
             self.refused += 1
-            return False
+            return None
         self.held.add(connection)
-        return True
+        return "evicted" if evicted else "free"
 
     def waiting(self, connection: Connection, has_bytes: Callable[[], bool], fileno: int) -> None:
         self._waiting[connection] = _Waiting(time.monotonic(), has_bytes, fileno)

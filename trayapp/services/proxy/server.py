@@ -145,8 +145,8 @@ class ProxyServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        evicted = self.slots.evicted
-        if not self.slots.admit(task):
+        admitted = self.slots.admit(task)
+        if admitted is None:
             self._say_once("cap", "proxy at its connection cap (%d): new connections get 503", self.slots.cap)
             writer.write(
                 error_response(
@@ -161,7 +161,7 @@ class ProxyServer:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
             return
-        if self.slots.evicted > evicted:
+        if admitted == "evicted":
             self._say_once(
                 "evict",
                 "proxy at its connection cap (%d): closing idle connections to make room",
