@@ -46,6 +46,7 @@ from trayapp.core.quants import kv_is_full_precision
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_rate, format_tokens
+from trayapp.core.vram_holders import HolderSnapshot, holders_besides, holders_evidence, holders_text
 
 GPU_WORKLOAD_BYTES = GB  # holding this much VRAM marks a real GPU workload (another model, a game)
 GENERIC_EFFICIENCY = (REALISTIC_BAND[0] + REALISTIC_BAND[1]) / 2  # 0.675: the middle of 60–75 %
@@ -111,6 +112,7 @@ class ModelView:
     trend: Sequence[TrendPoint] = ()  # this session's single-stream decode rates, oldest first
     baseline: Baseline | None = None
     other_gpu_processes: Sequence[GpuProcess] = ()  # VRAM holders that are not this server
+    vram_holders: HolderSnapshot | None = None  # those holders when the model loaded or spilled
     load_s: float | None = None  # model load time paid by a request just now
     cpu_percent: float | None = None
     throttle_reasons: Sequence[str] = ()
@@ -562,8 +564,8 @@ def diagnose_hardware(
         free_pct = free / gpu.vram_total_bytes * 100
         if free_pct >= t.vram_free_min_pct:
             continue
-        holders = sorted(gpu.processes, key=lambda p: p.used_bytes or 0, reverse=True)[:3]
-        who = ", ".join(f"{p.name or p.pid} {format_gb(p.used_bytes or 0)}" for p in holders if p.used_bytes)
+        holders = holders_besides(HardwareSnapshot((gpu,), hardware.host), ())
+        who = holders_text(holders)
         message = (
             f"{gpu.name} has only {format_gb(free)} free ({free_pct:.1f} %): the next context growth or "
             "model load will spill to the CPU."
@@ -580,6 +582,7 @@ def diagnose_hardware(
             "vram_free_bytes": free,
             "vram_total_bytes": gpu.vram_total_bytes,
             "free_pct": round(free_pct, 2),
+            "vram_holders": holders_evidence(holders),
         }
         findings.append(
             Finding(

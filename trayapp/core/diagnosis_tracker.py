@@ -38,6 +38,7 @@ from trayapp.core.model import (
 )
 from trayapp.core.overflow import OverflowWatch, overflow_finding
 from trayapp.core.thresholds import Thresholds
+from trayapp.core.vram_holders import HolderSnapshot, keep_snapshot
 
 TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
 MAX_TRENDS = 64  # sessions whose trend is kept; the oldest are forgotten beyond this
@@ -67,6 +68,7 @@ class DiagnosisTracker:
         self._before_change: dict[ModelKey, ModelStatus] = {}
         self._was_up: dict[str, bool] = {}  # by server URL
         self._overflows = OverflowWatch()
+        self._holders: dict[ModelKey, HolderSnapshot] = {}  # GPU memory holders when each model was placed
 
     def update(
         self,
@@ -117,6 +119,11 @@ class DiagnosisTracker:
                 trend=tuple(self._trend(status, own, fresh=server.age_s is None)),
                 baseline=baselines.get(key) if decoding else None,
                 other_gpu_processes=[p for p in others if p.pid != status.server_pid],
+                vram_holders=(
+                    self._holders_at_placement(key, status, server, hardware, now_wall_s)
+                    if server_input.local
+                    else None
+                ),
                 load_s=max((r.load_s for r in own if r.load_s), default=None),
                 cpu_percent=hardware.host.cpu_percent,
                 throttle_reasons=throttles,
@@ -165,6 +172,31 @@ class DiagnosisTracker:
             for old in list(self._trends)[: -MAX_TRENDS // 2]:
                 del self._trends[old]
         return trend
+
+    def _holders_at_placement(
+        self,
+        key: ModelKey,
+        status: ModelStatus,
+        server: ServerStatus,
+        hardware: HardwareSnapshot,
+        now_wall_s: float,
+    ) -> HolderSnapshot | None:
+        """The GPU memory holders besides this model's server as they were when it loaded or was last
+        placed (its GPU share moved): kept with its offload episode. None where no GPU lists processes."""
+        if not any(g.processes for g in hardware.gpus) and key not in self._holders:
+            return None
+        if len(self._holders) > MAX_TRENDS and key not in self._holders:
+            self._holders.pop(next(iter(self._holders)))  # forget the oldest model's
+        kept = keep_snapshot(
+            self._holders.get(key),
+            status.phase == "loading",
+            status.gpu_fraction,
+            hardware,
+            (server.pid, status.server_pid),
+            now_wall_s,
+        )
+        self._holders[key] = kept
+        return kept
 
     def _remember(self, key: ModelKey, status: ModelStatus) -> None:
         """Keep the model as it was before its context size last changed (to explain an offload)."""

@@ -114,8 +114,8 @@ class ModelFacts:
 @dataclass(frozen=True)
 class GpuProcess:
     pid: int
-    name: str | None
-    used_bytes: int | None
+    name: str | None  # None: gone or unnamed; core/vram_holders.OTHER_USER: another user's, unreadable
+    used_bytes: int | None  # None: the driver does not say (NVML under Windows WDDM): "unavailable", never 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ class GpuReading:
     power_w: float | None = None
     clocks_event_reasons: int | None = None
     throttle_reasons: tuple[str, ...] = ()  # human names of the active slowdown reasons
+    processes_rss: bool = False  # Apple (unified memory): `processes` are the largest users of RAM by RSS
+    memory_pressure: str | None = None  # Apple: the kernel's memory pressure: normal | warning | critical
     processes: tuple[GpuProcess, ...] = ()
 
 

@@ -7,6 +7,7 @@ a shorter context, a q8_0 KV cache, or the nearest quantization that fits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trayapp.core import physics
@@ -22,6 +23,16 @@ from trayapp.core.model import Finding, GpuProcess, ModelFacts, Severity
 from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_rate, format_spill_pct, format_tokens
+from trayapp.core.vram_holders import (
+    ClosingGain,
+    VramHolder,
+    closing_gain,
+    holder_label,
+    holders_evidence,
+    holders_text,
+    layers_on_gpu,
+    sort_holders,
+)
 
 if TYPE_CHECKING:
     from trayapp.core.diagnose import ModelView
@@ -59,6 +70,7 @@ def offload_finding(view: ModelView, t: Thresholds) -> Finding | None:
         )
     cause = _cause(view)
     fix, commands = _fix(view)
+    evidence.update(_holders_evidence(view))
     slowdown = (full / split) if full and split else None
     severity: Severity = (
         "critical" if (slowdown is not None and slowdown >= 3) or cpu_share >= 0.5 else "warning"
@@ -115,8 +127,104 @@ def _cause(view: ModelView) -> str | None:
         name, held, is_model = max(holders, key=lambda h: h[1])
         if is_model:
             return f"{name}, also loaded, holds {format_gb(held)} of VRAM."
-        return f"Another process, {name}, holds {format_gb(held)} of VRAM."
+        return _culprits_cause(view)
     return None
+
+
+def _other_processes(view: ModelView) -> tuple[VramHolder, ...]:
+    """The GPU memory holders besides this model's server and its server's other models, as they were
+    when it loaded or spilled (`ModelView.vram_holders`), else as they are now; largest first."""
+    sibling_pids = {m.server_pid for m in view.server.models if m.name != view.model.name}
+    if view.vram_holders is not None:
+        found: list[VramHolder] = list(view.vram_holders.holders)
+    else:
+        found = [VramHolder(p.pid, p.name, p.used_bytes) for p in view.other_gpu_processes]
+    return sort_holders(h for h in found if h.pid not in sibling_pids)
+
+
+def _culprits_cause(view: ModelView) -> str:
+    """'About 16 of 40 layers on the CPU: 5.8 GB of the 12.9 GB of GPU memory is held by other
+    processes — python (pid 4121) 5.8 GB.'"""
+    model, machine = view.model, view.machine
+    others = _other_processes(view)
+    held = sum(h.used_bytes or 0 for h in others)
+    layers = ""
+    n_layers = model.facts.kv.n_layers if model.facts is not None and model.facts.kv is not None else None
+    if n_layers and model.gpu_fraction is not None:
+        on_cpu = n_layers - layers_on_gpu(model.gpu_fraction, n_layers)
+        layers = f"About {on_cpu} of {n_layers} layers are on the CPU: "
+    of = (
+        f" of the {format_gb(machine.fast_capacity_bytes)} of GPU memory"
+        if machine.fast_capacity_bytes
+        else ""
+    )
+    verb = "was held by other processes when it was placed" if view.vram_holders is not None else "is held"
+    if view.vram_holders is None:
+        verb += " by other processes"
+    text = f"{layers}{format_gb(held)}{of} {verb} — {holders_text(others)}."
+    return text[0].upper() + text[1:]
+
+
+def _closing_option(view: ModelView) -> tuple[str, ClosingGain | None] | None:
+    """'close python (pid 4121) and reload the model: 16 more layers on the GPU (40 of 40), a decode
+    ceiling of ~40 tok/s instead of ~13 tok/s' for the holders an alert names; None when none is
+    notable."""
+    model, machine = view.model, view.machine
+    named = [h for h in _other_processes(view) if (h.used_bytes or 0) >= NOTABLE_VRAM_HOLDER_BYTES]
+    named = named[:3]
+    if not named:
+        return None
+    names = [holder_label(h) for h in named]
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    freed = sum(h.used_bytes or 0 for h in named)
+    held = sum(held for _, held, _ in _vram_holders(view))
+    gain = None
+    if model.facts is not None and model.gpu_fraction is not None:
+        gain = closing_gain(
+            model.facts, model.context_length, model.context_tokens, machine, model.gpu_fraction, freed, held
+        )
+    holds = f"which hold{'s' if len(named) == 1 else ''} {format_gb(freed)}"
+    if gain is None:
+        return f"close {who}, {holds} of VRAM", None
+    parts = []
+    if gain.n_layers and gain.layers_on_gpu is not None and gain.layers_on_gpu_now is not None:
+        back = gain.layers_on_gpu - gain.layers_on_gpu_now
+        of = (
+            f"all {gain.n_layers}"
+            if gain.layers_on_gpu == gain.n_layers
+            else f"{gain.layers_on_gpu} of {gain.n_layers}"
+        )
+        parts.append(f"{back} more layers on the GPU ({of})")
+    else:
+        parts.append(f"{format_spill_pct(gain.gpu_fraction)} of it on the GPU")
+    if gain.ceiling_tok_s and model.ceiling_tok_s:
+        parts.append(
+            f"a decode ceiling of ~{format_rate(gain.ceiling_tok_s)} tok/s instead of "
+            f"~{format_rate(model.ceiling_tok_s)} tok/s"
+        )
+    return f"close {who}, {holds}, and reload the model: " + ", ".join(parts), gain
+
+
+def _holders_evidence(view: ModelView) -> dict[str, object]:
+    """The holders kept for this alert and what closing them gives (status --json, the store)."""
+    others = _other_processes(view)
+    if not others:
+        return {}
+    evidence: dict[str, object] = {
+        "vram_holders": holders_evidence(others),
+        "vram_holders_at_wall_s": view.vram_holders.t_wall_s if view.vram_holders is not None else None,
+        "vram_held_by_others_bytes": sum(h.used_bytes or 0 for h in others),
+    }
+    closing = _closing_option(view)
+    gain = closing[1] if closing is not None else None
+    if gain is not None:
+        evidence.update(
+            closing_gpu_fraction=round(gain.gpu_fraction, 4),
+            closing_ceiling_tok_s=_round(gain.ceiling_tok_s),
+            closing_layers_on_gpu=gain.layers_on_gpu,
+            n_layers=gain.n_layers,
+        )
+    return evidence
 
 
 def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
@@ -126,13 +234,16 @@ def _vram_holders(view: ModelView) -> list[tuple[str, int, bool]]:
     server is named after that model); otherwise the server's other loaded models.
     """
     siblings = [m for m in view.server.models if m.name != view.model.name]
-    if view.other_gpu_processes:
+    processes: Sequence[VramHolder | GpuProcess] = (
+        view.vram_holders.holders if view.vram_holders is not None else view.other_gpu_processes
+    )
+    if processes:
         by_pid = {m.server_pid: m.name for m in siblings if m.server_pid is not None}
         return [
             (by_pid[p.pid], p.used_bytes, True)
             if p.pid in by_pid
             else (_process_name(p), p.used_bytes, False)
-            for p in view.other_gpu_processes
+            for p in processes
             if p.used_bytes
         ]
     return [(m.name, m.vram_bytes, True) for m in siblings if m.vram_bytes]
@@ -182,8 +293,12 @@ def _fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
     big = [h for h in holders if h[1] >= NOTABLE_VRAM_HOLDER_BYTES]
     if big:
         holder, held, is_model = max(big, key=lambda h: h[1])
-        verb = "unload" if is_model else "close"
-        options.append(f"{verb} {holder}, which holds {format_gb(held)} of VRAM")
+        closing = None if is_model else _closing_option(view)
+        if closing is not None:
+            options.append(closing[0])
+        else:
+            verb = "unload" if is_model else "close"
+            options.append(f"{verb} {holder}, which holds {format_gb(held)} of VRAM")
         commands.append(unload_commands(kind, holder) if is_model else ())
     max_ctx = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free_for_model, kv_type)
     if max_ctx is not None and 2048 <= max_ctx < total:
@@ -255,7 +370,7 @@ def cpu_moe_layers(facts: ModelFacts, context: int, kv_type: str, capacity: int)
     return None
 
 
-def _process_name(process: GpuProcess) -> str:
+def _process_name(process: GpuProcess | VramHolder) -> str:
     return f"{process.name} (pid {process.pid})" if process.name else f"pid {process.pid}"
 
 
