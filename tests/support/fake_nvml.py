@@ -57,6 +57,10 @@ class FakeDevice:
     compute: list[tuple[int, int | None]] = field(default_factory=list)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
     pcie: tuple[int, int] | None = (4, 16)
+    energy_mj: int | None = None  # nvmlDeviceGetTotalEnergyConsumption; None: NotSupported (pre-Volta)
+    power_limit_mw: int | None = None  # nvmlDeviceGetEnforcedPowerLimit
+    sm_clock_mhz: int | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
+    sm_max_clock_mhz: int | None = None  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)
 
 
 class FakeNvml:
@@ -68,6 +72,7 @@ class FakeNvml:
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
     NVMLLibraryMismatchError = NVMLLibraryMismatchError
+    NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
 
@@ -124,8 +129,20 @@ class FakeNvml:
         return self._value(self._dev(handle).bus_width_bits)
 
     def nvmlDeviceGetMaxClockInfo(self, handle: int, clock_type: int) -> int:
+        if clock_type == self.NVML_CLOCK_SM:
+            return self._value(self._dev(handle).sm_max_clock_mhz)
         assert clock_type == self.NVML_CLOCK_MEM
         return self._value(self._dev(handle).max_mem_clock_mhz)
+
+    def nvmlDeviceGetClockInfo(self, handle: int, clock_type: int) -> int:
+        assert clock_type == self.NVML_CLOCK_SM
+        return self._value(self._dev(handle).sm_clock_mhz)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        return self._value(self._dev(handle).energy_mj)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        return self._value(self._dev(handle).power_limit_mw)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
         return self._value(self._dev(handle).pcie)[0]

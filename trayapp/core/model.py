@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from trayapp.core.alert_kinds import AlertKindName
+from trayapp.core.energy_types import EnergyReading, EnergyStatus
 
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
 Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
@@ -138,6 +139,10 @@ class GpuReading:
     throttle_reasons: tuple[str, ...] = ()  # human names of the active slowdown reasons
     processes_rss: bool = False  # Apple (unified memory): `processes` are the largest users of RAM by RSS
     memory_pressure: str | None = None  # Apple: the kernel's memory pressure: normal | warning | critical
+    energy_j: float | None = None  # NVML's total-energy counter since the driver loaded; None: not supported
+    power_limit_w: float | None = None  # the enforced power limit (NVML)
+    sm_clock_mhz: float | None = None  # SM clock now, and its maximum (NVML_CLOCK_SM)
+    sm_clock_max_mhz: float | None = None
     processes: tuple[GpuProcess, ...] = ()
 
 
@@ -163,6 +168,9 @@ class HostReading:
     ram_bandwidth_measured_wall_s: float | None = None  # when a measured figure was measured
     ram_bandwidth_confidence: str | None = None  # measured: "quiet" | "provisional" (busy) | "suspect"
     ram_bandwidth_change: RamBandwidthChange | None = None  # its last change, for the UI to say so
+    cpu_freq_mhz: float | None = None  # CPU frequency now and its maximum, where readable
+    cpu_freq_max_mhz: float | None = None
+    thermal_max_c: float | None = None  # the hottest thermal zone, where readable
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,8 @@ class HardwareSnapshot:
     gpus: tuple[GpuReading, ...]
     host: HostReading
     gpu_reason: str | None = None  # why no GPU is listed, e.g. "NVML library not found"
+    energy: tuple[EnergyReading, ...] = ()  # RAPL packages, macmon's SoC (GPUs carry their own)
+    energy_reason: str | None = None  # why no host energy is read (no RAPL, not readable, no macmon)
 
 
 @dataclass(frozen=True)
@@ -472,6 +482,15 @@ class RequestRecord:
     context_limit_tokens: int | None = None  # the context size the server named when it refused or cut
     stop_reason: StopReason | None = None  # why the answer ended (a fixed vocabulary, never server text)
     max_tokens_requested: int | None = None  # the answer's length limit the client asked for
+    # Energy above the idle draw over the request's prefill and decode spans (core/energy.py); None:
+    # not measured, and energy_reason says why.
+    energy_prefill_j: float | None = None
+    energy_decode_j: float | None = None
+    energy_j_per_token: float | None = None  # decode joules per decoded token
+    energy_idle_w: float | None = None  # the idle draw subtracted
+    energy_source: str | None = None  # "rapl", "nvml", "nvml+rapl", "macmon", …
+    energy_estimated: bool = False  # some of it is power × time (no energy counter)
+    energy_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -516,6 +535,7 @@ class Snapshot:
     ended_alerts: tuple[Alert, ...] = ()  # episodes that ended at this tick
     schema: int = 1
     machines: tuple[RemoteMachine, ...] = ()  # remote agents; their servers and alerts are in the above
+    energy: EnergyStatus | None = None  # this machine's power, idle draw and energy totals
 
     def models(self) -> list[tuple[ServerStatus, ModelStatus]]:
         return [(server, model) for server in self.servers for model in server.models]

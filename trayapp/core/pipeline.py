@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trayapp.core.diagnosis_tracker import DiagnosisTracker, ServerDiagnosisInput
+from trayapp.core.energy import EnergyMeter, without_energy
 from trayapp.core.episodes import EpisodeTracker, alerts_now
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
@@ -33,6 +34,7 @@ from trayapp.core.model import (
     ServerStatus,
     SessionRecord,
     Snapshot,
+    is_busy,
 )
 from trayapp.core.placement import Placement, ceiling_for, place, weights_bytes
 from trayapp.core.rates import RateEstimate, RateTracker
@@ -50,6 +52,9 @@ def stored_as_request(record: RequestRecord, reading: ServerReading) -> bool:
     if reading.proxied:
         return False
     return reading.kind != "llamacpp" or (record.http_status is not None and record.http_status >= 400)
+
+
+REMOTE_ENERGY = "served by another machine: its energy is not read here"
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Pipeline:
         self.sessions = SessionTracker(idle_gap_s=idle_gap_s)
         self.diagnosis = DiagnosisTracker(thresholds)
         self.episodes = EpisodeTracker(thresholds.confirm_s, thresholds.clear_s)
+        self.energy = EnergyMeter()
 
     def set_thresholds(self, thresholds: Thresholds) -> None:
         self.diagnosis.thresholds = thresholds
@@ -115,6 +121,7 @@ class Pipeline:
         requests: list[RequestRecord] = []
         sessions: list[SessionRecord] = []
         to_diagnose: list[ServerDiagnosisInput] = []
+        local_urls: set[str] = set()
         for reading in readings:
             machine = machines.get(reading.url, default_machine)
             tick = self._server_tick(reading, hardware, machine, now_mono_s, now_wall_s, priors)
@@ -122,7 +129,17 @@ class Pipeline:
             requests.extend(r for r in tick.requests if stored_as_request(r, reading))
             sessions.extend(tick.sessions)
             local = reading.url not in machines
+            if local:
+                local_urls.add(reading.url)
             to_diagnose.append(ServerDiagnosisInput(tick.status, tick.requests, machine, local))
+        busy = any(is_busy(m.phase) for s in servers if s.url in local_urls for m in s.models)
+        energy = self.energy.update(hardware, now_mono_s, busy)
+        requests = [
+            self.energy.attribute(r, now_mono_s - now_wall_s)
+            if r.server in local_urls
+            else without_energy(r, REMOTE_ENERGY)
+            for r in requests
+        ]
 
         diagnosis = self.diagnosis.update(to_diagnose, hardware, priors.baselines, now_wall_s)
         ended: tuple[Alert, ...] = ()
@@ -141,6 +158,7 @@ class Pipeline:
             alerts=alerts,
             requests=tuple(requests),
             ended_alerts=ended,
+            energy=energy,
         )
         return TickOutput(snapshot, tuple(self._with_alert_kinds(sessions, alerts)))
 

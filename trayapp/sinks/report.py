@@ -18,6 +18,7 @@ from pathlib import Path
 
 from trayapp import __version__
 from trayapp.config.files import atomic_write_text
+from trayapp.core.energy_summary import EnergyTotals, energy_by_day, energy_text, energy_totals
 from trayapp.core.model import SessionRecord
 from trayapp.core.units import format_gb
 from trayapp.sinks.report_svg import PlotSample, context_plot, time_plot
@@ -314,6 +315,8 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
     ]
     if benches:
         s = _without_bench(s, samples, request_rows)
+    energy = energy_text(energy_totals(request_rows))
+    week = energy_by_day(store.iter_rows("requests", since_wall_s=s.started_wall_s - 6 * 86400))
     requests: list[tuple[float, float, int | None]] = []
     ttft_estimated = False  # a request TTFT the server did not time
     for r in request_rows:
@@ -350,6 +353,7 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
     }</p>
 <h2>Session</h2>
 {_bench_note(benches)}{_session_table(s, samples, ttft_estimated)}
+{_energy_html(energy, week)}
 <h2>Plots</h2>
 <p class="sub">The ceiling is memory bandwidth ÷ bytes read per token at the live context and offload
 split; a healthy GPU decode sits in the realistic band (60–75 % of it). On CPUs the ceiling is an
@@ -366,6 +370,16 @@ text is ever recorded.</footer>
 </body>
 </html>
 """
+
+
+def _energy_html(session_text: str, days: Sequence[tuple[str, EnergyTotals]]) -> str:
+    """The session's energy and the last days' watt-hours (above the idle draw, measured requests only)."""
+    rows = [("This session", _e(session_text))]
+    rows += [(f"{day} (UTC)", _e(energy_text(totals))) for day, totals in days]
+    return (
+        "<h2>Energy</h2>\n<p class=\"sub\">Energy above the idle draw, over each request's prefill and "
+        "decode (RAPL, NVML or macmon; ~: power × time).</p>\n" + _table(rows)
+    )
 
 
 def write_report(store: Store, path: Path | str, *, session_id: str | None = None) -> Path:

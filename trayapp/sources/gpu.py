@@ -213,6 +213,11 @@ class NvmlProbe:
         )
         power_mw = self._call("nvmlDeviceGetPowerUsage", handle)
         mask = self._clocks_event_reasons(handle)
+        energy_mj = self._call("nvmlDeviceGetTotalEnergyConsumption", handle)  # NotSupported before Volta
+        limit_mw = self._call("nvmlDeviceGetEnforcedPowerLimit", handle)
+        sm_clock = getattr(self._nvml, "NVML_CLOCK_SM", 1)
+        sm_mhz = self._call("nvmlDeviceGetClockInfo", handle, sm_clock)
+        sm_max_mhz = self._call("nvmlDeviceGetMaxClockInfo", handle, sm_clock)
         return GpuReading(
             index=device.index,
             name=device.name,
@@ -230,6 +235,10 @@ class NvmlProbe:
             power_w=power_mw / 1000 if power_mw is not None else None,
             clocks_event_reasons=mask,
             throttle_reasons=throttle_names(mask),
+            energy_j=energy_mj / 1000 if energy_mj is not None else None,
+            power_limit_w=limit_mw / 1000 if limit_mw else None,
+            sm_clock_mhz=float(sm_mhz) if sm_mhz else None,
+            sm_clock_max_mhz=float(sm_max_mhz) if sm_max_mhz else None,
             processes=self._processes(handle),
         )
 

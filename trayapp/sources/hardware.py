@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from trayapp.core.model import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
+from trayapp.sources.energy import HostEnergyProbe
 from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
 from trayapp.sources.host import HostProbe
 from trayapp.sources.ram_bandwidth import RamBandwidth
@@ -29,6 +30,7 @@ class HardwareProbe:
         host_probe: HostProbe | None = None,
         ram_bandwidth_gbps: float | None = None,
         ram_bandwidth_source: ValueSource = "measured",
+        energy_probe: HostEnergyProbe | None = None,
     ) -> None:
         self._gpu_probes: tuple[GpuProbe, ...] = (
             nvml_probe if nvml_probe is not None else NvmlProbe(),
@@ -36,6 +38,7 @@ class HardwareProbe:
             apple_probe if apple_probe is not None else AppleProbe(),
         )
         self._host_probe = host_probe if host_probe is not None else HostProbe()
+        self._energy_probe = energy_probe if energy_probe is not None else HostEnergyProbe()
         self._ram_bandwidth: _RamFigure = (ram_bandwidth_gbps, ram_bandwidth_source, None, None, None)
 
     def set_ram_bandwidth(
@@ -70,9 +73,17 @@ class HardwareProbe:
             reasons = [probe.reason for probe in self._gpu_probes if probe.reason]
             reason = "; ".join(reasons) if reasons else "no GPU found"
         host = self._host_probe.read(*self._ram_bandwidth)
-        return HardwareSnapshot(gpus=tuple(gpus), host=host, gpu_reason=reason)
+        energy = self._energy_probe.read()
+        return HardwareSnapshot(
+            gpus=tuple(gpus),
+            host=host,
+            gpu_reason=reason,
+            energy=energy,
+            energy_reason=self._energy_probe.reason,
+        )
 
     def close(self) -> None:
         for probe in self._gpu_probes:
             probe.close()
         self._host_probe.close()
+        self._energy_probe.close()

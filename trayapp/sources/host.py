@@ -8,6 +8,7 @@ from __future__ import annotations
 import psutil
 
 from trayapp.core.model import HostReading, RamBandwidthChange, ValueSource
+from trayapp.sources.cpu_state import cpu_frequency_mhz, thermal_max_c
 
 
 class HostProbe:
@@ -26,6 +27,7 @@ class HostProbe:
     ) -> HostReading:
         vm = psutil.virtual_memory()
         known = bool(ram_bandwidth_gbps)
+        freq_mhz, freq_max_mhz = cpu_frequency_mhz()
         return HostReading(
             ram_total_bytes=int(vm.total),
             ram_available_bytes=int(vm.available),
@@ -36,6 +38,9 @@ class HostProbe:
             ram_bandwidth_measured_wall_s=ram_bandwidth_measured_wall_s if known else None,
             ram_bandwidth_confidence=ram_bandwidth_confidence if known else None,
             ram_bandwidth_change=ram_bandwidth_change if known else None,
+            cpu_freq_mhz=freq_mhz,
+            cpu_freq_max_mhz=freq_max_mhz,
+            thermal_max_c=thermal_max_c(),
         )
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ BOOL_COLUMNS = frozenset(
         "prompt_rate_upper_bound",
         "judged",
         "prompt_sent_exact",
+        "energy_estimated",
     }
 )
 KEY_COLUMNS = {"sessions": "session_id", "alerts": "alert_id"}  # rows replaced in place, by this key
@@ -225,6 +226,21 @@ def _migration_6(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE alerts ADD COLUMN fix_commands_json TEXT")
 
 
+def _migration_7(conn: sqlite3.Connection) -> None:
+    """Energy per request (#21): joules above the idle draw for prefill and decode, J per decoded
+    token, the idle draw subtracted, where the energy was read and, when it was not, why."""
+    for column in (
+        "energy_prefill_j REAL",
+        "energy_decode_j REAL",
+        "energy_j_per_token REAL",
+        "energy_idle_w REAL",
+        "energy_source TEXT",
+        "energy_estimated INTEGER NOT NULL DEFAULT 0",
+        "energy_reason TEXT",
+    ):
+        conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+
+
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = [
     _migration_1,
@@ -233,6 +249,7 @@ MIGRATIONS: list[Migration] = [
     _migration_4,
     _migration_5,
     _migration_6,
+    _migration_7,
 ]
 
 
