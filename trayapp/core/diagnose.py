@@ -45,6 +45,7 @@ from trayapp.core.placement import ceiling_for
 from trayapp.core.quants import kv_is_full_precision
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
+from trayapp.core.throttle import Throttle
 from trayapp.core.units import GB, format_gb, format_rate, format_tokens
 from trayapp.core.vram_holders import HolderSnapshot, holders_besides, holders_evidence, holders_text
 
@@ -116,6 +117,7 @@ class ModelView:
     load_s: float | None = None  # model load time paid by a request just now
     cpu_percent: float | None = None
     throttle_reasons: Sequence[str] = ()
+    throttle: Throttle | None = None  # what holds this machine's hardware back now (core/throttle.py)
 
 
 # --------------------------------------------------------------------------- per model
@@ -317,7 +319,11 @@ def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
         commands = no_speculation_commands(view.server.kind, model.name, router=view.server.router)
     else:
         commands = ()
-    evidence = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
+    evidence: dict[str, object] = {"decode_tok_s": round(rate, 2), "floor_tok_s": t.below_floor_tok_s}
+    if view.throttle is not None:
+        cause = view.throttle.text if cause is None else f"{cause}; {view.throttle.text}"
+        message += f" Held back: {view.throttle.text}."
+        evidence["throttle"] = view.throttle.evidence
     return Finding(
         "below_floor",
         "critical",
@@ -346,7 +352,10 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         return None
     clues: list[str] = []
     if view.throttle_reasons:
-        clues.append("the GPU is throttling (" + ", ".join(view.throttle_reasons) + ")")
+        detail = f": {view.throttle.text}" if view.throttle is not None else ""
+        clues.append("the GPU is throttling (" + ", ".join(view.throttle_reasons) + ")" + detail)
+    elif view.throttle is not None:
+        clues.append(view.throttle.text)
     # Holding ≥ 1 GB of VRAM marks a real GPU workload (another model, a game), not a desktop.
     busy = [p for p in view.other_gpu_processes if p.used_bytes and p.used_bytes >= GPU_WORKLOAD_BYTES]
     if busy:
@@ -378,6 +387,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         "calibrated_efficiency": None if calibrated is None else round(calibrated, 3),
         "throttle_reasons": list(view.throttle_reasons),
         "cpu_percent": view.cpu_percent,
+        "throttle": view.throttle.evidence if view.throttle is not None else None,
     }
     return Finding(
         "low_efficiency",
@@ -497,7 +507,12 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         else f"Check what changed since the baseline {kind}: drivers, server flags, other GPU work."
     )
     commands = (report_command(model.session_id),) if versions else ()
-    evidence = {
+    cause = None
+    if view.throttle is not None:
+        cause = view.throttle.text
+        message += f" Held back now: {cause}."
+        fix = "Check cooling and power limits before suspecting the server. " + fix
+    evidence: dict[str, object] = {
         "decode_tok_s": round(now_rate, 2),
         "baseline_tok_s": round(base.decode_tok_s, 2),
         "drop_pct": round(drop * 100, 1),
@@ -507,6 +522,7 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         "needed_pct": needed_pct,
         "baseline_version": old_v,
         "version": new_v,
+        "throttle": view.throttle.evidence if view.throttle is not None else None,
     }
     return Finding(
         "regression",
@@ -516,6 +532,7 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         message,
         fix,
         evidence,
+        cause=cause,
         score=drop,
         fix_commands=commands,
     )

@@ -38,6 +38,7 @@ from trayapp.core.model import (
 )
 from trayapp.core.overflow import OverflowWatch, overflow_finding
 from trayapp.core.thresholds import Thresholds
+from trayapp.core.throttle import throttle_cause
 from trayapp.core.vram_holders import HolderSnapshot, keep_snapshot
 
 TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
@@ -106,6 +107,7 @@ class DiagnosisTracker:
             self._was_up[server.url] = True
         others = [p for g in hardware.gpus for p in g.processes if p.pid != server.pid]
         throttles = tuple(reason for g in hardware.gpus for reason in g.throttle_reasons)
+        throttle = throttle_cause(hardware) if server_input.local else None
         for status in server.models:
             key = (server.url, status.name)
             self._remember(key, status)  # first: a context change seen now explains now
@@ -127,6 +129,7 @@ class DiagnosisTracker:
                 load_s=max((r.load_s for r in own if r.load_s), default=None),
                 cpu_percent=hardware.host.cpu_percent,
                 throttle_reasons=throttles,
+                throttle=throttle,
             )
             found = diagnose_model(view, self.thresholds)
             had_overflow = self._overflows.known(key)
