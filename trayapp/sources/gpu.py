@@ -21,6 +21,13 @@ from typing import Any, Protocol
 import psutil
 
 from trayapp.core.model import GpuProcess, GpuReading, ValueSource
+from trayapp.sources.gpu_processes import (
+    APPLE_PRESSURE_ARGV,
+    DrmClientReader,
+    apple_memory_pressure,
+    largest_memory_users,
+    process_name,
+)
 from trayapp.sources.hwtable import lookup_gpu
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -41,14 +48,6 @@ def host_memory_bytes() -> tuple[int, int]:
     """System RAM (total, used) in bytes: the memory a unified-memory GPU shares."""
     vm = psutil.virtual_memory()
     return int(vm.total), int(vm.total - vm.available)
-
-
-def process_name(pid: int) -> str | None:
-    """A process's name, or None when it is gone or hidden from us."""
-    try:
-        return str(psutil.Process(pid).name())
-    except psutil.Error:
-        return None
 
 
 # --------------------------------------------------------------------------- NVIDIA
@@ -331,18 +330,22 @@ class AmdSysfsProbe:
     table when the name is known.
     """
 
-    def __init__(self, sysfs_root: Path = Path("/sys")) -> None:
+    def __init__(self, sysfs_root: Path = Path("/sys"), clients: DrmClientReader | None = None) -> None:
         self._drm = sysfs_root / "class" / "drm"
+        self._clients = clients if clients is not None else DrmClientReader()
         self.reason: str | None = None
 
     def read(self) -> tuple[GpuReading, ...]:
-        readings: list[GpuReading] = []
-        for card in self._cards():
-            device = card / "device"
-            if _link_name(device / "driver") == "amdgpu":
-                readings.append(self._reading(len(readings), device))
+        devices = [card / "device" for card in self._cards()]
+        devices = [device for device in devices if _link_name(device / "driver") == "amdgpu"]
+        readings = tuple(
+            self._reading(
+                index, device, self._clients.processes("amdgpu", _link_name(device), len(devices) == 1)
+            )
+            for index, device in enumerate(devices)
+        )
         self.reason = None if readings else "no AMD GPU in sysfs"
-        return tuple(readings)
+        return readings
 
     def close(self) -> None:
         pass
@@ -354,7 +357,8 @@ class AmdSysfsProbe:
             return []
         return sorted(cards, key=lambda p: int(p.name[4:]))
 
-    def _reading(self, index: int, device: Path) -> GpuReading:
+    def _reading(self, index: int, device: Path, processes: tuple[GpuProcess, ...]) -> GpuReading:
+        """One card; `processes`: its DRM clients' VRAM (the kernel's fdinfo, matched by PCI address)."""
         total = _read_int(device / "mem_info_vram_total")
         product = _read_text(device / "product_name")
         name = product or f"AMD GPU {_read_text(device / 'device') or '?'}"
@@ -380,6 +384,7 @@ class AmdSysfsProbe:
             util_mem_pct=float(mem_busy) if mem_busy is not None else None,
             temperature_c=temp_mc / 1000 if temp_mc is not None else None,
             power_w=power_uw / 1e6 if power_uw is not None else None,
+            processes=processes,
         )
 
 
@@ -442,10 +447,12 @@ class AppleProbe:
         *,
         platform: str = sys.platform,
         host_memory: HostMemory = host_memory_bytes,
+        memory_users: Callable[[], tuple[GpuProcess, ...]] = largest_memory_users,
     ) -> None:
         self._run = run
         self._platform = platform
         self._host_memory = host_memory
+        self._memory_users = memory_users  # no per-process GPU memory on unified memory: RAM users (RSS)
         self._chip: _AppleChip | None = None
         self._identified = False
         self.reason: str | None = None
@@ -473,6 +480,9 @@ class AppleProbe:
                 bandwidth_source="table" if chip.bandwidth_gbps else "unknown",
                 unified_memory=True,
                 util_gpu_pct=float(util.group(1)) if util else None,
+                processes=self._memory_users(),
+                processes_rss=True,
+                memory_pressure=apple_memory_pressure(self._output(APPLE_PRESSURE_ARGV)),
             ),
         )
 
