@@ -44,6 +44,7 @@ from trayapp.core.loopback import is_loopback
 from trayapp.core.model import ModelStatus, RequestRecord, Snapshot
 from trayapp.core.redact import redact_url
 from trayapp.sinks.listener import GuardedHandler, GuardedServer, normal_host
+from trayapp.sinks.metrics_energy import EnergyHistograms, machine_energy_families, request_energy_families
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9464
@@ -127,6 +128,7 @@ class _Observed:
     requests: dict[_RequestKey, float]
     ttft: dict[_Key, _Histogram]
     tpot: dict[_Key, _Histogram]
+    energy: EnergyHistograms
 
 
 def request_outcome(record: RequestRecord) -> str:
@@ -147,6 +149,7 @@ class MetricsState:
         self._requests: dict[_RequestKey, float] = {}
         self._ttft: dict[_Key, _Histogram] = {}  # keyed by the redacted server label
         self._tpot: dict[_Key, _Histogram] = {}
+        self._energy = EnergyHistograms()  # per-request energy (sinks/metrics_energy.py)
         self._last_mono_s: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self))
@@ -186,6 +189,7 @@ class MetricsState:
         self._requests[rkey] = self._requests.get(rkey, 0.0) + 1.0
         if outcome == "error":
             return
+        self._energy.add(record, key)
         if record.ttft_s is not None and record.ttft_s >= 0:
             self._ttft[key] = self._ttft.get(key, _Histogram.empty(TTFT_BUCKETS_S)).add(
                 TTFT_BUCKETS_S, record.ttft_s
@@ -198,7 +202,12 @@ class MetricsState:
     def observed(self) -> _Observed:
         with self._lock:
             return _Observed(
-                self._snapshot, dict(self._decoded), dict(self._requests), dict(self._ttft), dict(self._tpot)
+                self._snapshot,
+                dict(self._decoded),
+                dict(self._requests),
+                dict(self._ttft),
+                dict(self._tpot),
+                self._energy.copy(),
             )
 
 
@@ -269,9 +278,11 @@ class SnapshotCollector(Collector):
             "(gen_ai.server.time_per_output_token).",
             TPOT_BUCKETS_S, observed.tpot,
         )  # fmt: skip
+        yield from request_energy_families(observed.energy)
         if snapshot is None:
             return
         yield from self._snapshot_metrics(snapshot)
+        yield from machine_energy_families(snapshot)
 
     @staticmethod
     def _snapshot_metrics(snapshot: Snapshot) -> Iterator[Metric]:
