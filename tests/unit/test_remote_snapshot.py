@@ -342,3 +342,32 @@ def replace_machines(snap: Snapshot, *machines: RemoteMachine) -> Snapshot:
     from dataclasses import replace
 
     return replace(snap, machines=machines)
+
+
+def test_gpu_memory_holders_survive_the_round_trip() -> None:
+    """#21: per-process GPU memory in `hardware.gpus[].processes`, a size NVML does not report as null
+    (never 0), another user's process by that name; Apple's RAM users and memory pressure."""
+    from dataclasses import replace
+
+    from trayapp.core.model import GpuProcess
+    from trayapp.core.vram_holders import OTHER_USER
+
+    holders = (GpuProcess(4121, "python", 5_800_000_000), GpuProcess(77, OTHER_USER, None))
+    (gpu,) = s.HW.gpus
+    hw = replace(s.HW, gpus=(replace(gpu, processes=holders),))
+    snap = replace(s.snap(s.T0), hardware=hw)
+    written = json.loads(json.dumps(snapshot_json(snap)))
+    assert written["hardware"]["gpus"][0]["processes"] == [
+        {"pid": 4121, "name": "python", "used_bytes": 5_800_000_000},
+        {"pid": 77, "name": "another user's process", "used_bytes": None},
+    ]
+    assert snapshot_from_json(written).hardware == hw
+    apple = replace(
+        gpu, processes=holders[:1], processes_rss=True, memory_pressure="warning", unified_memory=True
+    )
+    snap = replace(s.snap(s.T0), hardware=replace(s.HW, gpus=(apple,)))
+    assert snapshot_from_json(json.loads(json.dumps(snapshot_json(snap)))).hardware.gpus == (apple,)
+    older = json.loads(json.dumps(snapshot_json(s.snap(s.T0))))
+    for entry in older["hardware"]["gpus"]:  # an agent before #21
+        del entry["processes"], entry["processes_rss"], entry["memory_pressure"]
+    assert snapshot_from_json(older).hardware.gpus[0].processes == ()

@@ -10,6 +10,7 @@ from typing import Any
 
 from trayapp.core.model import (
     Alert,
+    GpuProcess,
     HardwareSnapshot,
     ModelStatus,
     RamBandwidthChange,
@@ -101,6 +102,11 @@ def ram_bandwidth_change_json(change: RamBandwidthChange | None) -> dict[str, An
     }
 
 
+def gpu_process_json(process: GpuProcess) -> dict[str, Any]:
+    """One GPU memory holder: `used_bytes` null where the driver does not say (never 0)."""
+    return {"pid": process.pid, "name": process.name, "used_bytes": process.used_bytes}
+
+
 def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
     host = hardware.host
     return {
@@ -117,6 +123,9 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
                 "temperature_c": g.temperature_c,
                 "power_w": g.power_w,
                 "throttle_reasons": list(g.throttle_reasons),
+                "processes": [gpu_process_json(p) for p in g.processes],
+                "processes_rss": g.processes_rss,
+                "memory_pressure": g.memory_pressure,
             }
             for g in hardware.gpus
         ],

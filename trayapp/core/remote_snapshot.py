@@ -25,6 +25,7 @@ from trayapp.core.model import (
     SEVERITIES,
     VALUE_SOURCES,
     Alert,
+    GpuProcess,
     GpuReading,
     HardwareSnapshot,
     HostReading,
@@ -197,6 +198,9 @@ def hardware_from_json(data: Mapping[str, Any]) -> HardwareSnapshot:
                 temperature_c=_num(gpu, "temperature_c"),
                 power_w=_num(gpu, "power_w"),
                 throttle_reasons=tuple(str(r) for r in throttle),
+                processes=_gpu_processes(gpu),
+                processes_rss=bool(_bool(gpu, "processes_rss")),
+                memory_pressure=_str(gpu, "memory_pressure"),
             )
         )
     measured_at = _str(data, "ram_bandwidth_measured_at")
@@ -212,6 +216,18 @@ def hardware_from_json(data: Mapping[str, Any]) -> HardwareSnapshot:
         ram_bandwidth_change=_ram_bandwidth_change(change) if isinstance(change, Mapping) else None,
     )
     return HardwareSnapshot(gpus=tuple(gpus), host=host, gpu_reason=_str(data, "gpu_reason"))
+
+
+def _gpu_processes(gpu: Mapping[str, Any]) -> tuple[GpuProcess, ...]:
+    """A GPU's memory holders (an agent before #21 sends none); one without a pid is skipped."""
+    out = []
+    for item in _list(gpu, "processes"):
+        entry = _table(item, "process")
+        pid = _int(entry, "pid")
+        if pid is not None:
+            used = _int(entry, "used_bytes")
+            out.append(GpuProcess(pid, _str(entry, "name"), used if used is None or used >= 0 else None))
+    return tuple(out)
 
 
 def _ram_bandwidth_change(data: Mapping[str, Any]) -> RamBandwidthChange | None:
