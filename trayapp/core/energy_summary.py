@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
+
+from trayapp.core.energy_types import EnergyStatus
 
 J_PER_WH = 3600.0
 
@@ -86,3 +89,19 @@ def energy_text(totals: EnergyTotals) -> str:
     if totals.measured < totals.requests:
         text += f" ({totals.measured} of {totals.requests} requests measured)"
     return text
+
+
+def energy_json(energy: EnergyStatus | None) -> dict[str, Any] | None:
+    """The machine's energy for `status --json` (docs/json.md): power now, idle draw, per-domain totals."""
+    if energy is None:
+        return None
+    return {
+        "power_w": None if energy.power_w is None else round(energy.power_w, 2),
+        "idle_w": None if energy.idle_w is None else round(energy.idle_w, 2),
+        "estimated": energy.estimated,
+        "reason": energy.reason,
+        "domains": [
+            {"domain": d.domain, "source": d.source, "total_j": round(d.total_j, 3), "estimated": d.estimated}
+            for d in energy.domains
+        ],
+    }

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from trayapp.core.energy_summary import energy_json
 from trayapp.core.model import (
     Alert,
     GpuProcess,
@@ -123,6 +124,10 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
                 "temperature_c": g.temperature_c,
                 "power_w": g.power_w,
                 "throttle_reasons": list(g.throttle_reasons),
+                "power_limit_w": g.power_limit_w,
+                "sm_clock_mhz": g.sm_clock_mhz,
+                "sm_clock_max_mhz": g.sm_clock_max_mhz,
+                "energy_j": _num(g.energy_j, 3),
                 "processes": [gpu_process_json(p) for p in g.processes],
                 "processes_rss": g.processes_rss,
                 "memory_pressure": g.memory_pressure,
@@ -138,6 +143,9 @@ def hardware_json(hardware: HardwareSnapshot) -> dict[str, Any]:
         "ram_bandwidth_confidence": host.ram_bandwidth_confidence,
         "ram_bandwidth_change": ram_bandwidth_change_json(host.ram_bandwidth_change),
         "cpu_percent": host.cpu_percent,
+        "cpu_freq_mhz": host.cpu_freq_mhz,
+        "cpu_freq_max_mhz": host.cpu_freq_max_mhz,
+        "thermal_max_c": host.thermal_max_c,
     }
 
 
@@ -183,6 +191,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
         "servers": [server_json(s) for s in snapshot.servers],
         "hardware": hardware_json(snapshot.hardware),
         "alerts": [alert_json(a) for a in snapshot.alerts],
+        "energy": energy_json(snapshot.energy),
     }
     if snapshot.machines:
         doc["machines"] = [machine_json(m) for m in snapshot.machines]
