@@ -130,7 +130,10 @@ def test_a_trickling_request_is_closed_however_steadily_it_sends(either: Any) ->
 # --------------------------------------------------------------------------- the connection cap
 
 
-def test_the_connection_cap_answers_503_at_once_and_frees_up(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_at_the_cap_the_longest_idle_connection_makes_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four idle connections fill a cap of four: a fifth client is served at once, and the one that has
+    waited longest is closed for it (before, every new client got 503 until an idle one timed out:
+    200 idle connections kept `bar --follow` and the scraper out for good; tests/integration/test_soak.py)."""
     monkeypatch.setattr(snapshot_server, "MAX_CONNECTIONS", 4)
     monkeypatch.setattr(metrics, "MAX_CONNECTIONS", 4)
     srv = SnapshotServer(request_timeout_s=30.0).start()
@@ -140,22 +143,60 @@ def test_the_connection_cap_answers_503_at_once_and_frees_up(monkeypatch: pytest
     try:
         for base, path in ((srv.url, "/v1/snapshot"), (exp.url.removesuffix("/metrics"), "/metrics")):
             wait_until(lambda base=base, path=path: httpx.get(base + path, timeout=2).status_code == 200, 5.0)
-            held = [socket.create_connection(("127.0.0.1", int(base.rpartition(":")[2]))) for _ in range(4)]
+            held = []
+            for _ in range(4):  # one at a time, so their order is the order they began to wait
+                held.append(socket.create_connection(("127.0.0.1", int(base.rpartition(":")[2]))))
+                time.sleep(0.05)
             try:
-                time.sleep(0.2)  # all four accepted
-                started = time.monotonic()
-                refused = httpx.get(base + path, timeout=5)
-                assert time.monotonic() - started < 1.0  # answered by the accept thread, no waiting
-                assert refused.status_code == 503
-                assert "too many connections (4)" in refused.text
-                assert refused.headers["Retry-After"] == "1"
+                served = httpx.get(base + path, timeout=5)
+                assert served.status_code == 200
+                assert _closed_within(held[0], 5.0) >= 0  # the oldest idle one gave up its slot
+                for sock in held[1:]:  # the others still wait, untouched
+                    sock.setblocking(False)
+                    with pytest.raises(BlockingIOError):
+                        sock.recv(1)
             finally:
                 for sock in held:
                     sock.close()
-            wait_until(lambda base=base, path=path: httpx.get(base + path, timeout=2).status_code == 200, 5.0)
     finally:
         srv.stop(2.0)
         exp.stop()
+
+
+def test_at_the_cap_of_busy_connections_a_new_one_gets_503_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four event streams being served fill a cap of four: none gives up its slot, and a new client gets
+    a clear 503 from the accept thread at once."""
+    monkeypatch.setattr(snapshot_server, "MAX_CONNECTIONS", 4)
+    srv = SnapshotServer(request_timeout_s=30.0).start()
+    srv.publish(decoding(1.0))
+    port = int(srv.url.rpartition(":")[2])
+    try:
+        streams = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.settimeout(5.0)
+            assert sock.recv(4096).startswith(b"HTTP/1.")  # its stream began: it is served, not waiting
+            streams.append(sock)
+        try:
+            started = time.monotonic()
+            refused = httpx.get(srv.url + "/v1/snapshot", timeout=5)
+            assert time.monotonic() - started < 1.0  # answered by the accept thread, no waiting
+            assert refused.status_code == 503
+            assert "too many connections (4)" in refused.text
+            assert refused.headers["Retry-After"] == "1"
+        finally:
+            for sock in streams:
+                sock.close()
+        ticks = iter(range(2, 1000))
+
+        def served_after_a_tick() -> bool:  # a stream finds its client gone at its next write
+            srv.publish(decoding(float(next(ticks))))
+            return httpx.get(srv.url + "/v1/snapshot", timeout=2).status_code == 200
+
+        wait_until(served_after_a_tick, 5.0)
+    finally:
+        srv.stop(2.0)
 
 
 # --------------------------------------------------------------------------- SSE fairness

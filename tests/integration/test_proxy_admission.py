@@ -1,7 +1,7 @@
 """The proxy's slots at the cap (services/proxy/admission.py), over real loopback sockets: a waiting
 connection whose request bytes have arrived keeps its slot, an idle one gives it up, and a new
 connection is refused when none can. The burst case this guards against was seen beside a busy
-neighbour (tests/integration/test_proxy_soak.py): 8 % of well-behaved clients closed unanswered."""
+neighbour (tests/integration/test_soak.py): 8 % of well-behaved clients closed unanswered."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from trayapp.services.proxy.admission import Slots, kernel_bytes_waiting
+from trayapp.services.proxy.admission import Slots
+from trayapp.sinks.listener import kernel_bytes_waiting
 
 
 @pytest.fixture

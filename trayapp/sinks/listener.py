@@ -7,7 +7,10 @@ live in sinks/snapshot_server.py and sinks/metrics.py):
   listener starts waiting for it (after connecting, or after the previous answer): an idle or a
   trickling connection is closed then, however slowly it keeps sending;
 * every write must finish within `send_timeout_s` (a client that does not read is dropped);
-* at most `max_connections` connections at once: one more gets `503` at once, from the accept thread,
+* at most `max_connections` connections at once. At the cap a new connection takes the slot of the
+  connection that has waited longest for a request *with nothing sent to read* (an idle or trickling
+  one: it is shut down), as the proxy does (services/proxy/admission.py); when every held connection
+  is serving a request or has one arriving, the new one gets `503` at once, from the accept thread,
   and is closed (no thread is started for it);
 * a listener bound to loopback answers only a `Host` of `localhost`, `127.0.0.1` or `[::1]` (any port)
   or a name the user allowed, so a web page whose name is rebound to 127.0.0.1 reads nothing (DNS
@@ -19,6 +22,7 @@ live in sinks/snapshot_server.py and sinks/metrics.py):
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import io
@@ -38,6 +42,25 @@ ACCEPT_BACKOFF_S = 0.1  # after a failed accept (fd limit): no busy loop on a so
 ACCEPT_LOG_EVERY_S = 60.0  # a failing accept is logged at most this often
 REQUEST_QUEUE = 128  # the listen backlog
 _RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+try:  # FIONREAD: bytes the kernel holds for a socket (POSIX)
+    import fcntl
+    import termios
+
+    _FIONREAD: int | None = termios.FIONREAD
+except ImportError:  # Windows: a connection's unread bytes cannot be counted
+    _FIONREAD = None
+
+
+def kernel_bytes_waiting(fileno: int) -> int:
+    """Bytes the kernel holds unread for this socket; 0 where that cannot be asked."""
+    if _FIONREAD is None or fileno < 0:
+        return 0
+    count = array.array("i", [0])
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(fileno, _FIONREAD, count, True)
+        return count[0]
+    return 0
 
 
 def host_name(host_header: str) -> str:
@@ -107,8 +130,10 @@ class GuardedServer(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.max_connections = max_connections
         self.name = name
-        self._active = 0
+        # each held connection → when it began to wait for a request (None: serving one)
+        self._held: dict[socket.socket, float | None] = {}
         self._active_lock = threading.Lock()
+        self.evicted = 0  # waiting connections shut down to make room at the cap
         self._accept_failures = 0
         self._accept_logged_s = -ACCEPT_LOG_EVERY_S
         self._logged: set[str] = set()
@@ -116,7 +141,7 @@ class GuardedServer(ThreadingHTTPServer):
 
     @property
     def active_connections(self) -> int:
-        return self._active
+        return len(self._held)
 
     def get_request(self) -> tuple[Any, Any]:
         try:
@@ -136,28 +161,53 @@ class GuardedServer(ThreadingHTTPServer):
             raise  # socketserver drops this accept and serves on
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        victim = None
         with self._active_lock:
-            full = self._active >= self.max_connections
+            if len(self._held) >= self.max_connections:
+                victim = self._longest_waiting()
+                if victim is not None:
+                    del self._held[victim]  # its slot is free now; its thread ends and closes it
+                    self.evicted += 1
+            full = len(self._held) >= self.max_connections
             if not full:
-                self._active += 1
+                self._held[request] = time.monotonic()
+        if victim is not None:
+            with contextlib.suppress(OSError):
+                victim.shutdown(socket.SHUT_RDWR)  # its thread's blocked read returns at once
         if full:
             self._refuse_full(request)
             return
         try:
             super().process_request(request, client_address)  # starts the connection's thread
         except BaseException:
-            self._release()
+            self._release(request)
             raise  # socketserver: handle_error, then closes the connection
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self._release(request)
 
-    def _release(self) -> None:
+    def waiting(self, connection: socket.socket, for_request: bool) -> None:
+        """The handler of `connection` waits for a request (it may give up its slot at the cap), or
+        has one to serve (it may not)."""
         with self._active_lock:
-            self._active -= 1
+            if connection in self._held:
+                self._held[connection] = time.monotonic() if for_request else None
+
+    def _longest_waiting(self) -> socket.socket | None:
+        """The connection that has waited longest for a request with nothing sent to read; None when
+        every one serves a request or has one arriving (called with the lock held)."""
+        waiting = sorted((since, id(sock), sock) for sock, since in self._held.items() if since is not None)
+        for _, _, sock in waiting:
+            if kernel_bytes_waiting(sock.fileno()) == 0:
+                return sock
+        return None
+
+    def _release(self, request: socket.socket) -> None:
+        with self._active_lock:
+            self._held.pop(request, None)
 
     def _refuse_full(self, request: socket.socket) -> None:
         """`503` at once, without a thread and without waiting on the client."""
@@ -209,6 +259,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.deadline = time.monotonic() + self.request_timeout_s  # idle wait + the whole request
+        self._note_waiting(True)
         super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -224,7 +275,12 @@ class GuardedHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _note_waiting(self, for_request: bool) -> None:
+        if isinstance(self.server, GuardedServer):
+            self.server.waiting(self.connection, for_request)
+
     def parse_request(self) -> bool:
+        self._note_waiting(False)  # a request line arrived: this connection keeps its slot now
         if not super().parse_request():
             return False
         refusal = self.refusal()

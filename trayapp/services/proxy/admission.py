@@ -1,4 +1,5 @@
-"""Who holds one listener's connection slots, and who gives one up at the cap (limits.py).
+"""Who holds one listener's connection slots, and who gives one up at the cap (limits.py); the
+bytes of request bodies it holds at once (`HeldBytes`).
 
 At the cap a new connection takes the slot of the connection that has waited longest for a
 request head *with nothing sent to read*: an idle or trickling connection, never one whose
@@ -11,21 +12,13 @@ connection is refused (503).
 
 from __future__ import annotations
 
-import array
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-try:  # FIONREAD: bytes the kernel holds for a socket (POSIX); elsewhere only what asyncio read
-    import fcntl
-    import termios
-
-    _FIONREAD: int | None = termios.FIONREAD
-except ImportError:  # Windows
-    _FIONREAD = None
+from trayapp.sinks.listener import kernel_bytes_waiting
 
 Connection = asyncio.Task[None]
 
@@ -35,17 +28,6 @@ class _Waiting:
     since_s: float  # time.monotonic() when it began to wait for a head
     has_bytes: Callable[[], bool]  # bytes read from it and not parsed yet (asyncio's or ours)
     fileno: int  # its socket, for the kernel's count (-1: unknown)
-
-
-def kernel_bytes_waiting(fileno: int) -> int:
-    """Bytes the kernel holds unread for this socket; 0 where that cannot be asked."""
-    if _FIONREAD is None or fileno < 0:
-        return 0
-    count = array.array("i", [0])
-    with contextlib.suppress(OSError):
-        fcntl.ioctl(fileno, _FIONREAD, count, True)
-        return count[0]
-    return 0
 
 
 class Slots:
@@ -88,6 +70,25 @@ class Slots:
             self.evicted += 1
             return True
         return False
+
+
+class HeldBytes:
+    """Request-body bytes one listener holds at once, under `limit_bytes`
+    (limits.REQUEST_BODIES_HELD_BYTES): the recorder's pieces and the prompt counter's copies."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.held_bytes = 0
+
+    def take(self, count_bytes: int) -> bool:
+        """Hold `count_bytes` more if the budget allows; False (nothing held): it does not."""
+        if self.held_bytes + count_bytes > self.limit_bytes:
+            return False
+        self.held_bytes += count_bytes
+        return True
+
+    def give(self, count_bytes: int) -> None:
+        self.held_bytes -= count_bytes
 
 
 def fd_soft_limit() -> int | None:

@@ -7,7 +7,8 @@ without queueing behind the running work: measured at a few milliseconds in the 
 2,000-token prefill, and exactly the server's own `prompt_n + cache_n` for the same request.
 
 The request body is held only by the counting task, sent only to the server the client sent it
-to, and dropped when the count is known; it is never stored or logged. The count runs beside
+to, and dropped when the count is known; it is never stored or logged. Its copy counts against the
+listener's budget for held bodies (admission.HeldBytes): past it, no count. The count runs beside
 the forwarded request, never in its way. Whatever does not fit (images, several prompts, a
 server error, a slow answer) gives no count: the total then stays unknown, never guessed.
 """
@@ -24,6 +25,7 @@ from trayapp.services.proxy.limits import PARSE_OFF_LOOP_BYTES
 if TYPE_CHECKING:
     import httpx
 
+    from trayapp.services.proxy.admission import HeldBytes
     from trayapp.services.proxy.recorder import RequestTap
 
 log = logging.getLogger(__name__)
@@ -114,8 +116,11 @@ class PromptCounter:
     """One route's prompt counts: started when a request's body is through, on the board until
     the request's first generated text (or its end), then gone."""
 
-    def __init__(self, board: PromptBoard | None, upstream_url: str, server_kind: str) -> None:
+    def __init__(
+        self, board: PromptBoard | None, upstream_url: str, server_kind: str, held: HeldBytes
+    ) -> None:
         self._board = board
+        self._held = held
         self._upstream_url = upstream_url.rstrip("/")
         self._server_kind = server_kind
         self._client: httpx.AsyncClient | None = None
@@ -128,8 +133,8 @@ class PromptCounter:
         if self._board is None or not counts_prompts(self._server_kind, tap.family) or id(tap) in self._tasks:
             return
         body = tap.request_copy()
-        if body is None:
-            return
+        if body is None or not self._held.take(len(body)):
+            return  # nothing to count, or the listener holds its budget of bodies already
         if self._client is None:
             import httpx  # here: the tray imports the proxy at start, and httpx costs ~0.1 s
 
@@ -137,6 +142,13 @@ class PromptCounter:
         self._tasks[id(tap)] = asyncio.create_task(self._count(tap, body, authorization))
 
     async def _count(self, tap: RequestTap, body: bytes, authorization: str | None) -> None:
+        held_bytes = len(body)  # the copy, and then what is parsed from it, until the count is known
+        try:
+            await self._count_held(tap, body, authorization)
+        finally:
+            self._held.give(held_bytes)
+
+    async def _count_held(self, tap: RequestTap, body: bytes, authorization: str | None) -> None:
         assert self._client is not None and tap.family is not None
         try:  # a big body is parsed on a worker thread: the streams on this loop never wait on it
             doc = (

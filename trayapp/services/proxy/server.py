@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
-from trayapp.services.proxy.admission import Slots, fd_soft_limit
+from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -90,13 +90,13 @@ class ProxyServer:
     ) -> None:
         self.route = route
         self.on_record = on_record
-        self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind)
+        self.held = HeldBytes(limits.REQUEST_BODIES_HELD_BYTES)  # request bodies held now (all connections)
+        self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind, self.held)
         self._server: asyncio.Server | None = None
         self._recorder_failed = False
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
-        self._held_bytes = 0  # request bodies the recorder holds now (all connections)
         self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
 
     @property
@@ -390,7 +390,7 @@ class ProxyServer:
         allows; past it the recorder gets nothing more of this body (the request is still forwarded)."""
         if exchange.over_budget:
             return
-        if self._held_bytes + len(payload) > limits.REQUEST_BODIES_HELD_BYTES:
+        if not self.held.take(len(payload)):
             exchange.over_budget = True
             self._feed(tap.drop_request)
             self._release(exchange)
@@ -400,12 +400,11 @@ class ProxyServer:
                 limits.REQUEST_BODIES_HELD_BYTES >> 20,
             )
             return
-        self._held_bytes += len(payload)
         exchange.held += len(payload)
         self._feed(tap.request_body, payload)
 
     def _release(self, exchange: _Exchange) -> None:
-        self._held_bytes -= exchange.held
+        self.held.give(exchange.held)
         exchange.held = 0
 
     async def _parse_off_loop(self, tap: RequestTap, exchange: _Exchange) -> None:
