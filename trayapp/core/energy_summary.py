@@ -105,3 +105,14 @@ def energy_json(energy: EnergyStatus | None) -> dict[str, Any] | None:
             for d in energy.domains
         ],
     }
+
+
+def energy_line(energy: EnergyStatus | None) -> str:
+    """The dashboard's energy line: "Power 212 W · idle 48 W", or why energy is not measured."""
+    if energy is None:
+        return ""
+    if energy.power_w is None:
+        return f"Energy not measured: {energy.reason}" if energy.reason else ""
+    text = f"Power {'~' if energy.estimated else ''}{energy.power_w:.0f} W"
+    text += f" · idle {energy.idle_w:.0f} W" if energy.idle_w is not None else " · idle draw not measured yet"
+    return text

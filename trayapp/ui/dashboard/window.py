@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from trayapp.core.energy_summary import energy_line
 from trayapp.core.glance import choose_model, host_port, prefill_line
 from trayapp.core.history import History
 from trayapp.core.loopback import is_this_machine_url
@@ -238,7 +239,8 @@ class Dashboard(QWidget):
         self._redraw_cards()
         self.alert_list.redraw()
         if snapshot is not None:
-            self.hardware_label.setText(hardware_line(snapshot.hardware))
+            energy = energy_line(snapshot.energy)
+            self.hardware_label.setText(hardware_line(snapshot.hardware) + (f"\n{energy}" if energy else ""))
             change = snapshot.hardware.host.ram_bandwidth_change
             changed = ram_bandwidth_change_line(change, snapshot.t_wall_s)
             self.ram_change_label.setText(changed or "")
