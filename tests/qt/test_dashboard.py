@@ -404,3 +404,19 @@ def test_ttft_text_marks_estimates() -> None:
     assert ttft_text(replace(base, ttft_s=None)) == "TTFT —"
     assert ttft_text(replace(base, ttft_s=0.31, ttft_exact=True)) == "TTFT 0.31 s"
     assert ttft_text(replace(base, ttft_s=6.0, ttft_exact=False)) == "TTFT ~6.00 s"
+
+
+def test_the_gpu_card_lists_who_holds_its_memory(qtbot: QtBot, dash: Dashboard) -> None:
+    """#21: the footer's GPU line is followed by the holders, largest first ("unavailable" where NVML
+    does not say)."""
+    from trayapp.core.model import GpuProcess
+
+    (gpu,) = HW.gpus
+    holders = (GpuProcess(4121, "python", 5_800_000_000), GpuProcess(88, "game.exe", None))
+    hw = replace(HW, gpus=(replace(gpu, processes=holders),))
+    dash.show()
+    qtbot.waitExposed(dash)
+    dash.update_snapshot(snap(0.0, server(model(rate=42.0)), hardware=hw))
+    lines = dash.hardware_label.text().splitlines()
+    assert "RTX 4090" in lines[0]
+    assert lines[1] == "GPU memory held by: python (pid 4121) 5.8 GB, game.exe unavailable"

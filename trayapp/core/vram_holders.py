@@ -217,3 +217,24 @@ def holders_from_evidence(evidence: Mapping[str, object]) -> tuple[VramHolder, .
             )
         )
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- the dashboard's GPU card
+
+
+def gpu_holders_lines(hardware: HardwareSnapshot, limit: int = 5) -> list[str]:
+    """One line per GPU that lists its memory holders, largest first: 'GPU memory held by:
+    llama-server 6.6 GB, python (pid 4121) 5.8 GB, Xorg 0.2 GB'; on Apple's unified memory, the
+    largest RAM users and the memory pressure: 'RAM used by: ollama 21.0 GB, Safari 3.1 GB · memory
+    pressure: warning'."""
+    lines = []
+    several = len(hardware.gpus) > 1
+    for gpu in hardware.gpus:
+        holders = sort_holders(VramHolder(p.pid, p.name, p.used_bytes, gpu.index) for p in gpu.processes)
+        what = "RAM used by" if gpu.processes_rss else "GPU memory held by"
+        line = f"{what}: {holders_text(holders, limit)}" if holders else ""
+        if gpu.memory_pressure:
+            line += (" · " if line else "") + f"memory pressure: {gpu.memory_pressure}"
+        if line:
+            lines.append(f"GPU {gpu.index} {line}" if several else line)
+    return lines

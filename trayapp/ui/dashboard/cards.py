@@ -19,6 +19,7 @@ from trayapp.core.units import (
     format_tokens,
     format_ttft,
 )
+from trayapp.core.vram_holders import gpu_holders_lines
 
 
 def ttft_text(model: ModelStatus) -> str:
@@ -114,7 +115,8 @@ class ModelCard(QFrame):
 
 
 def hardware_line(hardware: HardwareSnapshot) -> str:
-    """'GPU RTX 4090 · 18.0/24 GB · 97 % busy · 64 °C      RAM 18.2/64 GB'."""
+    """'GPU RTX 4090 · 18.0/24 GB · 97 % busy · 64 °C      RAM 18.2/64 GB', then who holds each GPU's
+    memory (`gpu_holders_lines`)."""
     parts = []
     for gpu in hardware.gpus:
         text = f"GPU {gpu.name}"
@@ -124,6 +126,9 @@ def hardware_line(hardware: HardwareSnapshot) -> str:
             text += f" · {gpu.util_gpu_pct:.0f} % busy"
         if gpu.temperature_c is not None:
             text += f" · {gpu.temperature_c:.0f} °C"
+        if gpu.power_w is not None:
+            limit = f" of {gpu.power_limit_w:.0f}" if gpu.power_limit_w else ""
+            text += f" · {gpu.power_w:.0f}{limit} W"
         if gpu.throttle_reasons:
             text += " · throttled: " + ", ".join(gpu.throttle_reasons)
         parts.append(text)
@@ -135,4 +140,4 @@ def hardware_line(hardware: HardwareSnapshot) -> str:
         parts.append(f"RAM {format_gb_of(used, host.ram_total_bytes)}")
     else:
         parts.append("RAM —")
-    return "      ".join(parts)
+    return "\n".join(["      ".join(parts), *gpu_holders_lines(hardware)])
