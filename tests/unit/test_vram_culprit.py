@@ -9,6 +9,7 @@ weights); none is computed by calling the product code.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -25,10 +26,12 @@ from trayapp.core.model import (
     ModelFacts,
     ModelReading,
     ServerReading,
+    Snapshot,
 )
 from trayapp.core.pipeline import Pipeline
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.vram_holders import OTHER_USER, VramHolder, holders_from_evidence, holders_text
+from trayapp.sinks.store import Store
 from trayapp.sources.gpu import NvmlProbe
 
 URL = "http://127.0.0.1:8080"
@@ -96,7 +99,7 @@ def gpu(compute: Sequence[tuple[int, int | None]], graphics: list[tuple[int, int
 
 
 def test_the_offload_alert_names_the_process_that_held_the_vram_and_what_closing_it_gives(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     desktop: list[tuple[int, int | None]] = [(XORG_PID, XORG_HELD)]
     driver = FakeNvmlDriver([gpu([(SERVER_PID, 2_000_000_000), (PYTHON_PID, PYTHON_HELD)], desktop)])
@@ -104,11 +107,13 @@ def test_the_offload_alert_names_the_process_that_held_the_vram_and_what_closing
     probe = NvmlProbe(pynvml, name_of_pid=NAMES.get)
     pipeline = Pipeline(Thresholds())
     alerts: list[tuple[Alert, ...]] = []
+    snapshots: list[Snapshot] = []
 
     def tick(t: float, loading: bool = False) -> None:
         hw = HardwareSnapshot(probe.read(), host())
         out = pipeline.process([reading(loading)], hw, {}, resolve_machine(hw), t, WALL0 + t)
         alerts.append(out.snapshot.alerts)
+        snapshots.append(out.snapshot)
 
     tick(1.0, loading=True)  # loading: python already holds 5.8 GB
     driver.gpus = [gpu([(SERVER_PID, SERVER_HELD), (PYTHON_PID, PYTHON_HELD)], desktop)]
@@ -149,6 +154,15 @@ def test_the_offload_alert_names_the_process_that_held_the_vram_and_what_closing
         VramHolder(PYTHON_PID, "python", PYTHON_HELD),
         VramHolder(XORG_PID, "Xorg", XORG_HELD),
     )
+    # The store keeps the snapshot with the episode (the alerts row's evidence_json).
+    with Store(tmp_path / "store.sqlite3") as store:
+        for snapshot in snapshots:
+            store.record(snapshot)
+        (stored,) = [a for a in store.alerts_between(WALL0, None) if a["kind"] == "offload"]
+    assert stored["alert_id"] == offload.id
+    evidence = stored["evidence"]
+    assert isinstance(evidence, dict) and evidence["vram_holders_at_wall_s"] == WALL0 + 2.0
+    assert holders_from_evidence(evidence)[0] == VramHolder(PYTHON_PID, "python", PYTHON_HELD)
 
 
 def test_wddm_sizes_are_unavailable_never_zero_and_old_cards_fall_back(
