@@ -270,3 +270,19 @@ def test_stored_fix_commands_are_read_defensively() -> None:
     assert fix_commands('["llama-server -c 4096", "x"]') == ["llama-server -c 4096", "x"]
     assert fix_commands(None) == fix_commands("") == fix_commands("not json") == []  # rows before #20
     assert fix_commands('{"a": 1}') == [] and fix_commands('["ok", 3]') == ["ok"]
+
+
+def test_the_vram_holders_of_an_offload_are_shown_as_words(tmp_path: Path) -> None:
+    """#21: the holders kept with an offload episode (its evidence) read as 'python (pid 4121) 5.8 GB'."""
+    from dataclasses import replace
+
+    path = tmp_path / "holders.sqlite3"
+    holders = [{"pid": 4121, "name": "python", "used_bytes": 5_800_000_000, "gpu_index": 0}]
+    alert = replace(
+        kv_alert(model="m", since_wall_s=T0 + 1), evidence={"cpu_share": 0.4, "vram_holders": holders}
+    )
+    with Store(path) as store:
+        store.record(tick(T0, "m", "holders", 0, alerts=(alert,)), [session("holders", "m", T0, T0 + 10)])
+    with Store(path, writer=False) as store:
+        page = render_report(store)
+    assert "vram_holders = python (pid 4121) 5.8 GB" in page

@@ -21,6 +21,7 @@ from trayapp.config.files import atomic_write_text
 from trayapp.core.energy_summary import EnergyTotals, energy_by_day, energy_text, energy_totals
 from trayapp.core.model import SessionRecord
 from trayapp.core.units import format_gb
+from trayapp.core.vram_holders import holders_from_evidence, holders_text
 from trayapp.sinks.report_svg import PlotSample, context_plot, time_plot
 from trayapp.sinks.report_svg import escape_html as _e
 from trayapp.sinks.store import Store
@@ -206,15 +207,22 @@ def _commands_html(stored: object) -> str:
     return f'<pre class="fix">{_e(lines)}</pre>'
 
 
+def _evidence_text(evidence: object) -> str:
+    """'cpu_share = 0.4, vram_holders = python (pid 4121) 5.8 GB, Xorg 0.2 GB, …' (the holders as words)."""
+    if not isinstance(evidence, dict):
+        return ""
+    return ", ".join(
+        f"{k} = {holders_text(holders_from_evidence(evidence), 5) if k == 'vram_holders' else v}"
+        for k, v in evidence.items()
+    )
+
+
 def _alerts_html(alerts: Sequence[dict[str, object]]) -> str:
     if not alerts:
         return '<p class="none">No alerts during this session.</p>'
     parts = []
     for a in alerts:
-        evidence = a.get("evidence")
-        evidence_text = (
-            ", ".join(f"{k} = {v}" for k, v in evidence.items()) if isinstance(evidence, dict) else ""
-        )
+        evidence_text = _evidence_text(a.get("evidence"))
         started, ended = a.get("started_wall_s"), a.get("ended_wall_s")
         since = _utc(float(started)) if isinstance(started, (int, float)) else "—"
         until = _utc(float(ended)) if isinstance(ended, (int, float)) else "still active"
