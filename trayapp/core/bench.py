@@ -124,6 +124,7 @@ class BenchRun:
     wall_s: float  # the request's whole time
     gpu_fraction: float | None = None  # the model's GPU share at the tick before this run
     spilled: bool = False  # the model had spilled to the CPU (against the bench's start) for this run
+    energy_j: float | None = None  # this machine's energy above its idle draw over the whole request
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -268,6 +269,8 @@ class BenchResult:
     sweep_stopped: str | None = None  # why the sweep stopped early (a depth beyond the context, …)
     interrupted: bool = False
     warnings: tuple[str, ...] = ()
+    decode_j_per_token: float | None = None  # decode runs' energy above idle ÷ their generated tokens
+    energy_reason: str | None = None  # why J/token is not measured
 
     @property
     def baseline_key(self) -> tuple[str, str | None, str]:
@@ -279,6 +282,15 @@ def _measured(runs: Sequence[BenchRun], kind: RunKind, depth: int | None = None)
     out = [r for r in runs if r.kind == kind and not r.warmup and (depth is None or r.depth_tokens == depth)]
     steady = [r for r in out if not r.spilled]
     return steady or out  # a spill is named (warnings), not averaged in, unless every run spilled
+
+
+def decode_energy(decode: Sequence[BenchRun], reason: str | None) -> tuple[float | None, str | None]:
+    """(J per generated token over the decode runs whose energy was measured, or None and why)."""
+    measured = [r for r in decode if r.energy_j is not None and r.decode_tokens]
+    tokens = sum(r.decode_tokens or 0 for r in measured)
+    if not tokens:
+        return None, reason or "no decode run's energy was measured"
+    return sum(r.energy_j or 0.0 for r in measured) / tokens, None
 
 
 def _rates(runs: Sequence[BenchRun]) -> list[float]:
@@ -383,6 +395,7 @@ def summarize(
     interrupted: bool = False,
     warnings: Sequence[str] = (),
     calibrated_efficiency: float | None = None,
+    energy_reason: str | None = None,
 ) -> BenchResult:
     """The result of the runs so far (an interrupted bench keeps what finished); the verdict uses an
     earlier bench's calibration of this (model, hardware) when one is given."""
@@ -401,7 +414,10 @@ def summarize(
             f"{len(spilled)} run(s) ran with the model spilled to the CPU (GPU share fell below "
             f"{thresholds.offload_gpu_fraction * 100:.0f} %): kept in runs, left out of the medians"
         )
+    j_per_token, energy_reason = decode_energy(decode, energy_reason)
     return BenchResult(
+        decode_j_per_token=j_per_token,
+        energy_reason=energy_reason,
         target=target,
         settings=settings,
         runs=tuple(runs),

@@ -41,6 +41,7 @@ from trayapp.core.bench import (
 from trayapp.core.loopback import same_server
 from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy, is_loaded
 from trayapp.core.units import format_pct, format_rate, format_tokens
+from trayapp.services.bench_energy import BenchEnergy
 from trayapp.services.bench_report import stored_calibration
 
 if TYPE_CHECKING:
@@ -212,6 +213,7 @@ class _Bench:
         thresholds: Thresholds,
         progress: ProgressSink,
         cancel: threading.Event | None = None,
+        local: bool = True,
     ) -> None:
         self.monitor, self.client, self.target, self.plan = monitor, client, target, plan
         self.thresholds, self.progress, self.cancel = thresholds, progress, cancel
@@ -221,6 +223,7 @@ class _Bench:
         self._nonce = secrets.token_hex(6)
         self._count = 0
         self._spill_named = False
+        self.energy = BenchEnergy(monitor._read_hardware, local=local)
 
     def _prompt(self, reps: int) -> str:
         self._count += 1
@@ -269,7 +272,9 @@ class _Bench:
         label = ("warm-up" if warmup else kind) + (f" @ {format_tokens(depth)}" if depth else "")
         self.progress.show(label)
         share, spilled = (None, False) if warmup else self._placement()
+        self.energy.begin()
         generation: Generation = self.client.generate(self.target.model, self._prompt(reps), max_tokens)
+        energy_j = self.energy.end()
         run = bench_run(
             generation.record,
             kind=kind,
@@ -282,6 +287,7 @@ class _Bench:
             gpu_fraction=share,
             spilled=spilled,
         )
+        run = replace(run, energy_j=energy_j)
         self.runs.append(run)
         self.progress.step()
         rate = run.decode_tok_s if kind != "prompt" else run.prompt_tok_s
@@ -301,6 +307,7 @@ class _Bench:
         from trayapp.services.bench_client import ContextExceededError
 
         s = self.plan.settings
+        self.energy.sample_idle()
         for i in range(s.warmup + s.runs):
             run = self._one("decode", i < s.warmup, 0, 0, s.tokens)
             if self.plan.base_tokens is None and run.prompt_tokens:
@@ -401,7 +408,8 @@ def run_job(
     interrupted, failure = False, None
     with BenchClient(server.url, server.kind, api_key=_api_key(monitor, server.url)) as client:
         plan = _Plan(settings, target.context_length)
-        bench = _Bench(monitor, client, target, plan, thresholds, progress, cancel)
+        local = server.url not in monitor._machines(snapshot.hardware)[0]
+        bench = _Bench(monitor, client, target, plan, thresholds, progress, cancel, local)
         try:
             bench.run()
         except (KeyboardInterrupt, BenchCancelled):
@@ -426,5 +434,6 @@ def run_job(
         interrupted=interrupted,
         warnings=warnings,
         calibrated_efficiency=stored_calibration(target),
+        energy_reason=bench.energy.reason,
     )
     return BenchOutcome(result, failure)

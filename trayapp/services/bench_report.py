@@ -88,7 +88,10 @@ def format_result(result: BenchResult) -> str:
             f"decode     {format_rate(result.decode_tok_s)} tok/s (median of {len(measured)}, {how}; "
             f"{s.warmup} warm-up discarded) · spread {format_rate(result.decode_spread.tok_s)} tok/s"
             + (f", CV {cv * 100:.1f} %" if cv is not None else "")
+            + (f" · {result.decode_j_per_token:.3g} J/token" if result.decode_j_per_token is not None else "")
         )
+        if result.decode_j_per_token is None and result.energy_reason:
+            lines.append(f"energy     not measured: {result.energy_reason}")
     if result.ttft_s is not None:
         bound = " (upper bound: the server counts cached tokens)" if result.prompt_rate_upper_bound else ""
         lines.append(
