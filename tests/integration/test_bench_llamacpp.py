@@ -77,6 +77,11 @@ def test_bench_streamed_estimate_matches_server_timings_and_skips_warmup(llama_s
     assert data["efficiency"] == pytest.approx(data["decode_tok_s"] / data["ceiling_tok_s"], abs=0.001)
     assert data["healthy"]["verdict"] in ("healthy", "below_band", "low_efficiency", "not_judged")
     assert [p["depth"] for p in data["sweep"]] == [0]
+    # beside its published peers (#23): its own share of the (measured) bandwidth, and theirs or "too few"
+    peers = data["peers"]
+    assert peers["share"] == pytest.approx(data["efficiency"], abs=0.001)
+    assert peers["band"] is None or peers["band"]["n"] >= 3
+    assert peers["line"].startswith(f"{data['efficiency'] * 100:.0f} % of bandwidth; ")
 
 
 def test_sweep_shows_the_slowdown_beside_the_prediction(full_kv_server: LlamaServer) -> None:
@@ -110,6 +115,9 @@ def test_depth_beyond_the_context_stops_the_sweep(llama_server: LlamaServer) -> 
     assert "depth 20000 + 8 generated tokens exceeds the server's context of 8192 tokens" in result.stdout
     assert "the sweep stops here" in result.stdout
     assert "decode " in result.stdout and "TTFT" in result.stdout  # what ran is still reported
+    peers = [line for line in result.stdout.splitlines() if line.startswith("peers      ")]
+    assert len(peers) == 1 and "% of bandwidth; " in peers[0], result.stdout  # beside its peers (#23)
+    assert "peers on " in peers[0] or "too few published peers" in peers[0]
 
 
 def test_a_server_busy_with_another_client_is_refused(llama_server: LlamaServer) -> None:

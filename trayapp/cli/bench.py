@@ -22,6 +22,7 @@ from trayapp.services.bench_job import BenchError, Progress, find_target, run_jo
 from trayapp.services.bench_report import format_result, store_baseline
 
 if TYPE_CHECKING:
+    from trayapp.core.bench import BenchResult
     from trayapp.services.monitor import Monitor
 
 DEFAULT_DEPTHS = "0,2048,8192"
@@ -114,10 +115,13 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         outcome = run_job(monitor, snapshot, server, model, options, Progress(options.total_runs()), cancel)
     result = outcome.result
     stored, note = store_baseline(result)
+    line, peers = peer_comparison(result)
     if args.json:
-        print(json.dumps({**bench_json(result), "baseline_stored": stored, "baseline_note": note}, indent=2))
+        doc = {**bench_json(result), "baseline_stored": stored, "baseline_note": note, "peers": peers}
+        print(json.dumps(doc, indent=2))
     else:
         print(terminal_safe(format_result(result)))
+        print(terminal_safe(f"peers      {line}"))
         if stored:
             print("baseline   stored: later sessions of this model on this hardware are compared with it")
     if note:
@@ -126,3 +130,39 @@ def _run(args: argparse.Namespace, monitor: Monitor) -> int:
         print(f"llm-tray: bench: {outcome.failure}", file=sys.stderr)
         return 1
     return 130 if result.interrupted else 0
+
+
+def peer_comparison(result: BenchResult) -> tuple[str, dict[str, object]]:
+    """This machine beside its published peers (#23): the bench's share of the bandwidth ceiling at
+    depth 0 against the band of the nearest peers (same part, class or family; same quantization
+    group), as a line for the text and an object for the JSON."""
+    from trayapp.core.peers import band_for, likely_causes, peer_line, verdict
+    from trayapp.sources.peers_table import load_peers, peer_query
+
+    target = result.target
+    gpus = target.hardware_detail.get("gpus") or []
+    names = [str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")]
+    query = peer_query(names, target.quantization)
+    rows = load_peers()
+    band = band_for(rows, query)
+    share = result.efficiency
+    line = peer_line(share, band)
+    judged = verdict(share, band) if share is not None and band is not None else None
+    if judged == "far below its peers":
+        line += "; usually: " + " / ".join(likely_causes(rows, query)[:2])
+    return line, {
+        "share": None if share is None else round(share, 3),
+        "band": None
+        if band is None
+        else {
+            "basis": band.basis,
+            "n": band.n,
+            "median_share": round(band.median_share, 3),
+            "low_share": round(band.low_share, 3),
+            "high_share": round(band.high_share, 3),
+            "min_share": round(band.min_share, 3),
+            "max_share": round(band.max_share, 3),
+        },
+        "verdict": judged,
+        "line": line,
+    }

@@ -206,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint_options(bench)
     add_hardware_options(bench)
     add_bench_arguments(bench)
+    from trayapp.cli.peers import add_peers_arguments
+
+    add_peers_arguments(
+        sub.add_parser("peers", help="published results beside a model and a machine; its predicted rate")
+    )
     from trayapp.cli.autostart import add_autostart_arguments
 
     add_autostart_arguments(sub.add_parser("autostart", help="start the tray at login: on, off or status"))
@@ -453,6 +458,12 @@ def run_bench(args: argparse.Namespace) -> int:
     return bench_main(args, _make_monitor(args, record=False, one_shot=True))
 
 
+def run_peers(args: argparse.Namespace) -> int:
+    from trayapp.cli.peers import run_peers as peers_main
+
+    return peers_main(args)
+
+
 def run_tray(args: argparse.Namespace) -> int:
     if (
         sys.platform.startswith("linux")
@@ -509,6 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "agent": run_agent,
         "proxy": run_proxy,
         "bench": run_bench,
+        "peers": run_peers,
         "autostart": _run_autostart,
     }
     try:
