@@ -29,7 +29,8 @@ def test_default_ports() -> None:
         "sglang": 30000,
         "mlx": 8080,
     }
-    assert default_ports() == [1234, 8000, 8080, 11434, 30000]  # scanned once each: 8080 is two kinds'
+    assert SERVER_KINDS["llamacpp"].other_ports == (9931,)  # upstream's new default (llama.cpp #26508)
+    assert default_ports() == [1234, 8000, 8080, 9931, 11434, 30000]  # scanned once each: 8080 is two kinds'
 
 
 def test_missing_probe_module_shows_as_error() -> None:

@@ -20,17 +20,24 @@ class ServerKindRow:
     tries it on loopback); None: no default. `openai_compatible`: read through the OpenAI-compatible
     API alone (/v1/models, /metrics), with no native API that names a model's file, so its probe
     gets no facts loader. `context_flag`: how the server's own settings name the context size of a
-    request (None: it has no such setting of one word)."""
+    request (None: it has no such setting of one word). `other_ports`: further ports the kind is
+    found on out of the box (a new default upstream, a companion app's), scanned beside
+    `default_port`."""
 
     label: str
     default_port: int | None
     openai_compatible: bool
     context_flag: str | None = None
+    other_ports: tuple[int, ...] = ()
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
     "ollama": ServerKindRow("Ollama", 11434, openai_compatible=False, context_flag="num_ctx"),
-    "llamacpp": ServerKindRow("llama-server", 8080, openai_compatible=False, context_flag="-c"),
+    # 9931: upstream llama.cpp's new default port (and the ggml-org menu-bar app's); builds up to
+    # b11434 still listen on 8080.
+    "llamacpp": ServerKindRow(
+        "llama-server", 8080, openai_compatible=False, context_flag="-c", other_ports=(9931,)
+    ),
     "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
     "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
     "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True, context_flag="--context-length"),
@@ -55,8 +62,10 @@ def server_label(kind: str) -> str:
 
 
 def default_ports() -> list[int]:
-    """Every kind's default port, each once, ascending: the loopback ports a scan tries."""
-    return sorted({row.default_port for row in SERVER_KINDS.values() if row.default_port is not None})
+    """Every kind's default and other out-of-the-box ports, each once, ascending: the loopback ports
+    a scan tries."""
+    ports = {port for row in SERVER_KINDS.values() for port in row.other_ports}
+    return sorted(ports | {row.default_port for row in SERVER_KINDS.values() if row.default_port is not None})
 
 
 def context_flag(kind: str) -> str | None:

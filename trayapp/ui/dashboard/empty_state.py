@@ -15,7 +15,7 @@ from trayapp.core.glance import host_port
 from trayapp.core.model import Snapshot
 
 START_TIPS = (
-    "llama.cpp: `llama-server -m MODEL.gguf` (port 8080)",
+    "llama.cpp: `llama-server -m MODEL.gguf` (port 8080; 9931 from upstream's newer builds)",
     "Ollama: `ollama serve` (port 11434)",
     "LM Studio: Developer → Start Server (port 1234)",
     "vLLM: `vllm serve MODEL` (port 8000); SGLang: port 30000; MLX-LM: `mlx_lm.server` (port 8080)",
