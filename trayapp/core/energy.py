@@ -99,6 +99,8 @@ def domains_of(hardware: HardwareSnapshot) -> tuple[list[_Domain], list[str]]:
             reasons.append(f"{reading.domain}: {reading.reason}")
     if not hardware.energy and hardware.energy_reason:
         reasons.append(hardware.energy_reason)
+    if not hardware.gpus and hardware.gpu_reason:
+        reasons.append(f"no GPU energy ({hardware.gpu_reason})")
     return found, reasons
 
 
@@ -175,7 +177,7 @@ class EnergyMeter:
     def span(self, start_s: float, end_s: float) -> SpanEnergy:
         """The machine's energy (idle included) between two monotonic times, from the intervals."""
         if not self._intervals:
-            return SpanEnergy(None, reason=self._why_none())
+            return SpanEnergy(None, reason=self.why_none())
         if end_s <= start_s:
             return SpanEnergy(None, reason="the span has no length")
         joules = covered = 0.0
@@ -194,7 +196,13 @@ class EnergyMeter:
             return SpanEnergy(None, reason="energy was not read through the whole span")
         return SpanEnergy(joules, estimated, "+".join(sorted(sources)))
 
-    def _why_none(self) -> str:
+    @property
+    def has_intervals(self) -> bool:
+        """Whether any tick's energy was measured (else nothing can be attributed)."""
+        return bool(self._intervals)
+
+    def why_none(self) -> str:
+        """Why nothing is measured: the sources' reasons (RAPL unreadable, no GPU, …)."""
         return "; ".join(self._reasons) if self._reasons else NO_ENERGY
 
     def attribute(self, record: RequestRecord, mono_minus_wall_s: float) -> RequestRecord:
@@ -228,6 +236,8 @@ def with_energy(record: RequestRecord, meter: EnergyMeter, mono_minus_wall_s: fl
     """`record` with `energy_*` set from the meter's intervals: its prefill span ends where its decode
     span begins, which ends when it finished. Each figure is the gross energy less the idle draw
     over the same seconds; None with `energy_reason` where it cannot be measured."""
+    if not meter.has_intervals:
+        return replace(record, energy_reason=meter.why_none())
     prefill_s, decode_s = request_spans(record)
     idle_w = meter.idle_w
     end_s = record.finished_wall_s + mono_minus_wall_s
