@@ -105,7 +105,9 @@ class DiagnosisTracker:
         findings = diagnose_server(server, self._was_up.get(server.url, False))
         if server.status == "ok":
             self._was_up[server.url] = True
-        others = [p for g in hardware.gpus for p in g.processes if p.pid != server.pid]
+        others = [
+            p for g in hardware.gpus if not g.processes_rss for p in g.processes if p.pid != server.pid
+        ]  # Apple's RAM users are not GPU memory holders
         throttles = tuple(reason for g in hardware.gpus for reason in g.throttle_reasons)
         throttle = throttle_cause(hardware) if server_input.local else None
         for status in server.models:
