@@ -74,3 +74,13 @@ def test_the_gpu_card_lists_the_holders_and_apple_its_ram_users() -> None:
     ]
     assert holders_besides(replace(hw, gpus=(apple,)), ()) == ()  # RAM users are not GPU memory holders
     assert gpu_holders_lines(hardware(1_000_000_000)) == []
+
+
+def test_status_names_who_holds_the_gpu_memory_under_its_line() -> None:
+    from tests.support.snapshots import snap
+    from trayapp.core.text import format_snapshot
+
+    text = format_snapshot(replace(snap(0.0), hardware=hardware(12_000_000_000, (PYTHON, WDDM))))
+    lines = text.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("GPU 0: NVIDIA GeForce RTX 4090")]
+    assert lines[at + 1] == "  GPU memory held by: python3 (pid 4121) 1.3 GB, game.exe unavailable"

@@ -15,6 +15,7 @@ from trayapp.core.units import (
     format_tokens,
     format_ttft,
 )
+from trayapp.core.vram_holders import gpu_holders_lines
 
 
 def model_line(model: ModelStatus) -> str:
@@ -91,6 +92,8 @@ def _hardware_lines(hw: HardwareSnapshot, now_wall_s: float, where: str = "") ->
             used = f"{format_gb(gpu.vram_used_bytes)}/{format_gb(gpu.vram_total_bytes)}"
             bw = f" · {gpu.bandwidth_gbps:.0f} GB/s" if gpu.bandwidth_gbps else ""
             lines.append(f"{where}GPU {gpu.index}: {gpu.name} · {used}{bw}")
+            single = HardwareSnapshot((gpu,), hw.host)
+            lines.extend(f"{where}  {line}" for line in gpu_holders_lines(single))  # who holds its memory
     else:
         lines.append(f"{where}GPU: none ({hw.gpu_reason or 'not found'})")
     host = hw.host
