@@ -202,7 +202,9 @@ def test_every_split_point_gives_the_same_record(name: str) -> None:
     for k in range(1, len(body)):
         split = feed_capture(name, [(body[:k], T0 + 1), (body[k:], T0 + 2)])
         ttft_s = 1.0 if k > first_text_at else 2.0  # the piece that carries the first text byte
-        assert split == dataclasses.replace(whole, ttft_s=pytest.approx(ttft_s)), k
+        assert whole.queue_wait_s is not None  # TTFT less the server's prompt_ms: moves with the TTFT
+        queue_wait_s = pytest.approx(whole.queue_wait_s + ttft_s - 1.0)
+        assert split == dataclasses.replace(whole, ttft_s=pytest.approx(ttft_s), queue_wait_s=queue_wait_s), k
 
 
 def test_responses_stream_every_split_point() -> None:

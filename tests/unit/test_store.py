@@ -90,6 +90,7 @@ def test_no_column_can_hold_prompt_or_completion_text(db: Path) -> None:
         "stop_reason",  # why an answer ended: one of core.model.StopReason ("stop", "length", …)
         "fix_commands_json",  # an alert's fix as commands to copy (flags, env), written by llm-tray
         "energy_source", "energy_reason",  # where a request's energy was read, or why not (llm-tray's words)
+        "client_name",  # a client process's name ("aider") or its User-Agent product token, never a body
     }  # fmt: skip
     with Store(db) as store:
         for table in store_mod.TABLES:
@@ -170,7 +171,7 @@ def test_a_schema_1_store_gains_ttft_exact_and_keeps_its_rows(db: Path) -> None:
         new = {r["model"]: r["ttft_exact"] for r in rows(store, "samples", since_wall_s=T0 + 1)}
         assert new == {"a": 1, "b": 0, "c": None}
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == 7
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version() == len(store_mod.MIGRATIONS)
     assert raw.execute("SELECT count(*) FROM samples").fetchone()[0] == 4
     raw.close()
 

@@ -139,7 +139,7 @@ def test_a_schema_4_store_gains_the_bench_table_and_keeps_its_rows(db: Path) -> 
     )
     raw.commit()
     raw.close()
-    assert schema_version() == 6
+    assert schema_version() >= 5  # the bench table came with 5
     with Store(db) as store:
         assert [s.id for s in store.sessions()] == ["old"]
         assert [r["decode_tok_s"] for r in rows(store, "samples")] == [77.5]
@@ -147,7 +147,7 @@ def test_a_schema_4_store_gains_the_bench_table_and_keeps_its_rows(db: Path) -> 
         store.record_bench(result(T0 + 10, (point(0, 60, 90.0, 120.0),)))
         assert len(rows(store, "bench")) == 1
     raw = sqlite3.connect(db)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 6
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema_version()
     raw.close()
 
 

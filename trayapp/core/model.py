@@ -20,6 +20,7 @@ from typing import Literal, get_args
 
 from trayapp.core.alert_kinds import AlertKindName
 from trayapp.core.energy_types import EnergyReading, EnergyStatus
+from trayapp.core.peers import PeerBand
 
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
 Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
@@ -276,6 +277,12 @@ class FinishedRequest:
     context_limit_tokens: int | None = None  # the context size the server named when it refused or cut
     stop_reason: StopReason | None = None  # why the answer ended (a fixed vocabulary, never server text)
     max_tokens_requested: int | None = None  # the answer's length limit the client asked for
+    # Who asked and how long it waited (#22; the proxy knows both): the time before the server began
+    # reading the prompt (a slot busy with other requests, or a model loading), from the proxy's clock
+    # less the server's own prompt and decode times; the client's process (loopback) or User-Agent.
+    queue_wait_s: float | None = None
+    client_name: str | None = None  # "aider", "code", "python"; else the User-Agent's product token
+    client_pid: int | None = None  # the client's process, on this machine
 
 
 @dataclass(frozen=True)
@@ -380,6 +387,9 @@ class ModelStatus:
     draft_acceptance: float | None = None
     spec_speedup: float | None = None  # decode ÷ the plain-decode baseline (speculative decoding only)
     calibrated_efficiency: float | None = None  # a bench's decode ÷ ceiling at depth 0 on this hardware
+    # the published peers' band of shares of the ceiling (same part, class or family; this quantization's
+    # group): the healthy band where no bench calibrated this machine (core/peers.py, #23)
+    peer_band: PeerBand | None = None
     bench_decode_tok_s: float | None = None  # a bench's decode at depth 0 here (the dashboard's bench line)
     spec_type: str | None = None  # speculative decoding in use ("draft-simple", "draft-mtp", …), when known
     prefill: PrefillProgress | None = None  # prompts being read right now
@@ -491,6 +501,9 @@ class RequestRecord:
     energy_source: str | None = None  # "rapl", "nvml", "nvml+rapl", "macmon", …
     energy_estimated: bool = False  # some of it is power × time (no energy counter)
     energy_reason: str | None = None
+    queue_wait_s: float | None = None  # before the server began reading the prompt (FinishedRequest)
+    client_name: str | None = None
+    client_pid: int | None = None
 
 
 @dataclass(frozen=True)

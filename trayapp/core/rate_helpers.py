@@ -197,6 +197,9 @@ def record_from_finished(reading: ServerReading, fin: FinishedRequest) -> Reques
         context_limit_tokens=fin.context_limit_tokens,
         stop_reason=fin.stop_reason,
         max_tokens_requested=fin.max_tokens_requested,
+        queue_wait_s=fin.queue_wait_s,
+        client_name=fin.client_name,
+        client_pid=fin.client_pid,
     )
 
 

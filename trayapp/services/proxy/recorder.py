@@ -319,6 +319,7 @@ class RequestTap:
             first_text_mono_s=self.first_text_mono_s,
             last_text_mono_s=self.last_text_mono_s,
             text_pieces=self.text_pieces,
+            elapsed_s=max(0.0, now_mono_s - self.started_mono_s),
         )
         return FinishedRequest(
             **{

@@ -290,6 +290,25 @@ def _usage_counts(usage: Any) -> tuple[int | None, int | None, int | None]:
     return prompt, cached, output
 
 
+def queue_wait_s(
+    timings: Mapping[str, Any], *, streaming: bool, ttft_s: float | None, elapsed_s: float | None
+) -> float | None:
+    """How long a request waited before llama-server began reading its prompt (a slot busy with other
+    requests, or its model loading): the proxy's time to the first text less the server's own
+    `prompt_ms` (streaming), or the proxy's whole time less `prompt_ms + predicted_ms` (not
+    streaming). Never below 0; None without the figures. What is left in it besides waiting is the
+    loopback hop, a millisecond or two."""
+    prompt_ms = _as_num(timings.get("prompt_ms"))
+    if prompt_ms is None or prompt_ms < 0:
+        return None
+    if streaming:
+        return None if ttft_s is None else max(0.0, ttft_s - prompt_ms / 1000.0)
+    predicted_ms = _as_num(timings.get("predicted_ms"))
+    if elapsed_s is None or predicted_ms is None or predicted_ms < 0:
+        return None
+    return max(0.0, elapsed_s - (prompt_ms + predicted_ms) / 1000.0)
+
+
 def build_record(
     found: Mapping[str, Any],
     *,
@@ -300,14 +319,19 @@ def build_record(
     first_text_mono_s: float | None,
     last_text_mono_s: float | None,
     text_pieces: int,
+    elapsed_s: float | None = None,
 ) -> dict[str, Any]:
-    """The captured statistics of one response → `FinishedRequest` fields (no source/endpoint/status)."""
+    """The captured statistics of one response → `FinishedRequest` fields (no source/endpoint/status).
+    `elapsed_s`: the proxy's time from the request's arrival to the response's end."""
     fields: dict[str, Any] = {"model": model, "finished_wall_s": finished_wall_s}
     timings = found.get("timings")
     if isinstance(timings, dict):
         parsed = parse_timings({"timings": timings}, finished_wall_s=finished_wall_s, model=model)
         if parsed is not None:
             fields.update(_fields_of(parsed))
+            fields["queue_wait_s"] = queue_wait_s(
+                timings, streaming=streaming, ttft_s=ttft_s, elapsed_s=elapsed_s
+            )
             if streaming:
                 fields["ttft_s"] = ttft_s
             return fields

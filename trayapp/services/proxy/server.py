@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
+from trayapp.services.proxy.clients import ClientNamer, Named
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 
 RecordSink = Callable[[Route, FinishedRequest], None]
+CLIENT_NAME_WAIT_S = 2.0  # a record waits at most this for its client's name after the response ends
 
 
 @dataclass
@@ -98,6 +101,8 @@ class ProxyServer:
         self.port = route.listen_port
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
         self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
+        self._clients = ClientNamer()  # who sent each recorded request
+        self._naming: set[asyncio.Task[None]] = set()  # records waiting for their client's name
 
     @property
     def listen_url(self) -> str:
@@ -140,6 +145,8 @@ class ProxyServer:
             await asyncio.wait(self.slots.held, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._naming:  # records still waiting for their client's name: out, named or not
+            await asyncio.wait(self._naming, timeout=CLIENT_NAME_WAIT_S + 1)
         await self._prompts.close()
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -254,6 +261,13 @@ class ProxyServer:
             return False, upstream
         forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
         tap = self._tap(line)
+        naming = (
+            asyncio.ensure_future(
+                self._clients.name(writer.get_extra_info("peername"), self.port, head.get("user-agent"))
+            )
+            if tap.active
+            else None
+        )  # begun now, while the client's socket is open; forwarding never waits on it
         if upstream is None or not upstream.usable():
             if upstream is not None:
                 upstream.close()
@@ -267,7 +281,7 @@ class ProxyServer:
                         502, "Bad Gateway", message, "upstream_unreachable", upstream=upstream_name
                     )
                 )
-                self._record(tap, status=502, aborted=False)
+                self._record(tap, naming, status=502, aborted=False)
                 return False, None
         upstream.writer.write(forwarded.raw)
         exchange = _Exchange()
@@ -312,7 +326,7 @@ class ProxyServer:
             exchange.status = exchange.own_status = 400
         # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
         # (a 400 refusal with its numbers) was read by the recorder as it passed.
-        self._record(tap, status=exchange.own_status, aborted=not exchange.complete)
+        self._record(tap, naming, status=exchange.own_status, aborted=not exchange.complete)
         if not (exchange.complete and keep and framer.done):
             upstream.close()
             return False, None
@@ -328,7 +342,9 @@ class ProxyServer:
             request_body_limit_bytes=limits.REQUEST_BODY_KEPT_BYTES,
         )
 
-    def _record(self, tap: RequestTap, *, status: int | None, aborted: bool) -> None:
+    def _record(
+        self, tap: RequestTap, naming: asyncio.Future[Named] | None, *, status: int | None, aborted: bool
+    ) -> None:
         if not tap.active:
             return
         self._prompts.prompt_read(tap)
@@ -336,8 +352,29 @@ class ProxyServer:
             if status is not None:
                 tap.response_head(status, {}, time.monotonic())
             record = tap.finish(now_mono_s=time.monotonic(), now_wall_s=time.time(), aborted=aborted)
-            if record is not None:
-                self.on_record(self.route, record)
+        except Exception:
+            self._recorder_bug()
+            return
+        if record is None:
+            return
+        if naming is None:
+            self._emit(record)
+            return
+        task = asyncio.ensure_future(self._emit_named(record, naming))  # the connection goes on at once
+        self._naming.add(task)
+        task.add_done_callback(self._naming.discard)
+
+    async def _emit_named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
+        try:
+            name, pid = await asyncio.wait_for(asyncio.shield(naming), CLIENT_NAME_WAIT_S)
+            record = dataclasses.replace(record, client_name=name, client_pid=pid)
+        except (asyncio.TimeoutError, Exception):  # a client unnamed is a record all the same
+            naming.cancel()
+        self._emit(record)
+
+    def _emit(self, record: FinishedRequest) -> None:
+        try:
+            self.on_record(self.route, record)
         except Exception:
             self._recorder_bug()
 

@@ -241,6 +241,13 @@ def _migration_7(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
 
 
+def _migration_8(conn: sqlite3.Connection) -> None:
+    """Who sent each proxied request and how long it waited for the server (#22): the wait before
+    the server began reading its prompt, the client's process name (or User-Agent product) and pid."""
+    for column in ("queue_wait_s REAL", "client_name TEXT", "client_pid INTEGER"):
+        conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+
+
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = [
     _migration_1,
@@ -250,6 +257,7 @@ MIGRATIONS: list[Migration] = [
     _migration_5,
     _migration_6,
     _migration_7,
+    _migration_8,
 ]
 
 
