@@ -208,3 +208,8 @@ def test_apple_names_the_largest_ram_users_and_the_memory_pressure() -> None:
     users = (GpuProcess(11, "ollama", 21_000_000_000),)
     (gpu,) = AppleProbe(mac, platform="darwin", host_memory=host_memory, memory_users=lambda: users).read()
     assert gpu.processes == users and gpu.processes_rss and gpu.memory_pressure == "warning"
+
+
+def test_the_real_proc_does_not_raise() -> None:
+    clients = DrmClientReader().clients()
+    assert all(c.vram_bytes >= 0 and c.driver for c in clients)
