@@ -143,8 +143,9 @@ def _other_processes(view: ModelView) -> tuple[VramHolder, ...]:
 
 
 def _culprits_cause(view: ModelView) -> str:
-    """'About 16 of 40 layers on the CPU: 5.8 GB of the 12.9 GB of GPU memory is held by other
-    processes — python (pid 4121) 5.8 GB.'"""
+    """'About 16 of 40 layers are on the CPU: 6.0 GB of the 12.9 GB of GPU memory was held by other
+    processes when it was placed — python (pid 4121) 5.8 GB, Xorg 0.2 GB.' (a layer count where the
+    model's facts give one; "is held" where no snapshot was kept)."""
     model, machine = view.model, view.machine
     others = _other_processes(view)
     held = sum(h.used_bytes or 0 for h in others)
@@ -166,9 +167,9 @@ def _culprits_cause(view: ModelView) -> str:
 
 
 def _closing_option(view: ModelView) -> tuple[str, ClosingGain | None] | None:
-    """'close python (pid 4121) and reload the model: 16 more layers on the GPU (40 of 40), a decode
-    ceiling of ~40 tok/s instead of ~13 tok/s' for the holders an alert names; None when none is
-    notable."""
+    """'close python (pid 4121), which holds 5.8 GB, and reload the model: 16 more layers on the GPU
+    (all 40), a decode ceiling of ~40 tok/s instead of ~13 tok/s' for the (at most 3) notable holders
+    an alert names, with what closing them gives (`closing_gain`); None when none is notable."""
     model, machine = view.model, view.machine
     named = [h for h in _other_processes(view) if (h.used_bytes or 0) >= NOTABLE_VRAM_HOLDER_BYTES]
     named = named[:3]
@@ -194,7 +195,7 @@ def _closing_option(view: ModelView) -> tuple[str, ClosingGain | None] | None:
             if gain.layers_on_gpu == gain.n_layers
             else f"{gain.layers_on_gpu} of {gain.n_layers}"
         )
-        parts.append(f"{back} more layers on the GPU ({of})")
+        parts.append(f"{back} more layer{'' if back == 1 else 's'} on the GPU ({of})")
     else:
         parts.append(f"{format_spill_pct(gain.gpu_fraction)} of it on the GPU")
     if gain.ceiling_tok_s and model.ceiling_tok_s:
