@@ -40,6 +40,7 @@ from trayapp.core.model import (
     Severity,
 )
 from trayapp.core.offload import free_gpu_bytes, offload_finding, parallel_slots
+from trayapp.core.peers import PeerBand, peer_band_json
 from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.placement import ceiling_for
 from trayapp.core.quants import kv_is_full_precision
@@ -348,7 +349,10 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         return None
     rate, ceiling = model.decode_tok_s, model.ceiling_tok_s
     calibrated = usable_calibration(model.calibrated_efficiency)
-    if rate is None or not ceiling or rate >= low_efficiency_share(t, calibrated) * ceiling:
+    # Without a bench here, the published peers' median stands in for the calibration (#23).
+    peers = model.peer_band if calibrated is None else None
+    reference = calibrated if calibrated is not None else (peers.median_share if peers else None)
+    if rate is None or not ceiling or rate >= low_efficiency_share(t, reference) * ceiling:
         return None
     clues: list[str] = []
     if view.throttle_reasons:
@@ -372,6 +376,8 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         + (
             f"it reached {calibrated * 100:.0f} % when benched here (healthy: {band_text(calibrated)})."
             if calibrated is not None
+            else _peers_text(peers)
+            if peers is not None
             else f"a healthy GPU reaches {band_text(None)}."
         )
     )
@@ -380,11 +386,15 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
     fix = (
         f"Check cooling and power limits ({NVIDIA_SMI_PERFORMANCE}), close other GPU work, update the server."
     )
+    if peers is not None and share < peers.min_share and peers.causes:
+        message += f" That is below every published peer; usually: {'; '.join(peers.causes[:3])}."
+        fix = f"Try first: {peers.causes[0]}. {fix}"
     evidence = {
         "decode_tok_s": round(rate, 2),
         "ceiling_tok_s": round(ceiling, 2),
         "efficiency": round(share, 3),
         "calibrated_efficiency": None if calibrated is None else round(calibrated, 3),
+        "peer_band": None if peers is None else peer_band_json(peers),
         "throttle_reasons": list(view.throttle_reasons),
         "cpu_percent": view.cpu_percent,
         "throttle": view.throttle.evidence if view.throttle is not None else None,
@@ -400,6 +410,14 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
         cause,
         1 - share,
         fix_commands=(NVIDIA_SMI_PERFORMANCE,),
+    )
+
+
+def _peers_text(band: PeerBand) -> str:
+    """ "its peers on M2 Max, Q4 reach 52–62 % (median 58 %, n=14)." """
+    return (
+        f"its {band.label.split(':')[0]} reach {band.low_share * 100:.0f}–{band.high_share * 100:.0f} % "
+        f"(median {band.median_share * 100:.0f} %, n={band.n})."
     )
 
 

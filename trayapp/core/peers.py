@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Literal
 
 from trayapp.core.quants import EFFECTIVE_BPW, normalize_quant_name
+from trayapp.core.server_kinds import SERVER_KINDS
 from trayapp.core.units import GB
 
 PEERS_SCHEMA = "llm-tray-peers"
@@ -33,7 +34,8 @@ PEERS_VERSION = 1
 Family = Literal["apple", "nvidia", "amd", "intel", "cpu"]
 FAMILIES: tuple[Family, ...] = ("apple", "nvidia", "amd", "intel", "cpu")
 BACKENDS = ("metal", "cuda", "vulkan", "rocm", "cpu", "mlx")
-ENGINES = ("llama.cpp", "ollama", "mlx")
+# llama.cpp itself (llama-bench, llama-cli) or a server kind (core/server_kinds.py) that ran the model.
+ENGINES: tuple[str, ...] = ("llama.cpp", *SERVER_KINDS)
 
 MIN_PEERS = 3  # fewer rows than this in every scope: "too few peers to judge"
 SHORT_CONTEXT_TOKENS = 4096  # bands use results at this depth or less (deeper ones read the KV cache too)
@@ -257,6 +259,7 @@ class PeerBand:
     high_share: float  # 75th percentile
     min_share: float
     max_share: float
+    causes: tuple[str, ...] = ()  # what usually explains a machine far below them (`likely_causes`)
 
     @property
     def label(self) -> str:
@@ -340,6 +343,29 @@ def band_for(rows: Sequence[PeerRow], query: PeerQuery, min_rows: int = MIN_PEER
         if len(members) >= min_rows:
             return band_of(members, basis, scope, group)
     return None
+
+
+def peer_band_json(band: PeerBand) -> dict[str, object]:
+    """A band as JSON (`status --json`, alert evidence, `bench --json`; docs/json.md)."""
+    return {
+        "basis": band.basis,
+        "scope": band.scope,
+        "quant_group": band.quant_group,
+        "n": band.n,
+        "median_share": round(band.median_share, 3),
+        "low_share": round(band.low_share, 3),
+        "high_share": round(band.high_share, 3),
+        "min_share": round(band.min_share, 3),
+        "max_share": round(band.max_share, 3),
+        "label": band.label,
+        "causes": list(band.causes),
+    }
+
+
+def band_with_causes(rows: Sequence[PeerRow], query: PeerQuery) -> PeerBand | None:
+    """`band_for`, with what usually explains a machine far below the band (`likely_causes`)."""
+    band = band_for(rows, query)
+    return None if band is None else replace(band, causes=tuple(likely_causes(rows, query)))
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -36,6 +36,7 @@ from trayapp.core.model import (
     Snapshot,
     is_busy,
 )
+from trayapp.core.peers import PeerBand
 from trayapp.core.placement import Placement, ceiling_for, place, weights_bytes
 from trayapp.core.rates import RateEstimate, RateTracker
 from trayapp.core.session import SessionInput, SessionTracker
@@ -69,6 +70,8 @@ class Priors:
     calibrations: Mapping[ModelKey, float] = field(default_factory=dict)
     # Benched decode rate (tok/s) at depth 0 of each local model on this hardware.
     bench_rates: Mapping[ModelKey, float] = field(default_factory=dict)
+    # The published peers' band of each local model on this hardware, for its quantization (#23).
+    peer_bands: Mapping[ModelKey, PeerBand] = field(default_factory=dict)
 
 
 NO_PRIORS = Priors()
@@ -213,6 +216,7 @@ class Pipeline:
                 plain_baseline=priors.plain_baselines.get((reading.url, model.name)),
                 calibrated_efficiency=priors.calibrations.get((reading.url, model.name)),
                 bench_decode_tok_s=priors.bench_rates.get((reading.url, model.name)),
+                peer_band=priors.peer_bands.get((reading.url, model.name)),
                 proxied=reading.proxied,
             )
             for model, rate, placement in placed
@@ -261,6 +265,7 @@ def model_status(
     plain_baseline: Baseline | None = None,
     calibrated_efficiency: float | None = None,
     bench_decode_tok_s: float | None = None,
+    peer_band: PeerBand | None = None,
     proxied: bool = False,
 ) -> ModelStatus:
     """The one place a `ModelStatus` is made: the reading, its rates, its placement, its session,
@@ -300,6 +305,7 @@ def model_status(
         spec_speedup=spec_speedup(model.spec_type, rate, plain_baseline),
         calibrated_efficiency=calibrated_efficiency,
         bench_decode_tok_s=bench_decode_tok_s,
+        peer_band=peer_band,
         prefill=rate.prefill,
         session_id=session_id,
         live_rate_reason=model.live_rate_reason,

@@ -36,6 +36,7 @@ from trayapp.core.model import (
     Snapshot,
     is_active,
 )
+from trayapp.core.peers import PeerBand, band_with_causes
 from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
 from trayapp.core.probe import ServerProbe
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
@@ -46,6 +47,7 @@ from trayapp.sources.discovery import Discovery, Endpoint, make_probe
 from trayapp.sources.facts_loader import ModelFactsLoader
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.hwtable import gpu_lookup
+from trayapp.sources.peers_table import load_peers, peer_query
 from trayapp.sources.remote_agent import RemoteAgents
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ class Monitor:
         self._store: Store | None = None
         self._record_bug: str | None = None  # the last tick's store bug, shown as the store error
         self._bugs = BugLog(log)  # this monitor's boundary: each bug's traceback logged once
+        self._peer_band_cache: dict[tuple[tuple[str, ...], str | None], PeerBand | None] = {}
         if record:
             self._open_store()
         self.pipeline = Pipeline(
@@ -257,7 +260,11 @@ class Monitor:
         baselines, plain = self._baselines(machines, default_machine)
         calibrations, bench_rates = self._benched(machines, default_machine)
         priors = Priors(
-            baselines=baselines, plain_baselines=plain, calibrations=calibrations, bench_rates=bench_rates
+            baselines=baselines,
+            plain_baselines=plain,
+            calibrations=calibrations,
+            bench_rates=bench_rates,
+            peer_bands=self._peer_bands(hardware),
         )
         output = self.pipeline.process(
             readings, hardware, machines, default_machine, self._clock(), self._wall(), priors=priors
@@ -504,6 +511,30 @@ class Monitor:
             if rate is not None:
                 rates[key] = rate
         return calibrations, rates
+
+    def _peer_bands(self, hardware: HardwareSnapshot) -> dict[tuple[str, str], PeerBand]:
+        """The published peers' band of every local model on this machine, for its quantization
+        (#23; core/peers.py): the healthy band where no bench calibrated it. Cached per machine and
+        quantization; a table that does not load is a bug, logged once, and no band."""
+        bands: dict[tuple[str, str], PeerBand] = {}
+        if self.last_snapshot is None:
+            return bands
+        gpus = tuple(g.name for g in hardware.gpus)
+        for server, model in self.last_snapshot.models():
+            if server.machine is not None:
+                continue
+            key = (gpus, model.quantization)
+            if key not in self._peer_band_cache:
+                try:
+                    query = peer_query(gpus, model.quantization)
+                    self._peer_band_cache[key] = band_with_causes(load_peers(), query)
+                except Exception as exc:
+                    self._bugs.report(exc, "peers: band lookup")
+                    self._peer_band_cache[key] = None
+            band = self._peer_band_cache[key]
+            if band is not None:
+                bands[(server.url, model.name)] = band
+        return bands
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
         for server in snapshot.servers:
