@@ -193,3 +193,24 @@ def test_wddm_sizes_are_unavailable_never_zero_and_old_cards_fall_back(
     )
     text = holders_text([VramHolder(p.pid, p.name, p.used_bytes) for p in reading_.processes])
     assert text == "another user's process (pid 77) 1.5 GB, llama-server.exe unavailable"
+
+
+def test_closing_one_of_two_holders_gives_back_part_of_the_model() -> None:
+    """closing_gain when what is left still does not hold it all, by hand: python (5.8 GB) closed, a
+    second 2.0 GB holder kept: 12_884_901_888 − 2_000_000_000 = 10_884_901_888 B for the model. The
+    placement's split rule (physics.auto_gpu_fraction): f × (weights × 1.02 + KV) + 0.5 GiB ≤ room →
+    f = (10_884_901_888 − 536_870_912) / (9_180_000_000 + 1_342_177_280) = 10_348_030_976 / 10_522_177_280
+    = 0.98345 → 0.98345 × 40 = 39.34 → 39 layers; ceiling 1 / (0.98345 × 9e9 / 360e9 + 0.01655 × 9e9 /
+    60e9) = 1 / (0.024586 + 0.002483) = 36.94 tok/s."""
+    from trayapp.core.machine import Machine
+    from trayapp.core.vram_holders import closing_gain
+
+    machine = Machine("RTX 3060", 360.0, CAPACITY, RAM_GBPS, has_gpu=True)
+    gain = closing_gain(FACTS, CONTEXT, None, machine, 0.5968, PYTHON_HELD, PYTHON_HELD + 2_000_000_000)
+    assert gain is not None
+    assert gain.gpu_fraction == pytest.approx(0.98345, abs=1e-5)
+    assert (gain.layers_on_gpu_now, gain.layers_on_gpu, gain.n_layers) == (24, 39, 40)
+    assert gain.ceiling_tok_s == pytest.approx(36.94, abs=0.01)
+    # Nothing freed, or no better than now: no gain to offer.
+    assert closing_gain(FACTS, CONTEXT, None, machine, 0.5968, 0, PYTHON_HELD) is None
+    assert closing_gain(FACTS, CONTEXT, None, machine, 1.0, PYTHON_HELD, PYTHON_HELD) is None
