@@ -218,12 +218,21 @@ def check_gpu_memory(ctx: Context) -> list[Result]:
     return results
 
 
-# The checks, in order. #21 part B (power, the energy counter's delta, throttle reasons against
-# nvidia-smi --query-gpu=power.draw,power.limit,clocks_event_reasons.active,…) adds its functions here.
+# The checks, in order: memory here, then power, the energy counter's delta, SM clocks and throttle
+# reasons against nvidia-smi --query-gpu (tests/gpu/check_power.py, #21 part B).
 CHECKS: list[Callable[[Context], list[Result]]] = [
     check_process_memory,
     check_gpu_memory,
 ]
+
+
+def _power_checks() -> list[Callable[[Context], list[Result]]]:
+    from tests.gpu.check_power import check_clocks_and_throttle, check_energy, check_power
+
+    return [check_power, check_energy, check_clocks_and_throttle]
+
+
+CHECKS += _power_checks()
 
 
 def run_checks(alloc_bytes: int = ALLOC_BYTES) -> list[Result]:
