@@ -338,10 +338,10 @@ class AmdSysfsProbe:
     def read(self) -> tuple[GpuReading, ...]:
         devices = [card / "device" for card in self._cards()]
         devices = [device for device in devices if _link_name(device / "driver") == "amdgpu"]
+        clients = self._clients.clients() if devices else []  # one scan of /proc for every card
+        only = len(devices) == 1
         readings = tuple(
-            self._reading(
-                index, device, self._clients.processes("amdgpu", _link_name(device), len(devices) == 1)
-            )
+            self._reading(index, device, self._clients.processes("amdgpu", _link_name(device), only, clients))
             for index, device in enumerate(devices)
         )
         self.reason = None if readings else "no AMD GPU in sysfs"

@@ -118,11 +118,14 @@ class DrmClientReader:
             found.append(DrmClient(pid, driver, pdev, client_id, vram))
         return found
 
-    def processes(self, driver: str, pdev: str | None, only_device: bool) -> tuple[GpuProcess, ...]:
+    def processes(
+        self, driver: str, pdev: str | None, only_device: bool, clients: Iterable[DrmClient] | None = None
+    ) -> tuple[GpuProcess, ...]:
         """Per process, the device memory of its clients of `driver` on the card at `pdev` (any card of
-        that driver when `pdev` is unknown and `only_device`: the machine has one such card)."""
+        that driver when `pdev` is unknown and `only_device`: the machine has one such card).
+        `clients`: those already read this tick (one scan of /proc for every card)."""
         held: dict[int, int] = {}
-        for client in self.clients():
+        for client in self.clients() if clients is None else clients:
             if client.driver != driver:
                 continue
             if client.pdev != pdev and not (only_device and (pdev is None or client.pdev is None)):
@@ -178,4 +181,3 @@ def apple_memory_pressure(output: str | None) -> str | None:
 
 
 APPLE_PRESSURE_ARGV = ["sysctl", "-n", "kern.memorystatus_vm_pressure_level"]
-
