@@ -385,7 +385,7 @@ def _energy_html(session_text: str, days: Sequence[tuple[str, EnergyTotals]]) ->
     rows = [("This session", _e(session_text))]
     rows += [(f"{day} (UTC)", _e(energy_text(totals))) for day, totals in days]
     return (
-        "<h2>Energy</h2>\n<p class=\"sub\">Energy above the idle draw, over each request's prefill and "
+        '<h2>Energy</h2>\n<p class="sub">Energy above the idle draw, over each request\'s prefill and '
         "decode (RAPL, NVML or macmon; ~: power × time).</p>\n" + _table(rows)
     )
 
