@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from trayapp.core.model import (
     ServerStatus,
     Snapshot,
 )
+from trayapp.core.peers import PeerBand
 from trayapp.core.remote_snapshot import RemoteDocError, remote_url, snapshot_from_json, tag_remote
 
 DOC: dict[str, Any] = {
@@ -371,3 +373,27 @@ def test_gpu_memory_holders_survive_the_round_trip() -> None:
     for entry in older["hardware"]["gpus"]:  # an agent before #21
         del entry["processes"], entry["processes_rss"], entry["memory_pressure"]
     assert snapshot_from_json(older).hardware.gpus[0].processes == ()
+
+
+def test_a_peer_band_survives_the_round_trip() -> None:
+    """A model's published peers' band (#23) reads back as written; a broken one is refused."""
+    band = PeerBand(
+        basis="M2 Max, Q4",
+        scope="hardware",
+        quant_group="Q4",
+        n=14,
+        median_share=0.58,
+        low_share=0.52,
+        high_share=0.62,
+        min_share=0.45,
+        max_share=0.66,
+        causes=("too few threads",),
+    )
+    model = replace(s.model("llama3.1:8b", "decoding", 42.0), peer_band=band)
+    doc = snapshot_json(s.snap(s.T0, s.server(model)))
+    assert doc["servers"][0]["models"][0]["peer_band"]["label"] == "peers on M2 Max, Q4: 52–62 %, n=14"
+    back = snapshot_from_json(json.loads(json.dumps(doc)))
+    assert back.servers[0].models[0].peer_band == band
+    doc["servers"][0]["models"][0]["peer_band"]["scope"] = "galaxy"
+    with pytest.raises(RemoteDocError, match="scope"):
+        snapshot_from_json(doc)

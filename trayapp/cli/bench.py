@@ -136,7 +136,7 @@ def peer_comparison(result: BenchResult) -> tuple[str, dict[str, object]]:
     """This machine beside its published peers (#23): the bench's share of the bandwidth ceiling at
     depth 0 against the band of the nearest peers (same part, class or family; same quantization
     group), as a line for the text and an object for the JSON."""
-    from trayapp.core.peers import band_for, likely_causes, peer_line, verdict
+    from trayapp.core.peers import band_for, likely_causes, peer_band_json, peer_line, verdict
     from trayapp.sources.peers_table import load_peers, peer_query
 
     target = result.target
@@ -152,17 +152,7 @@ def peer_comparison(result: BenchResult) -> tuple[str, dict[str, object]]:
         line += "; usually: " + " / ".join(likely_causes(rows, query)[:2])
     return line, {
         "share": None if share is None else round(share, 3),
-        "band": None
-        if band is None
-        else {
-            "basis": band.basis,
-            "n": band.n,
-            "median_share": round(band.median_share, 3),
-            "low_share": round(band.low_share, 3),
-            "high_share": round(band.high_share, 3),
-            "min_share": round(band.min_share, 3),
-            "max_share": round(band.max_share, 3),
-        },
+        "band": None if band is None else peer_band_json(band),
         "verdict": judged,
         "line": line,
     }

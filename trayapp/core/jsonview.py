@@ -19,6 +19,7 @@ from trayapp.core.model import (
     ServerStatus,
     Snapshot,
 )
+from trayapp.core.peers import peer_band_json
 from trayapp.core.text import unseen_cuts_note
 
 
@@ -65,6 +66,7 @@ def model_json(model: ModelStatus, server: ServerStatus | None = None) -> dict[s
         "spec_speedup": _num(model.spec_speedup, 3),
         "calibrated_efficiency": _num(model.calibrated_efficiency, 4),
         "bench_decode_tok_s": _num(model.bench_decode_tok_s),
+        "peer_band": None if model.peer_band is None else peer_band_json(model.peer_band),
         "prefill_tokens_total": model.prefill.tokens_total if model.prefill else None,
         "prefill_tokens_done": model.prefill.tokens_done if model.prefill else None,
         "prefill_cached_tokens": model.prefill.cached_tokens if model.prefill else None,

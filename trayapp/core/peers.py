@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
-from typing import Literal
+from typing import Literal, get_args
 
 from trayapp.core.quants import EFFECTIVE_BPW, normalize_quant_name
 from trayapp.core.server_kinds import SERVER_KINDS
@@ -246,12 +246,16 @@ def hardware_class(vendor: str, family: str, name: str) -> tuple[Family, str]:
 # --------------------------------------------------------------------------- bands
 
 
+PeerScope = Literal["hardware", "class", "family"]
+PEER_SCOPES: tuple[PeerScope, ...] = get_args(PeerScope)
+
+
 @dataclass(frozen=True)
 class PeerBand:
     """The shares of the nearest peers with enough results: median, interquartile band, range."""
 
     basis: str  # what the peers are: "M2 Max, Q4", "Apple Max chips, Q4", "CPUs, any quantization"
-    scope: Literal["hardware", "class", "family"]
+    scope: PeerScope
     quant_group: str | None  # None: every quantization
     n: int
     median_share: float

@@ -38,6 +38,7 @@ from trayapp.core.model import (
     Severity,
     ValueSource,
 )
+from trayapp.core.peers import PEER_SCOPES, PeerBand, PeerScope
 
 
 class RemoteDocError(ValueError):
@@ -107,6 +108,33 @@ def _table(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+def _peer_band(value: Any) -> PeerBand | None:
+    """A model's published peers' band (#23; `core/peers.peer_band_json`), or None."""
+    if value is None:
+        return None
+    data = _table(value, "peer_band")
+    shares = [_num(data, k) for k in ("median_share", "low_share", "high_share", "min_share", "max_share")]
+    basis, n = _str(data, "basis"), _int(data, "n")
+    if basis is None or n is None or any(v is None for v in shares):
+        raise RemoteDocError("peer_band: basis, n and the shares are required")
+    causes = _list(data, "causes")
+    if not all(isinstance(c, str) for c in causes):
+        raise RemoteDocError("peer_band: causes must be a list of strings")
+    median, low, high, least, most = (float(v or 0.0) for v in shares)
+    return PeerBand(
+        basis=basis,
+        scope=cast(PeerScope, _choice(data, "scope", PEER_SCOPES)),
+        quant_group=_str(data, "quant_group"),
+        n=n,
+        median_share=median,
+        low_share=low,
+        high_share=high,
+        min_share=least,
+        max_share=most,
+        causes=tuple(causes),
+    )
+
+
 def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
     prefill = None
     done = _int(data, "prefill_tokens_done")
@@ -150,6 +178,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         spec_speedup=_num(data, "spec_speedup"),
         calibrated_efficiency=_num(data, "calibrated_efficiency"),
         bench_decode_tok_s=_num(data, "bench_decode_tok_s"),
+        peer_band=_peer_band(data.get("peer_band")),
         spec_type=_str(data, "spec_type"),
         prefill=prefill,
         session_id=_str(data, "session_id"),
