@@ -96,6 +96,8 @@ class ModelCard(QFrame):
             stats.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
         if model.ceiling_tok_s is not None:
             stats.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
+        if model.peer_band is not None:
+            stats.append(model.peer_band.label)  # "peers on M2 Max, Q4: 52–62 %, n=14" (#23)
         if model.live_rate_reason:
             stats.append(f"live rate unavailable: {model.live_rate_reason}")
         self.stats.setText(" · ".join(stats))

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 
 from trayapp.core.diagnose import band_text, healthy_band_shares, usable_calibration
 from trayapp.core.history import SeriesArrays
+from trayapp.core.peers import PeerBand
 from trayapp.core.thresholds import Thresholds
 from trayapp.ui.dashboard.plotting import (
     READING_BAND_TOK_S,
@@ -158,10 +159,12 @@ class RateTimePlot(Plot):
         now_s: float,
         calibrated_efficiency: float | None = None,
         bench_tok_s: float | None = None,
+        peer_band: PeerBand | None = None,
     ) -> tuple[int, int]:
         """Draw one model's history; returns (finite decode points, all points). With a calibration
         (a bench's efficiency here) the realistic band is centred on it, as `low_efficiency` is;
-        `bench_tok_s` (that bench's decode at depth 0) is drawn as a dashed line."""
+        `bench_tok_s` (that bench's decode at depth 0) is drawn as a dashed line. Without one, the
+        published peers' band (`peer_band`, #23) is the band, labelled with its basis."""
         self.set_text("left", self.unit())
         y = self.y(arrays.decode_tok_s)
         self.decode_curve.setData(arrays.t_wall_s, y, connect="finite")
@@ -174,7 +177,7 @@ class RateTimePlot(Plot):
         if ceiling is None:
             finite = arrays.ceiling_tok_s[np.isfinite(arrays.ceiling_tok_s)]
             ceiling = float(finite[-1]) if finite.size else None
-        self._draw_ceiling(ceiling, calibrated_efficiency)
+        self._draw_ceiling(ceiling, calibrated_efficiency, peer_band)
         self._draw_recorded_ceiling(arrays, now_s)
         self._draw_bench(bench_tok_s)
         self._draw_references()
@@ -193,7 +196,12 @@ class RateTimePlot(Plot):
         self.setYRange(0, limit, padding=0)
         return int(np.isfinite(arrays.decode_tok_s).sum()), len(arrays.decode_tok_s)
 
-    def _draw_ceiling(self, ceiling: float | None, calibrated_efficiency: float | None = None) -> None:
+    def _draw_ceiling(
+        self,
+        ceiling: float | None,
+        calibrated_efficiency: float | None = None,
+        peer_band: PeerBand | None = None,
+    ) -> None:
         if not ceiling:
             self.ceiling_line.hide()
             self.realistic_band.hide()
@@ -202,9 +210,12 @@ class RateTimePlot(Plot):
         self.ceiling_line.show()
         self.realistic_band.show()
         low_share, high_share = healthy_band_shares(calibrated_efficiency)
-        low, high = ceiling * low_share, ceiling * high_share
         name = "realistic" if usable_calibration(calibrated_efficiency) is None else "benched"
-        self.realistic_label.setFormat(f"{name} {band_text(calibrated_efficiency)}")
+        text = f"{name} {band_text(calibrated_efficiency)}"
+        if usable_calibration(calibrated_efficiency) is None and peer_band is not None:
+            low_share, high_share, text = peer_band.low_share, peer_band.high_share, peer_band.label
+        low, high = ceiling * low_share, ceiling * high_share
+        self.realistic_label.setFormat(text)
         if self.ms_per_token:
             self.ceiling_line.setValue(1000 / ceiling)
             self.realistic_band.setRegion((1000 / high, 1000 / low))

@@ -232,7 +232,8 @@ class Dashboard(QWidget):
             now_s = self.history.latest_t_wall_s or 0.0
             calibration = model.calibrated_efficiency if model is not None else None
             bench = model.bench_decode_tok_s if model is not None else None
-            points, total = self.time_plot.show_model(arrays, ceiling, now_s, calibration, bench)
+            peers = model.peer_band if model is not None else None
+            points, total = self.time_plot.show_model(arrays, ceiling, now_s, calibration, bench, peers)
             self.context_plot.show_model(arrays, model, self.kv_type, self.history.ceiling_points(key))
         self._redraw_header(current)
         self.empty_state.update_snapshot(snapshot)
