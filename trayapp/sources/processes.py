@@ -8,6 +8,7 @@ see live decode progress of an Ollama model without a proxy.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,6 +103,23 @@ def _listening_pid(connections: Sequence[object], port: int) -> int | None:
     return None
 
 
+def find_child_by_alias(parent_pid: int, alias: str) -> int | None:
+    """The child of `parent_pid` started with `--alias ALIAS` (a llama-server router's child for
+    one model); None when there is none or the OS does not say."""
+    try:
+        children = psutil.Process(parent_pid).children()
+    except _PSUTIL_ERRORS:
+        return None
+    for child in children:
+        try:
+            args = child.cmdline()
+        except _PSUTIL_ERRORS:
+            continue
+        if any(arg == "--alias" and value == alias for arg, value in itertools.pairwise(args)):
+            return int(child.pid)
+    return None
+
+
 def find_listening_pid(port: int) -> int | None:
     """The pid listening on a local TCP port, when the OS lets us see it; else None.
 
@@ -165,3 +183,36 @@ class CpuActivity:
         if used < mark[1]:
             return True  # another process on that port: look
         return (used - mark[1]) / (now_s - mark[0]) >= WORK_CPU_SHARE
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag VALUE` or `--flag=VALUE` in `args` (the last one given wins, as argparse does)."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+    return value
+
+
+def mlx_served_model(pid: int) -> str | None:
+    """The `--model` an `mlx_lm.server` process was started with, as the server names it in
+    `/v1/models`: a local folder by its resolved path (a relative one against the process's working
+    directory), anything else (a Hugging Face repo id) as given. None when the process is not
+    `mlx_lm.server`, has no `--model`, or the OS does not say."""
+    try:
+        process = psutil.Process(pid)
+        args = process.cmdline()
+    except _PSUTIL_ERRORS:
+        return None
+    if not any("mlx_lm" in arg or "mlx-lm" in arg for arg in args[:3]):
+        return None
+    model = _flag_value(args, "--model")
+    if not model:
+        return None
+    try:
+        path = os.path.join(process.cwd(), os.path.expanduser(model))
+    except _PSUTIL_ERRORS:
+        path = os.path.expanduser(model)
+    return os.path.realpath(path) if os.path.exists(path) else model

@@ -16,13 +16,18 @@ One router serves many models and runs each loaded one in a child llama-server
   (the child process used CPU, or `/metrics` shows running or queued requests).
 * A model seen going `loading` → `loaded` gives a load time measured between polls
   (± one poll interval), reported as a `FinishedRequest` that carries only `load_s`.
+* Where the router pushes its events (`GET /models/sse`, llamacpp_events.py), `/models` is read
+  once per connection of the stream and the states, load stages, wakes, failures and evictions
+  come from the events (a load time from its first `loading` event to its `loaded` event);
+  `/models` is polled only while the stream is unavailable (an older build: 404) or down.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -36,9 +41,15 @@ from trayapp.core.model import (
 )
 from trayapp.core.quants import normalize_quant_name
 from trayapp.sources.http import FetchError
-from trayapp.sources.processes import CpuActivity, find_listening_pid
+from trayapp.sources.processes import CpuActivity, find_child_by_alias, find_listening_pid
 from trayapp.sources.servers.jsonvals import as_bool, as_dict, as_int, as_str
 from trayapp.sources.servers.llamacpp import HEALTH_MAX_BYTES, LlamaServerProbe, slots_needed
+from trayapp.sources.servers.llamacpp_events import (
+    ModelEvents,
+    RouterEvent,
+    RouterEventBook,
+    RouterEventStream,
+)
 from trayapp.sources.servers.llamacpp_parse import (
     ModelMeta,
     PropsInfo,
@@ -49,7 +60,7 @@ from trayapp.sources.servers.llamacpp_parse import (
 )
 
 ROUTER_KIND = "llamacpp-router"  # what discovery calls a router; its readings say "llamacpp"
-ROUTER_STATES = ("unloaded", "loading", "loaded", "sleeping", "failed")
+ROUTER_STATES = ("unloaded", "loading", "loaded", "sleeping", "downloading", "failed")
 LOAD_SOURCE = "router-load"  # FinishedRequest.source of a measured load (no tokens)
 
 # --------------------------------------------------------------------------- pure parsers
@@ -65,6 +76,8 @@ class RouterModel:
     model_path: str | None = None  # the child's `--model`
     exit_code: int | None = None  # set when the last load failed
     meta: ModelMeta | None = None  # size / parameters, once loaded
+    detail: str | None = None  # from the events: load stage and progress, a wake, an eviction
+    loads: int = 0  # `loaded` events seen for it since `/models` was read (a new one: a new child)
 
 
 def is_router_props(data: Any) -> bool:
@@ -122,7 +135,8 @@ def parse_router_models(data: Any) -> tuple[RouterModel, ...]:
 class _Child:
     """What the probe keeps about one loaded child (one port: a reload is a new child)."""
 
-    port: int
+    port: int | None
+    loads: int = 0
     props: PropsInfo | None = None
     props_at_s: float = 0.0
     busy: bool = True  # a slot was processing at the last /slots answer (or none was asked yet)
@@ -148,15 +162,76 @@ class LlamaRouterProbe(LlamaServerProbe):
     `loaded` models are asked anything of their own (see the module docstring).
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, follow_events: bool = True, **options: Any) -> None:
         super().__init__(url, **options)
         self._children: dict[str, _Child] = {}
         self._loads: dict[str, _LoadWatch] = {}
+        self._follow_events = follow_events and self.url.startswith("http://")
+        self._stream: RouterEventStream | None = None
+        self._book = RouterEventBook()
+        self._book_lock = threading.Lock()
+        self._seeded_connection = 0
+        self._listed: tuple[RouterModel, ...] = ()
+        self._event_loads: list[FinishedRequest] = []
+        self.models_reads = 0  # GET /models asked: once per stream connection, or every poll without one
+
+    @property
+    def stream_state(self) -> str:
+        """The event stream's state: "off", "starting", "connected", "unavailable", "down"."""
+        return self._stream.state if self._stream is not None else "off"
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        super().close()
+
+    def _on_event(self, event: RouterEvent) -> None:
+        with self._book_lock:
+            self._book.apply(event)
+
+    def _listing(self, now_mono_s: float) -> tuple[RouterModel, ...]:
+        """The models and their states: from the events while the stream runs, else from `/models`."""
+        if self._follow_events and self._stream is None:
+            self._stream = RouterEventStream(self.url, self._headers, self._on_event)
+            self._stream.start()
+        stream = self._stream
+        if stream is None or stream.state != "connected":
+            self._seeded_connection = 0
+            return self._read_models()
+        connection = stream.connection
+        if connection != self._seeded_connection:
+            listed = self._read_models()  # the stream sends no initial state
+            with self._book_lock:
+                self._book.seed({m.name: m.state for m in listed}, time.monotonic())
+            self._listed, self._seeded_connection = listed, connection
+            self._loads.clear()
+            return listed
+        with self._book_lock:
+            states = dict(self._book.models)
+            infos = dict(self._book.infos)
+            done = self._book.take_done()
+        self._event_loads = [
+            FinishedRequest(model=d.model, finished_wall_s=time.time(), load_s=d.load_s, source=LOAD_SOURCE)
+            for d in done
+        ]
+        listed = tuple(_with_events(m, states.get(m.name), infos.get(m.name)) for m in self._listed)
+        known = {m.name for m in listed}
+        new = tuple(
+            _with_events(RouterModel(name, state.state), state, infos.get(name))
+            for name, state in states.items()
+            if name not in known
+        )
+        return listed + new
+
+    def _read_models(self) -> tuple[RouterModel, ...]:
+        self.models_reads += 1
+        return parse_router_models(self._fetch_json("/models"))
 
     def _poll(self, now_mono_s: float) -> ServerReading:
+        self._event_loads = []
         try:
             health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
-            listed = parse_router_models(self._fetch_json("/models"))
+            listed = self._listing(now_mono_s)
         except FetchError as exc:
             self._children.clear()
             self._loads.clear()
@@ -168,11 +243,13 @@ class LlamaRouterProbe(LlamaServerProbe):
         models: list[ModelReading] = []
         finished: list[FinishedRequest] = []
         problems: list[str] = []
+        from_events = bool(self._seeded_connection)
+        finished.extend(self._event_loads)
         for model in listed:
-            load = self._measure_load(model, now_mono_s)
+            load = None if from_events else self._measure_load(model, now_mono_s)
             if load is not None:
                 finished.append(load)
-            if model.state == "loaded" and model.port is not None:
+            if model.state == "loaded" and (model.port is not None or from_events):
                 child = self._child(model)
                 models.append(self._loaded_reading(model, child, now_mono_s))
                 problems.extend(child.problems)
@@ -215,9 +292,8 @@ class LlamaRouterProbe(LlamaServerProbe):
 
     def _child(self, model: RouterModel) -> _Child:
         child = self._children.get(model.name)
-        if child is None or child.port != model.port:
-            assert model.port is not None
-            child = self._children[model.name] = _Child(model.port)
+        if child is None or child.port != model.port or child.loads != model.loads:
+            child = self._children[model.name] = _Child(model.port, model.loads)
         child.problems = []
         return child
 
@@ -227,7 +303,7 @@ class LlamaRouterProbe(LlamaServerProbe):
     def _loaded_reading(self, model: RouterModel, child: _Child, now_s: float) -> ModelReading:
         props = self._child_props(model.name, child, now_s)
         counters: CounterReading | None = None
-        cpu_work = self._cpu_work(child, now_s)
+        cpu_work = self._cpu_work(model.name, child, now_s)
         metrics_on = props is not None and props.endpoint_metrics
         idle_watch = not child.busy and cpu_work is None
         metrics_due = child.metrics_at_s is None or now_s - child.metrics_at_s >= self.metrics_interval_s
@@ -283,13 +359,17 @@ class LlamaRouterProbe(LlamaServerProbe):
         child.props, child.props_at_s = parse_props(data), now_s
         return child.props
 
-    def _cpu_work(self, child: _Child, now_s: float) -> bool | None:
+    def _cpu_work(self, model_alias: str, child: _Child, now_s: float) -> bool | None:
         """Did the child process use CPU since the last poll? None when it cannot be seen."""
         if not self._local:
             return None
         if not child.pid_looked:
             child.pid_looked = True
-            child.pid = find_listening_pid(child.port)
+            if child.port is not None:
+                child.pid = find_listening_pid(child.port)
+            else:  # a child the events announced: found by its alias among the router's children
+                router_pid = self._server_pid(now_s)
+                child.pid = find_child_by_alias(router_pid, model_alias) if router_pid else None
         return child.cpu.worked(child.pid, now_s)
 
     # ------------------------------------------------------------------ helpers
@@ -301,11 +381,44 @@ class LlamaRouterProbe(LlamaServerProbe):
         return self._facts_loader.lookup(model.model_path)[0]
 
 
+def _with_events(model: RouterModel, events: ModelEvents | None, info: dict[str, Any] | None) -> RouterModel:
+    """`model` as listed by `/models`, brought up to date by the events since."""
+    if events is None:
+        return model
+    meta = next(iter(parse_v1_models({"data": [info]})), None) if info is not None else None
+    has_meta = meta is not None and (meta.size_bytes is not None or meta.parameter_count is not None)
+    return replace(
+        model,
+        state=events.state,
+        port=model.port if events.loads == 0 else None,  # a new child since /models: port unknown
+        exit_code=events.exit_code if events.state == "failed" else model.exit_code,
+        meta=meta if has_meta else model.meta,
+        detail=_event_detail(events),
+        loads=events.loads,
+    )
+
+
+def _event_detail(events: ModelEvents) -> str | None:
+    """'waking: loading text_model 40 % (1 of 2 parts)', 'evicted for beta (--models-max)'."""
+    if events.state in ("loading", "downloading"):
+        verb = "downloading" if events.state == "downloading" else "loading"
+        part = f" {events.stage}" if events.stage else ""
+        share = f" {events.progress * 100:.0f} %" if events.progress is not None else ""
+        of = ""
+        if events.stage in events.stages and len(events.stages) > 1:
+            of = f" (part {events.stages.index(events.stage) + 1} of {len(events.stages)})"
+        return ("waking: " if events.was_sleeping else "") + verb + part + share + of
+    if events.state == "unloaded" and events.evicted_for:
+        return f"not loaded: evicted for {events.evicted_for} (--models-max); the next request loads it"
+    return None
+
+
 def _idle_reading(model: RouterModel, facts: ModelFacts | None) -> ModelReading:
     """A model the router lists without a running child to ask (or one that must not be asked)."""
     reasons = {
         "unloaded": "not loaded (the router loads it on the next request for it)",
         "loading": None,
+        "downloading": "downloading",
         "sleeping": "asleep (--sleep-idle-seconds); it wakes on the next request",
         "failed": f"failed to load (exit code {model.exit_code})",
         "unknown": "state not known to llm-tray",
@@ -315,12 +428,12 @@ def _idle_reading(model: RouterModel, facts: ModelFacts | None) -> ModelReading:
     return ModelReading(
         name=model.name,
         loaded=False,
-        loading=model.state == "loading",
+        loading=model.state in ("loading", "downloading"),
         sleeping=model.state == "sleeping",
         weights_bytes=meta.size_bytes if meta else None,
         parameter_count=meta.parameter_count if meta else None,
         quantization=normalize_quant_name(meta.ftype if meta else None),
         model_path=model.model_path,
         facts=facts,
-        live_rate_reason=reasons.get(model.state),
+        live_rate_reason=model.detail or reasons.get(model.state),
     )
