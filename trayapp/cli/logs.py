@@ -43,6 +43,11 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bench", action="store_true", help="the stored `llm-tray bench` results instead (one row per depth)"
     )
+    parser.add_argument(
+        "--clients",
+        action="store_true",
+        help="who used the servers instead: proxied requests per client (requests, tokens, time, queue wait)",
+    )
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -259,6 +264,26 @@ def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | N
     return 0
 
 
+def _run_client_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
+    """Requests per client over the sessions asked for (--since, --last; default all)."""
+    from trayapp.core.client_usage import client_usage, client_usage_rows
+    from trayapp.sinks.store import StoreError
+
+    try:
+        with _open(args) as store:
+            ids = [s.id for s in store.sessions(since_wall_s=since, last_n=last)] if last else None
+            usage = client_usage(store.iter_rows("requests", since_wall_s=since, session_ids=ids))
+    except StoreError as exc:
+        return _fail("sessions", str(exc), 1)
+    if getattr(args, "json", False):
+        print(json.dumps([{**vars(u), "queue_wait_mean_s": u.queue_wait_mean_s} for u in usage], indent=2))
+    elif not usage:
+        print(f"no requests recorded yet (store: {_store_path(args)})")
+    else:
+        print(terminal_safe(_text_table(client_usage_rows(usage), numeric={1, 2, 3, 4, 5, 6})))
+    return 0
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -273,6 +298,8 @@ def run_sessions(args: argparse.Namespace) -> int:
         return _fail("sessions", str(exc), 2)
     if getattr(args, "bench", False):
         return _run_bench_list(args, since, last)
+    if getattr(args, "clients", False):
+        return _run_client_list(args, since, last)
     if last is None and since is None:
         last = DEFAULT_SESSIONS_SHOWN
     try:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from trayapp.config import paths
 from trayapp.config.files import read_secret_file
-from trayapp.core.model import FinishedRequest, HardwareProfile
+from trayapp.core.model import QUEUE_WAIT_NOTED_S, FinishedRequest, HardwareProfile
 from trayapp.core.terminal import terminal_safe
 from trayapp.core.units import format_rate
 
@@ -133,8 +133,13 @@ def build_routes(args: argparse.Namespace) -> list[Route]:
 def record_line(record: FinishedRequest) -> str:
     """One human line per request: numbers only, never text."""
     parts = [f"{record.endpoint or '?'} {record.model}", str(record.http_status or "—")]
+    if record.client_name is not None:
+        pid = f" (pid {record.client_pid})" if record.client_pid is not None else ""
+        parts.append(f"from {terminal_safe(record.client_name)}{pid}")
     if record.aborted:
         parts.append("aborted")
+    if record.queue_wait_s is not None and record.queue_wait_s >= QUEUE_WAIT_NOTED_S:
+        parts.append(f"queued {record.queue_wait_s:.1f} s")
     if record.ttft_s is not None:
         parts.append(f"TTFT {record.ttft_s * 1000:.0f} ms")
     if record.prompt_tokens is not None:

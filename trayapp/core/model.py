@@ -246,6 +246,9 @@ LOG_SOURCES = frozenset({"ollama-log", "llamacpp-log"})
 StopReason = Literal["stop", "length", "context", "other"]
 
 
+QUEUE_WAIT_NOTED_S = 0.1  # a shorter wait before the server reads a prompt is the hop, not a queue
+
+
 @dataclass(frozen=True)
 class FinishedRequest:
     """Exact statistics of one finished request, as a server reported them.
