@@ -420,3 +420,24 @@ def test_the_gpu_card_lists_who_holds_its_memory(qtbot: QtBot, dash: Dashboard) 
     lines = dash.hardware_label.text().splitlines()
     assert "RTX 4090" in lines[0]
     assert lines[1] == "GPU memory held by: python (pid 4121) 5.8 GB, game.exe unavailable"
+
+
+def test_the_footer_shows_the_power_cap_and_the_machines_power_and_idle_draw(
+    qtbot: QtBot, dash: Dashboard
+) -> None:
+    """#21: the GPU's draw against its power limit on its line; the machine's power and idle draw, or why
+    energy is not measured, on the last line."""
+    from trayapp.core.energy_types import EnergyStatus
+
+    (gpu,) = HW.gpus
+    hw = replace(HW, gpus=(replace(gpu, power_w=398.0, power_limit_w=400.0),))
+    dash.show()
+    qtbot.waitExposed(dash)
+    measured = replace(snap(0.0, server(model(rate=42.0)), hardware=hw), energy=EnergyStatus(412.4, 61.0))
+    dash.update_snapshot(measured)
+    lines = dash.hardware_label.text().splitlines()
+    assert "398 of 400 W" in lines[0]
+    assert lines[-1] == "Power 412 W · idle 61 W"
+    unread = replace(measured, energy=EnergyStatus(None, None, reason="no RAPL package counters"))
+    dash.update_snapshot(unread)
+    assert dash.hardware_label.text().splitlines()[-1] == "Energy not measured: no RAPL package counters"
