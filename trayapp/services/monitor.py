@@ -264,7 +264,7 @@ class Monitor:
             plain_baselines=plain,
             calibrations=calibrations,
             bench_rates=bench_rates,
-            peer_bands=self._peer_bands(hardware),
+            peer_bands=self._peer_bands(readings, machines, hardware),
         )
         output = self.pipeline.process(
             readings, hardware, machines, default_machine, self._clock(), self._wall(), priors=priors
@@ -512,28 +512,31 @@ class Monitor:
                 rates[key] = rate
         return calibrations, rates
 
-    def _peer_bands(self, hardware: HardwareSnapshot) -> dict[tuple[str, str], PeerBand]:
-        """The published peers' band of every local model on this machine, for its quantization
-        (#23; core/peers.py): the healthy band where no bench calibrated it. Cached per machine and
-        quantization; a table that does not load is a bug, logged once, and no band."""
+    def _peer_bands(
+        self, readings: Sequence[ServerReading], machines: dict[str, Machine], hardware: HardwareSnapshot
+    ) -> dict[tuple[str, str], PeerBand]:
+        """The published peers' band of every model of this tick's local servers, for its
+        quantization (#23; core/peers.py): the healthy band where no bench calibrated this machine.
+        The machine is the GPU named by `--gpu` / the config, else the GPUs read here (none: its CPU).
+        Cached per machine and quantization; a table that does not load is a bug, logged once."""
+        given = self._profile().gpu_name
+        gpus = (given,) if given else tuple(g.name for g in hardware.gpus)
         bands: dict[tuple[str, str], PeerBand] = {}
-        if self.last_snapshot is None:
-            return bands
-        gpus = tuple(g.name for g in hardware.gpus)
-        for server, model in self.last_snapshot.models():
-            if server.machine is not None:
-                continue
-            key = (gpus, model.quantization)
-            if key not in self._peer_band_cache:
-                try:
-                    query = peer_query(gpus, model.quantization)
-                    self._peer_band_cache[key] = band_with_causes(load_peers(), query)
-                except Exception as exc:
-                    self._bugs.report(exc, "peers: band lookup")
-                    self._peer_band_cache[key] = None
-            band = self._peer_band_cache[key]
-            if band is not None:
-                bands[(server.url, model.name)] = band
+        for reading in readings:
+            if reading.url in machines:
+                continue  # a server on another machine, described in the config: not this hardware
+            for model in reading.models:
+                quant = model.quantization or (model.facts.quantization if model.facts else None)
+                key = (gpus, quant)
+                if key not in self._peer_band_cache:
+                    try:
+                        self._peer_band_cache[key] = band_with_causes(load_peers(), peer_query(gpus, quant))
+                    except Exception as exc:
+                        self._bugs.report(exc, "peers: band lookup")
+                        self._peer_band_cache[key] = None
+                band = self._peer_band_cache[key]
+                if band is not None:
+                    bands[(reading.url, model.name)] = band
         return bands
 
     def _log_transitions(self, snapshot: Snapshot) -> None:
