@@ -299,3 +299,18 @@ def test_macmon_missing_on_macos_is_a_reason() -> None:
     probe = MacmonProbe(platform="darwin", which=lambda name: None)
     assert probe.read() == ()
     assert probe.reason is not None and "macmon is not installed" in probe.reason
+
+
+def test_a_prefill_whose_end_is_unknown_is_not_placed_by_guess() -> None:
+    meter = EnergyMeter()
+    ticks(meter, [10.0, 30.0, 50.0, 70.0, 90.0, 70.0, 60.0], [False] * 5 + [True] * 2, wrap_j=100.0)
+    unplaced = request(6.0, prompt_tokens=200, prompt_tok_s=200.0, decode_tokens=50)  # no decode rate
+    out = meter.attribute(unplaced, -WALL_0)
+    assert out.energy_prefill_j is None and out.energy_decode_j is None
+    assert out.energy_reason == (
+        "decode: its duration is unknown; prefill: when it ended is unknown (so is the decode's duration)"
+    )
+    refused = request(6.0, prompt_tokens=200, prompt_tok_s=200.0)  # nothing decoded: prefill ends at 6
+    out = meter.attribute(refused, -WALL_0)
+    assert out.energy_prefill_j == pytest.approx(90.0 - 20.0)  # [5, 6]
+    assert out.energy_reason == "decode: no token decoded"

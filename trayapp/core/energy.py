@@ -265,10 +265,15 @@ def with_energy(record: RequestRecord, meter: EnergyMeter, mono_minus_wall_s: fl
 
     decode_j = net(decode_start_s, end_s, "decode") if decode_s else None
     if not decode_s:
-        reasons.append("decode: its duration is unknown")
-    prefill_j = net(decode_start_s - prefill_s, decode_start_s, "prefill") if prefill_s else None
+        reasons.append(
+            "decode: its duration is unknown" if record.decode_tokens else "decode: no token decoded"
+        )
+    placed = decode_s is not None or not record.decode_tokens  # where the prefill ended is known
+    prefill_j = net(decode_start_s - prefill_s, decode_start_s, "prefill") if prefill_s and placed else None
     if not prefill_s:
         reasons.append("prefill: its duration is unknown")
+    elif not placed:
+        reasons.append("prefill: when it ended is unknown (so is the decode's duration)")
     per_token = decode_j / record.decode_tokens if decode_j is not None and record.decode_tokens else None
     measured = decode_j is not None or prefill_j is not None
     return replace(
