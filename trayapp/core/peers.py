@@ -410,11 +410,14 @@ def likely_causes(rows: Sequence[PeerRow], query: PeerQuery, backend: str | None
     same_class = [
         r for r in rows if r.hw_class == query.hw_class and r.context_tokens <= SHORT_CONTEXT_TOKENS
     ]
+    # Like-for-like alternatives: the same quantization group, and MLX's formats only for MLX.
+    mlx = (query.quant or "").upper().startswith("MLX_")
     by_quant: dict[str, list[float]] = {}
     for r in same_class:
         share = bandwidth_share(r)
-        if share is not None:
-            by_quant.setdefault(r.quant, []).append(share)
+        if share is None or quant_group(r.quant) != group or r.quant.upper().startswith("MLX_") != mlx:
+            continue
+        by_quant.setdefault(r.quant, []).append(share)
     if query.quant and by_quant:
         own = by_quant.get(normalize_quant_name(query.quant) or query.quant) or by_quant.get(query.quant)
         best_quant, best = max(((q, median(v)) for q, v in by_quant.items()), key=lambda item: item[1])
@@ -422,7 +425,7 @@ def likely_causes(rows: Sequence[PeerRow], query: PeerQuery, backend: str | None
             causes.append(
                 f"{query.quant} runs slow on this hardware class in the published results "
                 f"({median(own) * 100:.0f} % of bandwidth against {best * 100:.0f} % for {best_quant}): "
-                f"try {best_quant} (or another {quant_group(best_quant) or 'standard'} quantization) first"
+                f"try {best_quant} first"
             )
         elif group == "Q2-Q3" or (query.quant or "").upper().endswith("_XL"):
             causes.append(
