@@ -209,7 +209,8 @@ def test_nvml_and_rapl_together_sum_per_tick() -> None:
 
 def rapl_tree(root: Path, energy_uj: int, max_range_uj: int = 262_143_328_850) -> Path:
     """The shape of the kernel's powercap tree (Documentation/power/powercap/powercap.rst): a package
-    zone with name, energy_uj and max_energy_range_uj, a sub-zone, and psys (not a package)."""
+    zone with name, energy_uj and max_energy_range_uj, a sub-zone, psys (not a package), and the MMIO
+    copy of the package some Intel CPUs add."""
     cap = root / "class" / "powercap"
     package = cap / "intel-rapl:0"
     package.mkdir(parents=True)
@@ -224,6 +225,10 @@ def rapl_tree(root: Path, energy_uj: int, max_range_uj: int = 262_143_328_850) -
     psys.mkdir()
     (psys / "name").write_text("psys\n")
     (psys / "energy_uj").write_text("7\n")
+    mmio = cap / "intel-rapl-mmio:0"  # newer Intel: the same package again through MMIO (not summed twice)
+    mmio.mkdir()
+    (mmio / "name").write_text("package-0\n")
+    (mmio / "energy_uj").write_text("9\n")
     return package / "energy_uj"
 
 
