@@ -205,6 +205,11 @@ def _model_health(model: ModelStatus, previous: IconState | None, t: Thresholds)
     return "degraded" if efficiency < threshold else "ok"
 
 
+def queued_note(model: ModelStatus) -> str:
+    """` · queued 2` while requests wait for a slot (the server's own count), else empty."""
+    return f" · queued {model.queued_requests}" if model.queued_requests else ""
+
+
 def _rate_line(model: ModelStatus) -> str:
     last = f"last {format_rate_marked(model.last_decode_tok_s, model.decode_exact, short=True)}"
     if model.phase == "decoding":
@@ -223,9 +228,9 @@ def _rate_line(model: ModelStatus) -> str:
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
             total = format_rate_marked(model.decode_total_tok_s, model.decode_exact, short=True)
             line += f" · {model.active_streams} streams, {total} total"
-        return line
+        return line + queued_note(model)
     if model.phase == "prefill":
-        return prefill_line(model)
+        return prefill_line(model) + queued_note(model)
     if model.phase == "loading":
         return "loading the model…"
     if model.phase == "stalled":

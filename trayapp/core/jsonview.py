@@ -55,6 +55,7 @@ def model_json(model: ModelStatus, server: ServerStatus | None = None) -> dict[s
         "decode_tok_s": _num(model.decode_tok_s),
         "decode_total_tok_s": _num(model.decode_total_tok_s),
         "active_streams": model.active_streams,
+        "queued_requests": model.queued_requests,
         "decode_exact": model.decode_exact,
         "last_decode_tok_s": _num(model.last_decode_tok_s),
         "prompt_tok_s": _num(model.prompt_tok_s),

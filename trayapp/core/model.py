@@ -380,6 +380,7 @@ class ModelStatus:
     decode_tok_s: float | None = None  # per stream, mean over active streams
     decode_total_tok_s: float | None = None
     active_streams: int = 0
+    queued_requests: int | None = None  # requests waiting for a slot now, by the server's own count (#22)
     decode_exact: bool | None = None  # True: server-reported timings; False: estimated from polling
     last_decode_tok_s: float | None = None
     last_decode_context_tokens: int | None = None

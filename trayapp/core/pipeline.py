@@ -293,6 +293,7 @@ def model_status(
         decode_tok_s=rate.decode_tok_s,
         decode_total_tok_s=rate.decode_total_tok_s,
         active_streams=rate.active_streams,
+        queued_requests=_queued(model),
         decode_exact=rate.decode_exact,
         last_decode_tok_s=rate.last_decode_tok_s,
         last_decode_context_tokens=rate.last_decode_context_tokens,
@@ -313,6 +314,13 @@ def model_status(
         facts=placement.facts,
         unseen_cuts_reason=None if proxied else model.unseen_cuts_reason,
     )
+
+
+def _queued(model: ModelReading) -> int | None:
+    """Requests waiting for a slot, as the server counts them (llama-server `requests_deferred`, vLLM
+    `num_requests_waiting`, SGLang `num_queue_reqs`); None where it does not say."""
+    waiting = model.counters.requests_waiting if model.counters is not None else None
+    return None if waiting is None or waiting < 0 else int(waiting)
 
 
 def hardware_label(machine: Machine) -> str:

@@ -168,6 +168,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         decode_tok_s=_num(data, "decode_tok_s"),
         decode_total_tok_s=_num(data, "decode_total_tok_s"),
         active_streams=_int(data, "active_streams") or 0,
+        queued_requests=_int(data, "queued_requests"),
         decode_exact=_bool(data, "decode_exact"),
         last_decode_tok_s=_num(data, "last_decode_tok_s"),
         prompt_tok_s=_num(data, "prompt_tok_s"),

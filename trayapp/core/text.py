@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
-from trayapp.core.glance import DECODING_NO_RATE_YET
+from trayapp.core.glance import DECODING_NO_RATE_YET, queued_note
 from trayapp.core.machine import ram_bandwidth_change_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active
 from trayapp.core.overflow import ollama_whole_prompt_tokens
@@ -29,6 +29,7 @@ def model_line(model: ModelStatus) -> str:
         if model.active_streams > 1 and model.decode_total_tok_s is not None:
             total = f"{estimate_mark(model.decode_exact)}{format_rate(model.decode_total_tok_s)}"
             speed += f" ×{model.active_streams} streams = {total} total"
+        speed += queued_note(model)
     elif model.phase == "decoding":  # no rate (yet): two polls must both see it decoding
         speed = "no live rate" if model.live_rate_reason else DECODING_NO_RATE_YET
         if model.last_decode_tok_s is not None:

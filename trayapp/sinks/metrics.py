@@ -16,6 +16,8 @@ each is counted and observed once):
 * `llm_tray_request_time_per_output_token_seconds{server,kind,model}`: histogram of 1 / decode
   tok/s per request, i.e. time per output token after the first
   (OpenTelemetry's `gen_ai.server.time_per_output_token`). Error outcomes observe neither.
+* `llm_tray_request_queue_wait_seconds{server,kind,model}`: histogram of the time a proxied request
+  waited before the server began reading its prompt (a busy slot, a model loading; #22).
 * `llm_tray_decoded_tokens_total{server,kind,model}`: decoded tokens. Live: the polled
   total decode rate integrated over each tick interval (estimated). When a finished-request
   record arrives, only the tokens the live estimate has not already counted are added, so a
@@ -80,6 +82,7 @@ _MODEL_GAUGES: list[tuple[str, str, str]] = [
     ("llm_tray_ttft_seconds", "ttft_s", "Time to first token of the latest request."),
     ("llm_tray_draft_acceptance_ratio", "draft_acceptance", "Speculative-decoding draft acceptance (0..1)."),
     ("llm_tray_active_streams", "active_streams", "Requests decoding at once."),
+    ("llm_tray_queued_requests", "queued_requests", "Requests waiting for a slot (the server's own count)."),
     ("llm_tray_decode_exact", "decode_exact",
      "1 when the decode rate is server-reported, 0 when estimated from polling."),
     ("llm_tray_prefill_tokens_done", "prefill.tokens_done",
@@ -128,6 +131,7 @@ class _Observed:
     requests: dict[_RequestKey, float]
     ttft: dict[_Key, _Histogram]
     tpot: dict[_Key, _Histogram]
+    queue_wait: dict[_Key, _Histogram]
     energy: EnergyHistograms
 
 
@@ -149,6 +153,7 @@ class MetricsState:
         self._requests: dict[_RequestKey, float] = {}
         self._ttft: dict[_Key, _Histogram] = {}  # keyed by the redacted server label
         self._tpot: dict[_Key, _Histogram] = {}
+        self._queue_wait: dict[_Key, _Histogram] = {}
         self._energy = EnergyHistograms()  # per-request energy (sinks/metrics_energy.py)
         self._last_mono_s: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -198,6 +203,10 @@ class MetricsState:
             self._tpot[key] = self._tpot.get(key, _Histogram.empty(TPOT_BUCKETS_S)).add(
                 TPOT_BUCKETS_S, 1.0 / record.decode_tok_s
             )
+        if record.queue_wait_s is not None and record.queue_wait_s >= 0:
+            self._queue_wait[key] = self._queue_wait.get(key, _Histogram.empty(TTFT_BUCKETS_S)).add(
+                TTFT_BUCKETS_S, record.queue_wait_s
+            )
 
     def observed(self) -> _Observed:
         with self._lock:
@@ -207,6 +216,7 @@ class MetricsState:
                 dict(self._requests),
                 dict(self._ttft),
                 dict(self._tpot),
+                dict(self._queue_wait),
                 self._energy.copy(),
             )
 
@@ -277,6 +287,12 @@ class SnapshotCollector(Collector):
             "Time per output token after the first, 1 / decode tok/s, per finished request "
             "(gen_ai.server.time_per_output_token).",
             TPOT_BUCKETS_S, observed.tpot,
+        )  # fmt: skip
+        yield _histogram_family(
+            "llm_tray_request_queue_wait_seconds",
+            "Time a proxied request waited before the server began reading its prompt (a busy slot, "
+            "a model loading).",
+            TTFT_BUCKETS_S, observed.queue_wait,
         )  # fmt: skip
         yield from request_energy_families(observed.energy)
         if snapshot is None:
