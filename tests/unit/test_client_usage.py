@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from trayapp.cli import logs
 from trayapp.config import paths
 from trayapp.core.client_usage import UNNAMED, client_usage
 from trayapp.core.model import RequestRecord
+from trayapp.sinks.report import render_report
 from trayapp.sinks.store import Store
 
 
@@ -61,3 +64,19 @@ def test_sessions_clients_lists_them_from_the_store(capsys: pytest.CaptureFixtur
     assert logs.run_sessions(parser.parse_args(["--clients", "--json"])) == 0
     aider = json.loads(capsys.readouterr().out)[0]
     assert (aider["client"], aider["queue_wait_max_s"], aider["queue_wait_mean_s"]) == ("aider", 4.0, 2.0)
+
+
+def test_the_report_lists_the_sessions_clients(tmp_path: Path) -> None:
+    from tests.support.store_records import session
+
+    path = tmp_path / "store.sqlite3"
+    proxied = tuple(replace(r, session_id="s1") for r in REQUESTS)
+    with Store(path) as store:
+        store.record(snapshot(T0 + 5, kind="llamacpp", url="http://127.0.0.1:8080", requests=proxied),
+                     [session("s1", server="http://127.0.0.1:8080", server_kind="llamacpp", model="m",
+                              ended_wall_s=T0 + 10)])  # fmt: skip
+        page = render_report(store, session_id="s1")
+    assert "<h2>Clients</h2>" in page
+    aider = ("aider", "2", "200", "150", "7.0", "2.00", "4.00")  # worked by hand above
+    assert "<tr>" + "".join(f"<td>{cell}</td>" for cell in aider) + "</tr>" in page
+    assert "<td>(not proxied)</td><td>1</td>" in page

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from trayapp import __version__
 from trayapp.config.files import atomic_write_text
+from trayapp.core.client_usage import UNNAMED, client_usage, client_usage_rows
 from trayapp.core.energy_summary import EnergyTotals, energy_by_day, energy_text, energy_totals
 from trayapp.core.model import SessionRecord
 from trayapp.core.units import format_gb
@@ -362,6 +363,7 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
 <h2>Session</h2>
 {_bench_note(benches)}{_session_table(s, samples, ttft_estimated)}
 {_energy_html(energy, week)}
+{_clients_html(request_rows)}
 <h2>Plots</h2>
 <p class="sub">The ceiling is memory bandwidth ÷ bytes read per token at the live context and offload
 split; a healthy GPU decode sits in the realistic band (60–75 % of it). On CPUs the ceiling is an
@@ -378,6 +380,22 @@ text is ever recorded.</footer>
 </body>
 </html>
 """
+
+
+def _clients_html(request_rows: Sequence[dict[str, object]]) -> str:
+    """Who used the server in this session: requests per client (the proxy names them), with the
+    server's time on them and their wait for a slot; nothing when no request went through a proxy."""
+    usage = client_usage(request_rows)
+    if all(u.client == UNNAMED for u in usage):
+        return ""
+    header, *rows = client_usage_rows(usage)
+    head = "".join(f"<th>{_e(cell)}</th>" for cell in header)
+    body = "\n".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return (
+        '<h2>Clients</h2>\n<p class="sub">Requests per client, as the recording proxy saw them (the '
+        "process on this machine, else its User-Agent); waits are for a slot, before the server read the "
+        f"prompt.</p>\n<table>\n<tr>{head}</tr>\n{body}\n</table>"
+    )
 
 
 def _energy_html(session_text: str, days: Sequence[tuple[str, EnergyTotals]]) -> str:
