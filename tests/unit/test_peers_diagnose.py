@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.diagnose_inputs import WALL0, llama_hardware, llama_reading, request_slots
 from trayapp.core.diagnose import ModelView, diagnose_model, low_efficiency_share
-from trayapp.core.machine import Machine
+from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import ModelStatus, ServerStatus
 from trayapp.core.peers import PeerBand
+from trayapp.core.pipeline import Pipeline, Priors
 from trayapp.core.thresholds import Thresholds
 
 GPU = Machine("Apple M2 Ultra", 100.0, 24 * 10**9, 100.0, has_gpu=True, unified_memory=True)
@@ -68,3 +70,27 @@ def test_a_bench_here_wins_over_the_peers() -> None:
     # calibrated 0.81: floor 0.45 ÷ 0.675 × 0.81 = 0.54, so 40 % fires whatever the peers say
     (text,) = findings(40.0, ULTRA, calibrated=0.81)
     assert "when benched here" in text and "peers" not in text
+
+
+def _low_efficiency_ticks(band: PeerBand | None) -> int:
+    """Ticks of a throttled 60.7 tok/s decode (about 30 % of a ~202 tok/s ceiling, as in
+    test_calibration) with the peers' band passed into every tick as data (as the monitor does)."""
+    pipeline = Pipeline(T)
+    hw = llama_hardware()
+    machine = resolve_machine(hw)
+    seen = 0
+    for i, poll in enumerate(request_slots(task=1, prompt_tokens=300, rate_tok_s=60.7, decode_s=20)):
+        reading = llama_reading(poll)
+        bands = {} if band is None else {(reading.url, reading.models[0].name): band}
+        out = pipeline.process(
+            [reading], hw, {}, machine, 1.0 + i, WALL0 + 1.0 + i, priors=Priors(peer_bands=bands)
+        )
+        (model,) = [m for _, m in out.snapshot.models()]
+        assert model.peer_band == band  # the snapshot carries it for the dashboard and status --json
+        seen += any(a.kind == "low_efficiency" for a in out.snapshot.alerts)
+    return seen
+
+
+def test_the_pipeline_takes_the_peers_band_as_data() -> None:
+    assert _low_efficiency_ticks(None) > 0  # 0.30 < 0.45
+    assert _low_efficiency_ticks(ULTRA) == 0  # floor 0.45 ÷ 0.675 × 0.405 = 0.27 < 0.30
