@@ -441,3 +441,19 @@ def test_the_footer_shows_the_power_cap_and_the_machines_power_and_idle_draw(
     unread = replace(measured, energy=EnergyStatus(None, None, reason="no RAPL package counters"))
     dash.update_snapshot(unread)
     assert dash.hardware_label.text().splitlines()[-1] == "Energy not measured: no RAPL package counters"
+
+
+def test_the_footer_names_the_clients_of_the_last_minutes(qtbot: QtBot, dash: Dashboard) -> None:
+    """#22: who used the servers in the window, as the proxy named them; hidden when no proxy did."""
+    _shown(qtbot, dash)
+    dash.update_snapshot(snap(1.0, server(model()), requests=(request(40.0, t=1.0),)))
+    assert not dash.clients_label.isVisible()  # a polled request names no client
+    aider = replace(request(40.0, t=2.0), client_name="aider", client_pid=4121, queue_wait_s=3.0, ttft_s=0.5)
+    dash.update_snapshot(snap(2.0, server(model()), requests=(aider,)))
+    # 200 decode tokens at 40 tok/s + 0.5 s TTFT = 5.5 s busy; one wait of 3.0 s
+    assert dash.clients_label.isVisible()
+    assert dash.clients_label.text() == (
+        "Clients, last 10 min: aider: 1 request, 200 decode tokens, busy 6 s, waited 3.0 s on average"
+    )
+    dash.update_snapshot(snap(2.0 + dash.window_s + 1, server(model())))  # the window moved past it
+    assert not dash.clients_label.isVisible()

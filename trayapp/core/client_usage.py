@@ -76,7 +76,8 @@ def client_usage_rows(usage: Iterable[ClientUsage]) -> list[tuple[str, ...]]:
 def client_summary(usage: ClientUsage) -> str:
     """One line: `aider: 12 requests, 3.4k decode tokens, busy 41 s, waited 0.8 s on average`."""
     line = (
-        f"{usage.client}: {usage.requests} requests, {usage.decode_tokens} decode tokens, "
+        f"{usage.client}: {usage.requests} request{'' if usage.requests == 1 else 's'}, "
+        f"{usage.decode_tokens} decode tokens, "
         f"busy {usage.busy_s:.0f} s"
     )
     mean = usage.queue_wait_mean_s

@@ -8,6 +8,8 @@ once when it is shown again.
 from __future__ import annotations
 
 import logging
+from collections import deque
+from dataclasses import asdict
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
@@ -25,12 +27,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from trayapp.core.client_usage import UNNAMED, client_summary, client_usage
 from trayapp.core.energy_summary import energy_line
 from trayapp.core.glance import choose_model, host_port, prefill_line
 from trayapp.core.history import History
 from trayapp.core.loopback import is_this_machine_url
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import ModelKey, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import ModelKey, ModelStatus, RequestRecord, ServerStatus, Snapshot
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import estimate_mark, format_pct, format_rate, format_rate_marked
@@ -43,6 +46,7 @@ from trayapp.ui.dashboard.time_plot import RateTimePlot
 log = logging.getLogger(__name__)
 
 WINDOW_S = 600.0
+MAX_CLIENT_REQUESTS = 2000  # finished requests kept for the clients line (the window's, at most)
 
 
 class Dashboard(QWidget):
@@ -72,6 +76,7 @@ class Dashboard(QWidget):
         self._auto_key: ModelKey | None = None
         self._combo_keys: list[ModelKey] = []
         self.cards: dict[ModelKey, ModelCard] = {}
+        self._requests: deque[RequestRecord] = deque(maxlen=MAX_CLIENT_REQUESTS)  # for the clients line
         self._build()
         self.time_plot.set_floor_tok_s(self.thresholds.below_floor_tok_s)
 
@@ -142,6 +147,11 @@ class Dashboard(QWidget):
         self.ram_change_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.ram_change_label.hide()
         footer.addWidget(self.ram_change_label, 1, 0)
+        self.clients_label = QLabel()  # "Clients, last 10 min: aider: 12 requests, … · code: …"
+        self.clients_label.setWordWrap(True)
+        self.clients_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.clients_label.hide()
+        footer.addWidget(self.clients_label, 2, 0)
         root.addLayout(footer)
 
     # ------------------------------------------------------------------ public API
@@ -150,6 +160,7 @@ class Dashboard(QWidget):
         """Record the snapshot; redraw only if the window is visible."""
         self.snapshot = snapshot
         self.history.add(snapshot)
+        self._requests.extend(snapshot.requests)
         self.alert_list.remember(snapshot)
         if self.isVisible():
             self.redraw()
@@ -246,9 +257,22 @@ class Dashboard(QWidget):
             changed = ram_bandwidth_change_line(change, snapshot.t_wall_s)
             self.ram_change_label.setText(changed or "")
             self.ram_change_label.setVisible(changed is not None)
+            clients = self.clients_line(snapshot.t_wall_s)
+            self.clients_label.setText(clients or "")
+            self.clients_label.setVisible(clients is not None)
         for plot in (self.time_plot, self.context_plot):
             plot.apply_ranges()
         self.redrawn.emit({"model": key[1] if key else None, "points": points, "total": total})
+
+    def clients_line(self, now_wall_s: float) -> str | None:
+        """Who used the servers in the window (the proxy names them), or None when no proxy did."""
+        since = now_wall_s - self.window_s
+        recent = [asdict(r) for r in self._requests if r.finished_wall_s >= since]
+        usage = [u for u in client_usage(recent) if u.client != UNNAMED]
+        if not usage:
+            return None
+        minutes = round(self.window_s / 60)
+        return f"Clients, last {minutes} min: " + " · ".join(client_summary(u) for u in usage)
 
     def _find(self, key: ModelKey | None) -> tuple[ServerStatus, ModelStatus] | None:
         if self.snapshot is None or key is None:
