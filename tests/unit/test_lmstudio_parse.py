@@ -183,3 +183,17 @@ def test_lms_log_prompt_and_completion_text_is_never_kept() -> None:
 )
 def test_other_lms_log_lines_give_nothing(line: str | bytes) -> None:
     assert parse_lms_log_line(line) is None
+
+
+def test_lms_ps_queued_counts_the_requests_being_served_too() -> None:
+    """`queued` includes the current predictions (reference/backends.md, `lms ps --json`): generating
+    with 2 queued and 4 parallel slots, nothing waits; with 1 slot, 1 waits; idle, all of them wait
+    for nothing (0 queued); before lms 0.3.27 there is no count."""
+    data = load("lms_ps.json")
+    assert parse_lms_ps(data)[0].queued_requests == 0  # 2 queued, both among the 4 being served
+    data[0]["parallel"] = None  # one at a time: one served, one waiting
+    assert parse_lms_ps(data)[0].queued_requests == 1
+    data[0]["queued"], data[0]["status"] = 0, "idle"
+    assert parse_lms_ps(data)[0].queued_requests == 0
+    del data[0]["status"], data[0]["queued"]
+    assert parse_lms_ps(data)[0].queued_requests is None

@@ -309,6 +309,7 @@ class ModelReading:
     slots: tuple[SlotReading, ...] = ()
     counters: CounterReading | None = None
     busy: bool | None = None  # server says it is generating (LM Studio `lms ps`)
+    queued_requests: int | None = None  # requests waiting for a slot, where the server lists them (`lms ps`)
     live_rate_reason: str | None = None  # why no live rate can be measured, when that is so
     server_pid: int | None = None  # process serving this model, when found
     expires_at: str | None = None

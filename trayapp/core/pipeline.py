@@ -317,8 +317,10 @@ def model_status(
 
 
 def _queued(model: ModelReading) -> int | None:
-    """Requests waiting for a slot, as the server counts them (llama-server `requests_deferred`, vLLM
-    `num_requests_waiting`, SGLang `num_queue_reqs`); None where it does not say."""
+    """Requests waiting for a slot, as the server counts them (LM Studio's `lms ps`, llama-server
+    `requests_deferred`, vLLM `num_requests_waiting`, SGLang `num_queue_reqs`); None where it does not say."""
+    if model.queued_requests is not None:
+        return model.queued_requests
     waiting = model.counters.requests_waiting if model.counters is not None else None
     return None if waiting is None or waiting < 0 else int(waiting)
 

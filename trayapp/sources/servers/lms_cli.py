@@ -80,9 +80,20 @@ def parse_lms_ps(data: Any) -> list[ModelReading]:
                 architecture=as_str(item.get("architecture")),
                 model_path=as_str(item.get("path")),
                 busy=None if status is None else status in BUSY_STATUSES,
+                queued_requests=_waiting(item, status),
             )
         )
     return readings
+
+
+def _waiting(item: dict[str, Any], status: str | None) -> int | None:
+    """Requests waiting for a slot: `queued` counts the ones being served too (up to `parallel`, 1
+    when not given) while the model is busy; absent before lms 0.3.27."""
+    queued = as_int(item.get("queued"))
+    if queued is None or status is None:
+        return None
+    serving = (as_int(item.get("parallel")) or 1) if status in BUSY_STATUSES else 0
+    return max(0, queued - serving)
 
 
 def parse_lms_log_line(line: str | bytes) -> FinishedRequest | None:

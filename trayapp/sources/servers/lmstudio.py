@@ -250,6 +250,7 @@ class LmStudioProbe(HttpProbe):
                 model = replace(
                     model,
                     busy=seen.busy,
+                    queued_requests=seen.queued_requests,
                     model_path=seen.model_path,
                     context_length=model.context_length or seen.context_length,
                     size_bytes=model.size_bytes or seen.size_bytes,
