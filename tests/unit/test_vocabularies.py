@@ -271,6 +271,7 @@ def test_phase_predicates(phase: str, busy: bool, active: bool, ready: bool, loa
 # Another vocabulary that shares words with phases.
 PHASE_WORDS_ELSEWHERE = {
     "sources/servers/llamacpp_router.py": "the router's own model states (its /models `status`)",
+    "sources/servers/llamacpp_events.py": "the router's own model states (its /models/sse events)",
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trayapp.config import paths
+from trayapp.core.builds import BuildGroup, sessions_by_build
 from trayapp.core.model import SessionRecord
 from trayapp.core.terminal import terminal_safe
 from trayapp.sinks.export import EXPORT_TABLES, FORMATS, ExportError, export, iso_utc
@@ -42,6 +43,11 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument(
         "--bench", action="store_true", help="the stored `llm-tray bench` results instead (one row per depth)"
+    )
+    parser.add_argument(
+        "--by",
+        choices=("build",),
+        help="build: the sessions grouped by engine build and model (the speed under each build)",
     )
     parser.add_argument(
         "--clients",
@@ -264,6 +270,37 @@ def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | N
     return 0
 
 
+def format_builds(groups: Sequence[BuildGroup]) -> str:
+    """A plain-text table of sessions grouped by engine build (first and last in local time)."""
+    header = ("ENGINE", "BUILD", "MODEL", "HARDWARE", "SESSIONS", "REQ", "MEAN TOK/S", "FIRST", "LAST")
+    rows: list[tuple[str, ...]] = [header]
+    for g in groups:
+        when = [datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") for t in (g.first_wall_s, g.last_wall_s)]
+        rows.append(
+            (g.engine, g.build or "—", g.model, g.hardware or "—", str(g.sessions), str(g.requests),
+             _rate(g.mean_decode_tok_s), *when)
+        )  # fmt: skip
+    return _text_table(rows, numeric={4, 5, 6})
+
+
+def _run_build_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
+    """The sessions asked for (--since, --last; default all) grouped by engine build."""
+    from trayapp.sinks.store import StoreError
+
+    try:
+        with _open(args) as store:
+            groups = sessions_by_build(store.sessions(since_wall_s=since, last_n=last))
+    except StoreError as exc:
+        return _fail("sessions", str(exc), 1)
+    if getattr(args, "json", False):
+        print(json.dumps([vars(g) for g in groups], indent=2))
+    elif not groups:
+        print(f"no sessions recorded yet (store: {_store_path(args)})")
+    else:
+        print(terminal_safe(format_builds(groups)))
+    return 0
+
+
 def _run_client_list(args: argparse.Namespace, since: float | None, last: int | None) -> int:
     """Requests per client over the sessions asked for (--since, --last; default all)."""
     from trayapp.core.client_usage import client_usage, client_usage_rows
@@ -300,6 +337,8 @@ def run_sessions(args: argparse.Namespace) -> int:
         return _run_bench_list(args, since, last)
     if getattr(args, "clients", False):
         return _run_client_list(args, since, last)
+    if getattr(args, "by", None) == "build":
+        return _run_build_list(args, since, last)
     if last is None and since is None:
         last = DEFAULT_SESSIONS_SHOWN
     try:

@@ -44,7 +44,7 @@ from trayapp.core.peers import PeerBand, peer_band_json
 from trayapp.core.physics import REALISTIC_BAND
 from trayapp.core.placement import ceiling_for
 from trayapp.core.quants import kv_is_full_precision
-from trayapp.core.server_kinds import server_label
+from trayapp.core.server_kinds import engine_label, server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.throttle import Throttle
 from trayapp.core.units import GB, format_gb, format_rate, format_tokens
@@ -509,18 +509,23 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     now_rate = median(p.decode_tok_s for p in newest)
     drop = 1 - now_rate / base.decode_tok_s
     old_v, new_v = base.server_version, view.server.version
-    versions = ""
-    if old_v and new_v and old_v != new_v:
-        versions = f" The server changed from {old_v} to {new_v}."
+    engine = engine_label(view.server.kind)
+    versions = bool(old_v and new_v and old_v != new_v)
     kind = "bench" if base.source == "bench" else "session"
-    message = (
-        f"{model.name} decodes at {format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
-        f"{format_rate(base.decode_tok_s)} tok/s {kind + ' ' if kind == 'bench' else ''}baseline on this "
-        f"hardware at a comparable context.{versions}"
-    )
+    baseline = f"{kind + ' ' if kind == 'bench' else ''}baseline on this hardware at a comparable context"
+    if versions:  # the build that made it slower, named first
+        message = (
+            f"{model.name} is slower since {engine} {old_v} → {new_v}: {format_rate(base.decode_tok_s)} → "
+            f"{format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its {baseline}."
+        )
+    else:
+        message = (
+            f"{model.name} decodes at {format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
+            f"{format_rate(base.decode_tok_s)} tok/s {baseline}."
+        )
     fix = (
-        f"Compare with the earlier server version ({old_v}) or check its release notes; report it upstream "
-        "with `llm-tray report`."
+        f"Compare with the earlier {engine} build ({old_v}): run it again to confirm, check the release "
+        "notes between the two, and report it upstream with `llm-tray report`."
         if versions
         else f"Check what changed since the baseline {kind}: drivers, server flags, other GPU work."
     )
@@ -540,6 +545,7 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         "needed_pct": needed_pct,
         "baseline_version": old_v,
         "version": new_v,
+        "engine": engine,
         "throttle": view.throttle.evidence if view.throttle is not None else None,
     }
     return Finding(

@@ -22,13 +22,14 @@ class ServerKindRow:
     gets no facts loader. `context_flag`: how the server's own settings name the context size of a
     request (None: it has no such setting of one word). `other_ports`: further ports the kind is
     found on out of the box (a new default upstream, a companion app's), scanned beside
-    `default_port`."""
+    `default_port`. `engine`: what its builds are builds of, when not its label ("llama.cpp")."""
 
     label: str
     default_port: int | None
     openai_compatible: bool
     context_flag: str | None = None
     other_ports: tuple[int, ...] = ()
+    engine: str | None = None
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
@@ -36,7 +37,12 @@ SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
     # 9931: upstream llama.cpp's new default port (and the ggml-org menu-bar app's); builds up to
     # b11434 still listen on 8080.
     "llamacpp": ServerKindRow(
-        "llama-server", 8080, openai_compatible=False, context_flag="-c", other_ports=(9931,)
+        "llama-server",
+        8080,
+        openai_compatible=False,
+        context_flag="-c",
+        other_ports=(9931,),
+        engine="llama.cpp",
     ),
     "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
     "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
@@ -59,6 +65,14 @@ def server_label(kind: str) -> str:
     """What users call a kind of server: "llama-server", "LM Studio", "OpenAI-compatible server"."""
     row = server_kind_row(kind)
     return row.label if row is not None else kind
+
+
+def engine_label(kind: str) -> str:
+    """What a kind's version or build is of: "llama.cpp" (b11434), "Ollama" (0.32.15), "vLLM"."""
+    row = server_kind_row(kind)
+    if row is None:
+        return kind
+    return row.engine or row.label
 
 
 def default_ports() -> list[int]:
