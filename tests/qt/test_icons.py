@@ -20,6 +20,7 @@ STATES = {
     "idle": IconState("idle"),
     "none": IconState("none"),
     "offload": IconState("ok", "42", 0.7, offload=True),
+    "queued": IconState("ok", "42", 0.7, queued=True),
     "paused": IconState("idle", paused=True),
 }
 
@@ -52,10 +53,11 @@ def test_every_state_looks_different(qtbot: QtBot, size: int) -> None:
 
 @pytest.fixture
 def one_colour(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every health colour (and the offload colour) replaced by the same grey: only shapes remain."""
+    """Every health, offload and queued colour replaced by the same grey: only shapes remain."""
     grey = QColor(128, 128, 128)
     monkeypatch.setattr(icons, "HEALTH_COLOURS", dict.fromkeys(icons.HEALTH_COLOURS, grey))
     monkeypatch.setattr(icons, "OFFLOAD_COLOUR", grey)
+    monkeypatch.setattr(icons, "QUEUED_COLOUR", grey)
     icons.render_icon.cache_clear()
     yield
     icons.render_icon.cache_clear()

@@ -53,3 +53,16 @@ def test_each_proxied_requests_wait_is_a_histogram() -> None:
     assert "llm_tray_request_queue_wait_seconds_sum" in text
     line = next(x for x in text.splitlines() if x.startswith("llm_tray_request_queue_wait_seconds_sum"))
     assert float(line.rsplit(" ", 1)[1]) == pytest.approx(4.2)
+
+
+def test_the_icon_marks_a_queue_and_the_tooltip_says_how_long_it_has_been_seen() -> None:
+    tracker = GlanceTracker()
+    busy = s.model("llama3.1:8b", "decoding", 40.0, queued_requests=1)
+    first = tracker.update(s.snap(10.0, s.server(busy)))
+    assert first.queued and "queued 1" in first.tooltip and "waiting" not in first.tooltip  # just seen
+    later = tracker.update(s.snap(15.0, s.server(busy)))
+    assert "queued 1 · waiting ≥5 s" in later.tooltip_lines[1]  # seen waiting for 5 s of the monitor's clock
+    done = tracker.update(s.snap(16.0, s.server(s.model("llama3.1:8b", "decoding", 40.0))))
+    assert not done.queued and "queued" not in done.tooltip
+    again = tracker.update(s.snap(17.0, s.server(busy)))
+    assert "waiting" not in again.tooltip  # a new queue starts its own count

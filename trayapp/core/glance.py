@@ -72,6 +72,7 @@ class IconState:
     ring_faint: bool = False  # the ring shows the last request, not a live rate
     offload: bool = False  # partly on the CPU
     prefill: bool = False  # reading a prompt: `text` is the prompt tokens in place, `ring` their share
+    queued: bool = False  # requests wait for a slot (the server's own count, #22)
     paused: bool = False
     tooltip_lines: tuple[str, ...] = field(default=(), compare=False)
     model_key: ModelKey | None = field(default=None, compare=False)
@@ -360,10 +361,12 @@ def icon_state(
     decoding_since: Mapping[ModelKey, float] | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     discovery: bool | None = None,
+    queued_since: Mapping[ModelKey, float] | None = None,
 ) -> IconState:
     """The icon and tooltip for one snapshot (pure; `previous` gives hysteresis).
 
-    `discovery`: whether the default ports are scanned (None: not known), for the no-server text.
+    `discovery`: whether the default ports are scanned (None: not known), for the no-server text;
+    `queued_since`: when the monitor first saw requests waiting for each model (monotonic s).
     """
     if snapshot is None:
         return IconState("none", tooltip_lines=("llm-tray", "waiting for the first reading…"))
@@ -384,6 +387,9 @@ def icon_state(
     server, model = chosen
     key = _key(server, model)
     lines = [model_title(server, model), _rate_line(model)]
+    queued_at = (queued_since or {}).get(key) if model.queued_requests else None
+    if queued_at is not None and snapshot.t_mono_s - queued_at >= 1.0:  # seen waiting since then, or longer
+        lines[1] += f" · waiting ≥{snapshot.t_mono_s - queued_at:.0f} s"
     context = _context_line(model, thresholds)
     if context:
         lines.append(context)
@@ -418,6 +424,7 @@ def icon_state(
         ring_faint=faint,
         offload=_is_offloaded(model, thresholds),
         prefill=model.phase == "prefill" and model.prefill is not None,
+        queued=bool(model.queued_requests),
         tooltip_lines=tuple(lines),
         model_key=key,
         rate_tok_s=rate,
@@ -439,13 +446,18 @@ class GlanceTracker:
         self.discovery = discovery  # whether the default ports are scanned; None: not known
         self.state: IconState | None = None
         self._decoding_since: dict[ModelKey, float] = {}
+        self._queued_since: dict[ModelKey, float] = {}  # since when requests wait for each model
 
     def update(self, snapshot: Snapshot) -> IconState:
         decoding = {_key(s, m) for s, m in snapshot.models() if m.phase == "decoding"}
-        for key in list(self._decoding_since):
-            if key not in decoding:
-                del self._decoding_since[key]
-        for key in decoding:
-            self._decoding_since.setdefault(key, snapshot.t_mono_s)
-        self.state = icon_state(snapshot, self.state, self._decoding_since, self.thresholds, self.discovery)
+        queued = {_key(s, m) for s, m in snapshot.models() if m.queued_requests}
+        for since, now in ((self._decoding_since, decoding), (self._queued_since, queued)):
+            for key in list(since):
+                if key not in now:
+                    del since[key]
+            for key in now:
+                since.setdefault(key, snapshot.t_mono_s)
+        self.state = icon_state(
+            snapshot, self.state, self._decoding_since, self.thresholds, self.discovery, self._queued_since
+        )
         return self.state

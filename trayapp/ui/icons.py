@@ -10,6 +10,7 @@ colour *and* shape:
 * idle      grey track, a short dash (or the last request's share, faintly)
 * none      hollow circle with a slash, no fill
 * offload   a blue corner notch (bottom right), on top of any of the above
+* queued    an orange dot (top left): requests wait for a slot
 * paused    two bars
 
 The macOS template variant draws the same shapes in black with alpha only,
@@ -33,6 +34,7 @@ HEALTH_COLOURS: dict[str, QColor] = {
     "none": QColor(139, 148, 158),
 }
 OFFLOAD_COLOUR = QColor(56, 139, 253)
+QUEUED_COLOUR = QColor(240, 136, 62)
 PREFILL_COLOUR = QColor(163, 113, 247)  # reading a prompt: the ring is prompt progress, not the ceiling
 DISC_COLOUR = QColor(28, 31, 36, 240)
 RIM_COLOUR = QColor(255, 255, 255, 190)
@@ -180,6 +182,14 @@ def _draw_offload(p: QPainter, s: float, pal: _Palette) -> None:
     p.fillPath(tri, pal.colour(OFFLOAD_COLOUR))
 
 
+def _draw_queued(p: QPainter, s: float, pal: _Palette) -> None:
+    """A dot in the top left corner: requests wait for a slot."""
+    dot = QPainterPath()
+    dot.addEllipse(QRectF(0, 0, s * 0.36, s * 0.36))
+    _halo(p, dot, QPen(DISC_COLOUR, max(s / 8, 2.0)), pal)
+    p.fillPath(dot, pal.colour(QUEUED_COLOUR))
+
+
 def _draw_idle_mark(p: QPainter, s: float, pal: _Palette, paused: bool) -> None:
     colour = pal.colour(QColor(200, 205, 212))
     if paused:
@@ -211,6 +221,8 @@ def _paint(p: QPainter, state: IconState, s: float, pal: _Palette) -> None:
             _draw_idle_mark(p, s, pal, state.paused)
     if state.offload:
         _draw_offload(p, s, pal)
+    if state.queued:
+        _draw_queued(p, s, pal)
 
 
 @lru_cache(maxsize=256)
