@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from tests.unit.test_gpu_amd_apple import RX_7900_XTX, FakeMac, host_memory, make_card
+from tests.support.fake_gpu_machines import RX_7900_XTX, FakeMac, host_memory, make_card
 from trayapp.core.model import GpuProcess
 from trayapp.core.vram_holders import OTHER_USER
 from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
