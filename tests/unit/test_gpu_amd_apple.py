@@ -78,6 +78,7 @@ def test_real_sysfs_does_not_raise() -> None:
 
 # --------------------------------------------------------------------------- Apple Silicon
 
+
 def mac_probe(brand: str, memsize: int, cores: int | None) -> AppleProbe:
     return AppleProbe(FakeMac(brand, memsize, cores), platform="darwin", host_memory=host_memory)
 
