@@ -397,3 +397,18 @@ def test_a_peer_band_survives_the_round_trip() -> None:
     doc["servers"][0]["models"][0]["peer_band"]["scope"] = "galaxy"
     with pytest.raises(RemoteDocError, match="scope"):
         snapshot_from_json(doc)
+
+
+def test_per_position_draft_acceptance_survives_the_round_trip() -> None:
+    """#22: the shares per draft position read back as written (4 digits); a broken list is refused."""
+    model = replace(
+        s.model("gemma", "decoding", 42.0), spec_type="draft-eagle3", draft_acceptance_by_position=(0.9, 0.5)
+    )
+    doc = snapshot_json(s.snap(s.T0, s.server(model)))
+    assert doc["servers"][0]["models"][0]["draft_acceptance_by_position"] == [0.9, 0.5]
+    back = snapshot_from_json(json.loads(json.dumps(doc)))
+    assert back.servers[0].models[0].draft_acceptance_by_position == (0.9, 0.5)
+    assert back.servers[0].models[0].spec_type == "draft-eagle3"
+    doc["servers"][0]["models"][0]["draft_acceptance_by_position"] = ["high"]
+    with pytest.raises(RemoteDocError, match="draft_acceptance_by_position"):
+        snapshot_from_json(doc)

@@ -63,6 +63,7 @@ def model_json(model: ModelStatus, server: ServerStatus | None = None) -> dict[s
         "ttft_s": _num(model.ttft_s, 3),
         "ttft_exact": model.ttft_exact,
         "draft_acceptance": _num(model.draft_acceptance, 4),
+        "draft_acceptance_by_position": [_num(share, 4) for share in model.draft_acceptance_by_position],
         "spec_type": model.spec_type,
         "spec_speedup": _num(model.spec_speedup, 3),
         "calibrated_efficiency": _num(model.calibrated_efficiency, 4),

@@ -227,6 +227,8 @@ class CounterReading:
     spec_accepted_tokens_total: float | None = None
     spec_drafts_total: float | None = None
     spec_accept_rate: float | None = None  # a server's own recent acceptance gauge (SGLang), 0..1
+    # draft tokens accepted at each draft position 0, 1, … (llama-server's `…_per_pos_total{position}`)
+    spec_accepted_per_position: tuple[float, ...] = ()
     requests_running: float | None = None
     requests_waiting: float | None = None
     kv_usage_ratio: float | None = None  # vLLM / SGLang KV pool fill 0..1
@@ -390,6 +392,8 @@ class ModelStatus:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ prompt tok/s
     draft_acceptance: float | None = None
+    # the share of drafts whose token at position 0, 1, … was accepted (positions never reached left off)
+    draft_acceptance_by_position: tuple[float, ...] = ()
     spec_speedup: float | None = None  # decode ÷ the plain-decode baseline (speculative decoding only)
     calibrated_efficiency: float | None = None  # a bench's decode ÷ ceiling at depth 0 on this hardware
     # the published peers' band of shares of the ceiling (same part, class or family; this quantization's

@@ -302,6 +302,7 @@ def model_status(
         ttft_s=rate.ttft_s,
         ttft_exact=rate.ttft_exact,
         draft_acceptance=rate.draft_acceptance,
+        draft_acceptance_by_position=rate.draft_acceptance_by_position,
         spec_type=model.spec_type,
         spec_speedup=spec_speedup(model.spec_type, rate, plain_baseline),
         calibrated_efficiency=calibrated_efficiency,

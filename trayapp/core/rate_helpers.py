@@ -218,6 +218,25 @@ def counter_delta(before: float | None, after: float | None) -> float | None:
     return after - before
 
 
+def acceptance_by_position(before: CounterReading | None, after: CounterReading) -> tuple[float, ...]:
+    """The share of drafts (verification steps) whose token at each draft position was accepted,
+    between two readings (`before` None: since the server started). Positions past the last one
+    ever accepted are left off (llama-server lists every position up to its draft maximum); () when
+    the server reports no positions or no drafts were made in between."""
+    drafts = after.spec_drafts_total
+    if before is not None:
+        drafts = counter_delta(before.spec_drafts_total, drafts)
+    positions = after.spec_accepted_per_position
+    if not drafts or drafts <= 0 or not positions:
+        return ()
+    earlier = before.spec_accepted_per_position if before is not None else ()
+    if earlier and len(earlier) != len(positions):
+        return ()
+    accepted = [a - (earlier[i] if earlier else 0.0) for i, a in enumerate(positions)]
+    reached = max((i + 1 for i, a in enumerate(positions) if a > 0), default=0)
+    return tuple(max(0.0, min(1.0, a / drafts)) for a in accepted[:reached])
+
+
 def counters_reset(before: CounterReading, after: CounterReading) -> bool:
     if (
         before.process_start_s is not None

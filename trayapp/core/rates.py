@@ -35,6 +35,7 @@ from trayapp.core.model import (
 from trayapp.core.rate_helpers import (
     MAX_PLAUSIBLE_TOK_S,
     SlotTrack,
+    acceptance_by_position,
     counter_delta,
     counter_throughput,
     counters_reset,
@@ -74,6 +75,7 @@ class RateEstimate:
     ttft_s: float | None = None
     ttft_exact: bool | None = None  # True: server-reported; False: prompt tokens ÷ this prompt's tok/s
     draft_acceptance: float | None = None
+    draft_acceptance_by_position: tuple[float, ...] = ()  # see ModelStatus
     prefill: PrefillProgress | None = None  # prompts being read right now
 
 
@@ -107,6 +109,7 @@ class _ModelTrack:
     last_ttft_s: float | None = None
     last_ttft_exact: bool | None = None
     draft_acceptance: float | None = None
+    draft_acceptance_by_position: tuple[float, ...] = ()
 
 
 class RateTracker:
@@ -252,6 +255,7 @@ class RateTracker:
             ttft_s=track.last_ttft_s,
             ttft_exact=track.last_ttft_exact,
             draft_acceptance=track.draft_acceptance,
+            draft_acceptance_by_position=track.draft_acceptance_by_position,
             prefill=sum_prefill(prefills) if prefills else None,
         )
         return estimate, requests
@@ -389,6 +393,9 @@ def _update_counters(
         d_acc = counter_delta(previous.spec_accepted_tokens_total, counters.spec_accepted_tokens_total)
         if d_draft and d_draft > 0 and d_acc is not None:
             track.draft_acceptance = max(0.0, min(1.0, d_acc / d_draft))
+        by_position = acceptance_by_position(previous, counters)
+        if by_position:
+            track.draft_acceptance_by_position = by_position
         # Token ÷ seconds ratios only where both counters move at the same moment (when a
         # request finishes); vLLM's token counters run ahead of its per-request timings.
         d_prompt = counter_delta(previous.prompt_tokens_total, counters.prompt_tokens_total)
@@ -417,5 +424,6 @@ def _update_counters(
         and counters.spec_accepted_tokens_total is not None
     ):
         track.draft_acceptance = counters.spec_accepted_tokens_total / counters.spec_draft_tokens_total
+        track.draft_acceptance_by_position = acceptance_by_position(None, counters)
     track.counters = counters
     track.counters_mono_s = now_mono_s

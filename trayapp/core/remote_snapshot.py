@@ -80,6 +80,17 @@ def _int(data: Mapping[str, Any], key: str) -> int | None:
     return None if value is None else int(value)
 
 
+def _shares(value: Any) -> tuple[float, ...]:
+    """A list of shares 0..1 (`draft_acceptance_by_position`); () when absent, anything else an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise RemoteDocError("draft_acceptance_by_position: not a list of numbers")
+    return tuple(float(v) for v in value)
+
+
 def _str(data: Mapping[str, Any], key: str) -> str | None:
     return cast("str | None", _opt(data, key, str))
 
@@ -176,6 +187,7 @@ def model_from_json(data: Mapping[str, Any]) -> ModelStatus:
         ttft_s=_num(data, "ttft_s"),
         ttft_exact=_bool(data, "ttft_exact"),
         draft_acceptance=_num(data, "draft_acceptance"),
+        draft_acceptance_by_position=_shares(data.get("draft_acceptance_by_position")),
         spec_speedup=_num(data, "spec_speedup"),
         calibrated_efficiency=_num(data, "calibrated_efficiency"),
         bench_decode_tok_s=_num(data, "bench_decode_tok_s"),

@@ -7,9 +7,10 @@ text in `/slots`; the parsers never copy them.
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,10 +165,28 @@ def parse_metrics(text: str, headers: Mapping[str, str] | None = None) -> Counte
         spec_draft_tokens_total=value("spec_decode_num_draft_tokens_total"),
         spec_accepted_tokens_total=value("spec_decode_num_accepted_tokens_total"),
         spec_drafts_total=value("spec_decode_num_drafts_total"),
+        spec_accepted_per_position=_per_position(
+            samples, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        ),
         requests_running=value("requests_processing"),
         requests_waiting=value("requests_deferred"),
         process_start_s=start_s,
     )
+
+
+def _per_position(samples: Sequence[promtext.Sample], name: str) -> tuple[float, ...]:
+    """A counter labelled `position="0"`, `"1"`, … → its values in position order; () when absent or
+    when a position is missing or repeated."""
+    by_position: dict[int, float] = {}
+    for sample in samples:
+        position = sample.labels.get("position", "")
+        if sample.name == name and position.isdigit() and not math.isnan(sample.value):
+            if int(position) in by_position:
+                return ()
+            by_position[int(position)] = sample.value
+    if sorted(by_position) != list(range(len(by_position))):
+        return ()
+    return tuple(by_position[i] for i in range(len(by_position)))
 
 
 def parse_v1_models(data: Any) -> tuple[ModelMeta, ...]:

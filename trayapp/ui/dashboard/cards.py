@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLa
 from trayapp.core.glance import host_port, prefill_line
 from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
 from trayapp.core.server_kinds import server_label
+from trayapp.core.spec_types import speculative_text
 from trayapp.core.text import unseen_cuts_note
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (
@@ -92,8 +93,11 @@ class ModelCard(QFrame):
         stats = [prefill_line(model)] if model.phase == "prefill" else []
         stats.append(ttft_text(model))
         stats.append(f"prompt {format_rate_marked(model.prompt_tok_s, model.prompt_exact)}")
-        if model.draft_acceptance is not None:
-            stats.append(f"draft acceptance {format_pct(model.draft_acceptance)}")
+        speculative = speculative_text(
+            model.spec_type, model.draft_acceptance, model.draft_acceptance_by_position
+        )
+        if speculative:
+            stats.append(speculative)  # "speculative: draft-eagle3 (EAGLE-3 head) · acceptance 62 % · …"
         if model.ceiling_tok_s is not None:
             stats.append(f"ceiling {format_rate(model.ceiling_tok_s)} tok/s")
         if model.peer_band is not None:
