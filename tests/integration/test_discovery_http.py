@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fake_http import FakeServer, file_reply, hang, json_reply, text_reply
+from tests.support.fake_http import FakeServer, captured_reply, file_reply, hang, json_reply, text_reply
 from tests.support.llama import free_port
 from trayapp.core.model import ServerReading
 from trayapp.core.server_kinds import SERVER_KINDS
@@ -75,6 +75,18 @@ def routes_for(kind: str, fixtures: Path) -> dict[str, Any]:
             "/v1/models": json_reply({"object": "list", "data": [{"id": "Qwen/Qwen3-8B"}]}),
         },
         "mlx": {"/health": json_reply({"status": "ok"}), "/v1/models": json_reply(MLX_MODELS)},
+        # Real mlx_lm.server answers (mlx-lm 0.32.2): with a Hugging Face cache folder, and without one
+        # (200 and an empty body), its 404s a plain "Not Found"
+        "mlx-captured": {
+            "/health": captured_reply(fixtures / "mlx" / "health.http"),
+            "/v1/models": captured_reply(fixtures / "mlx" / "v1_models_hf_cache.http"),
+            "/props": captured_reply(fixtures / "mlx" / "props_404.http"),
+        },
+        "mlx-no-hf-cache": {
+            "/health": captured_reply(fixtures / "mlx" / "health.http"),
+            "/v1/models": captured_reply(fixtures / "mlx" / "v1_models_no_hf_cache.http"),
+            "/props": captured_reply(fixtures / "mlx" / "props_404.http"),
+        },
         "openai": {"/v1/models": json_reply({"object": "list", "data": [{"id": "some-model"}]})},
         "other": {"/": text_reply("<html>a web app</html>", content_type="text/html")},
     }[kind]
@@ -90,6 +102,8 @@ EXPECTED = {
     "sglang": "sglang",
     "sglang-no-metrics": "sglang",
     "mlx": "mlx",
+    "mlx-captured": "mlx",
+    "mlx-no-hf-cache": "mlx",
     "openai": "openai",
     "other": None,
 }

@@ -41,6 +41,16 @@ def file_reply(path: Path, status: int = 200, headers: Mapping[str, str] | None 
     return Reply(status, path.read_bytes(), content_type, headers or {})
 
 
+def captured_reply(path: Path) -> Reply:
+    """A raw HTTP answer captured from a real server (`tests/fixtures/mlx/*.http`): its status, content
+    type and body as sent (an empty body stays empty)."""
+    head, _, body = path.read_bytes().partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "text/plain")
+    return Reply(int(status_line.split()[1]), body, content_type)
+
+
 NOT_FOUND = json_reply({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
 
 

@@ -22,7 +22,9 @@ class ServerKindRow:
     gets no facts loader. `context_flag`: how the server's own settings name the context size of a
     request (None: it has no such setting of one word). `other_ports`: further ports the kind is
     found on out of the box (a new default upstream, a companion app's), scanned beside
-    `default_port`. `engine`: what its builds are builds of, when not its label ("llama.cpp")."""
+    `default_port`. `engine`: what its builds are builds of, when not its label ("llama.cpp").
+    `rate_from_proxy`: the server shows nothing while it generates (no slots, no token counters), so
+    its live rate is the recording proxy's count of the tokens it streams (core/proxied_streams.py)."""
 
     label: str
     default_port: int | None
@@ -30,6 +32,7 @@ class ServerKindRow:
     context_flag: str | None = None
     other_ports: tuple[int, ...] = ()
     engine: str | None = None
+    rate_from_proxy: bool = False
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
@@ -47,8 +50,8 @@ SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
     "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
     "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
     "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True, context_flag="--context-length"),
-    "mlx": ServerKindRow("MLX-LM", 8080, openai_compatible=True),  # the same port as llama-server
-    "openai": ServerKindRow("OpenAI-compatible server", None, openai_compatible=True),
+    "mlx": ServerKindRow("MLX-LM", 8080, openai_compatible=True, rate_from_proxy=True),  # llama-server's port
+    "openai": ServerKindRow("OpenAI-compatible server", None, openai_compatible=True, rate_from_proxy=True),
     "unknown": ServerKindRow("server", None, openai_compatible=False),  # a server not identified (yet)
 }
 

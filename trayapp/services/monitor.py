@@ -39,6 +39,7 @@ from trayapp.core.model import (
 from trayapp.core.peers import PeerBand, band_with_causes
 from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
 from trayapp.core.probe import ServerProbe
+from trayapp.core.proxied_streams import with_proxied_streams
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy.inbox import RecordInbox
@@ -399,6 +400,7 @@ class Monitor:
             if self._proxy_inbox.proxied(reading.url):
                 totals = self._proxy_inbox.prompt_totals(reading.url)  # prompts being read, counted
                 reading = with_prompt_totals(replace(reading, proxied=True), totals)
+                reading = with_proxied_streams(reading, self._proxy_inbox.streams(reading.url))
             if mine and reading.age_s is None:  # a repeated reading already carried its records
                 names = [m.name for m in reading.models if m.loaded]
                 reading = replace(reading, finished=merge_proxy_records(reading.finished, mine, names))

@@ -142,7 +142,10 @@ def _identify(get: Callable[[str], _Answer]) -> tuple[str | None, str]:
 
     models = get("/v1/models")
     models_ok = models.status == 200 and isinstance(models.json(), dict)
-    if models_ok and health.status == 200 and props.status == 404:
+    health_ok = health.status == 200 and health.json() == {"status": "ok"}
+    if health_ok and props.status == 404 and models.status == 200 and (models_ok or not models.text.strip()):
+        # mlx_lm.server: its /v1/models dies after the headers (an empty body) where the machine has no
+        # Hugging Face cache folder; no other server answers that, nor /health with exactly this
         return "mlx", "/health and /v1/models answer, /props does not"
     if models_ok:
         return "openai", "/v1/models answers"

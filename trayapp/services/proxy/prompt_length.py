@@ -11,6 +11,10 @@ to, and dropped when the count is known; it is never stored or logged. Its copy 
 listener's budget for held bodies (admission.HeldBytes): past it, no count. The count runs beside
 the forwarded request, never in its way. Whatever does not fit (images, several prompts, a
 server error, a slow answer) gives no count: the total then stays unknown, never guessed.
+
+The same counter puts each request to a server that reports no live progress of its own (MLX-LM,
+a generic OpenAI-compatible server: core/proxied_streams.py) on the board while it runs, so the
+monitor can read how many tokens of its answer have streamed.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from trayapp.core.proxied_streams import rate_from_proxy
+from trayapp.services.proxy.inbox import StreamProgress
 from trayapp.services.proxy.limits import PARSE_OFF_LOOP_BYTES
 
 if TYPE_CHECKING:
@@ -112,6 +118,15 @@ class PromptBoard(Protocol):
     def prompt_ended(self, key: int) -> None: ...
 
 
+@runtime_checkable
+class StreamBoard(Protocol):
+    """Where the requests under way go, for their streamed answers' progress (RecordInbox)."""
+
+    def stream_started(self, key: int, upstream_url: str, progress: StreamProgress) -> None: ...
+
+    def stream_ended(self, key: int) -> None: ...
+
+
 class PromptCounter:
     """One route's prompt counts: started when a request's body is through, on the board until
     the request's first generated text (or its end), then gone."""
@@ -126,10 +141,17 @@ class PromptCounter:
         self._client: httpx.AsyncClient | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # by the request's tap
         self._posted: set[int] = set()
+        self._streams: set[int] = set()  # requests on the board for their answers' progress
 
     def request_sent(self, tap: RequestTap, authorization: str | None) -> None:
         """The request's body has gone up: count its prompt beside it (with the client's own
-        `Authorization`, held by the task only, for a server with an API key)."""
+        `Authorization`, held by the task only, for a server with an API key), and put it on the
+        board for its answer's progress where the server reports none."""
+        board = self._board
+        live = isinstance(board, StreamBoard) and rate_from_proxy(self._server_kind) and tap.family
+        if live and isinstance(board, StreamBoard) and id(tap) not in self._streams:
+            self._streams.add(id(tap))
+            board.stream_started(id(tap), self._upstream_url, tap)
         if self._board is None or not counts_prompts(self._server_kind, tap.family) or id(tap) in self._tasks:
             return
         body = tap.request_copy()
@@ -181,6 +203,14 @@ class PromptCounter:
             if self._board is not None:
                 self._board.prompt_ended(id(tap))
 
+    def request_ended(self, tap: RequestTap) -> None:
+        """The request is over (answered, failed or abandoned): off the board altogether."""
+        self.prompt_read(tap)
+        if id(tap) in self._streams:
+            self._streams.discard(id(tap))
+            if isinstance(self._board, StreamBoard):
+                self._board.stream_ended(id(tap))
+
     @property
     def pending(self) -> bool:
         return bool(self._tasks)
@@ -191,6 +221,10 @@ class PromptCounter:
         for key in list(self._posted):
             if self._board is not None:
                 self._board.prompt_ended(key)
+        for key in list(self._streams):
+            if isinstance(self._board, StreamBoard):
+                self._board.stream_ended(key)
+        self._streams.clear()
         self._tasks.clear()
         self._posted.clear()
         if self._client is not None:

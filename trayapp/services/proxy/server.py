@@ -347,7 +347,7 @@ class ProxyServer:
     ) -> None:
         if not tap.active:
             return
-        self._prompts.prompt_read(tap)
+        self._prompts.request_ended(tap)
         try:
             if status is not None:
                 tap.response_head(status, {}, time.monotonic())

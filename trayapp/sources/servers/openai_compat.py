@@ -19,13 +19,19 @@ import httpx
 from trayapp.core.model import CounterReading, ModelReading, ServerReading
 from trayapp.sources import promtext
 from trayapp.sources.http import FetchError, UnexpectedAnswer
+from trayapp.sources.processes import CpuActivity, mlx_served_model
 from trayapp.sources.promtext import Sample
 from trayapp.sources.servers.common import HttpProbe
 from trayapp.sources.servers.jsonvals import as_dict, as_int
 
 MODELS_REFRESH_S = 30.0
+MLX_LIST_POSTPONE_MAX_S = 300.0  # a working MLX-LM's model list waits at most this long
 
-MLX_REASON = "MLX-LM reports no timings, so there is no live rate (llm-tray's recording proxy is planned)"
+MLX_REASON = (
+    "MLX-LM reports no timings or counters: a live rate needs llm-tray's recording proxy in front of it "
+    "(estimated from the tokens it streams)"
+)
+MLX_WHICH_UNKNOWN = "; MLX-LM lists every cached model, so which one is loaded is unknown"
 OPENAI_REASON = (
     "a generic OpenAI-compatible server reports no token counters (only /v1/models), "
     "so there is no live rate (llm-tray's recording proxy is planned)"
@@ -245,9 +251,18 @@ class OpenAiProbe(HttpProbe):
 class MlxProbe(HttpProbe):
     """`mlx_lm.server`: `/health` every poll, `/v1/models` now and then; no timings at all.
 
-    `/v1/models` lists every MLX model in the Hugging Face cache, not what is
-    loaded: with one entry it is the served model; with several, none is
-    marked loaded.
+    What the real server does (mlx-lm 0.32.2, `tests/fixtures/mlx/`): it is Python's
+    `ThreadingHTTPServer` speaking HTTP/1.0 (one connection per request, each answered on a thread
+    of its own beside the generation thread, so a poll never waits for a generation, nor it for a
+    poll). `/v1/models` lists every MLX model in the Hugging Face cache, plus the `--model` folder by
+    its resolved path; on a machine with no cache folder it answers 200 with an **empty body** (the
+    handler dies after the headers). So the served model is also read from the process's own
+    `--model` (local servers, psutil): it is the one marked loaded, the cache's others are not;
+    with neither, a single listed model is taken as the served one. The model list walks the whole
+    cache on the server's threads (Python, sharing the interpreter lock with the generation): it is
+    asked at the first poll, then every `MODELS_REFRESH_S` while the local server's process is idle
+    (its CPU time, read without asking the server), and while it works at most every
+    `MLX_LIST_POSTPONE_MAX_S`.
     """
 
     kind = "mlx"
@@ -256,27 +271,43 @@ class MlxProbe(HttpProbe):
         super().__init__(url, client=client, api_key=api_key)
         self._listed: list[ModelReading] = []
         self._listed_at: float | None = None
+        self._served: tuple[int, str | None] | None = None  # (pid, its --model as /v1/models names it)
+        self._activity = CpuActivity()
 
     def _poll(self, now: float) -> ServerReading:
         health = self._fetch_json("/health")
         if not isinstance(health, dict) or health.get("status") != "ok":
             raise UnexpectedAnswer("/health did not say ok")
-        if self._listed_at is None or now - self._listed_at >= MODELS_REFRESH_S:
+        pid = self._server_pid(now)
+        working = self._activity.worked(pid, now)
+        since = None if self._listed_at is None else now - self._listed_at
+        due = since is None or since >= (MLX_LIST_POSTPONE_MAX_S if working else MODELS_REFRESH_S)
+        if due:
             self._listed_at = now
             try:
                 self._listed = parse_openai_models(self._fetch_json("/v1/models"))
-            except (FetchError, UnexpectedAnswer):
+            except (FetchError, UnexpectedAnswer):  # an empty body: no Hugging Face cache folder
                 self._listed = []
-        several = len(self._listed) > 1
-        models = tuple(
-            replace(
-                m,
-                live_rate_reason=MLX_REASON
-                + ("; MLX-LM lists every cached model, so which one is loaded is unknown" if several else ""),
-            )
-            for m in self._listed
-        )
-        return ServerReading(self.kind, self.url, "ok", models=models, pid=self._server_pid(now))
+        if pid is not None and (self._served is None or self._served[0] != pid):
+            self._served = (pid, mlx_served_model(pid))
+        served = self._served[1] if self._served is not None and self._served[0] == pid else None
+        return ServerReading(self.kind, self.url, "ok", models=mlx_models(self._listed, served), pid=pid)
+
+
+def mlx_models(listed: Sequence[ModelReading], served: str | None) -> tuple[ModelReading, ...]:
+    """MLX-LM's models: `listed` by `/v1/models` (maybe none), `served` the process's `--model`.
+
+    The served one is loaded (added when the list lacks it); the others are cached, not loaded.
+    Without `served`, one listed model is the served one; of several, which is loaded is unknown
+    (each is called loaded, the reason says so).
+    """
+    several_unknown = served is None and len(listed) > 1
+    reason = MLX_REASON + (MLX_WHICH_UNKNOWN if several_unknown else "")
+    models = [replace(m, loaded=served is None or m.name == served, live_rate_reason=reason) for m in listed]
+    if served is not None and all(m.name != served for m in listed):
+        path = served if served.startswith("/") else None  # a folder (resolved), not a repo id
+        models.insert(0, ModelReading(name=served, loaded=True, model_path=path, live_rate_reason=reason))
+    return tuple(models)
 
 
 __all__ = [
@@ -285,6 +316,7 @@ __all__ = [
     "SglangProbe",
     "VllmProbe",
     "metrics_model_names",
+    "mlx_models",
     "parse_openai_models",
     "parse_sglang_metrics",
     "parse_version_body",
