@@ -50,6 +50,7 @@ def test_a_bench_is_one_row_per_depth_with_its_numbers(db: Path) -> None:
     assert first["started_wall_s"] == T0 and first["finished_wall_s"] == T0 + 30
     assert (first["model"], first["quantization"], first["hardware"]) == ("qwen3:8b", "Q4_K_M", HW)
     assert first["server_version"] == "0.30.1" and first["spec_type"] is None
+    assert first["server_kind"] == "ollama"  # schema 9 (#22): the engine the build is a build of
     assert first["judged"] == 1 and first["decode_exact"] == 1  # 0/1 in SQLite
     assert first["ttft_s"] == 0.25 and first["prompt_tok_s"] == 2048.0 and first["decode_cv"] == 0.02
 
@@ -58,7 +59,7 @@ def test_the_bench_table_holds_numbers_and_the_key_only(db: Path) -> None:
     with Store(db) as store:
         types = store.column_types("bench")
     text = {name for name, kind in types.items() if kind == "TEXT"}
-    assert text == {"model", "quantization", "hardware", "server_version", "spec_type"}
+    assert text == {"model", "quantization", "hardware", "server_kind", "server_version", "spec_type"}
 
 
 def test_a_bench_baseline_wins_over_a_faster_session(db: Path) -> None:
@@ -242,3 +243,15 @@ def test_the_bench_rate_is_the_newest_benchs_depth_zero_decode_of_its_key(db: Pa
         assert store.bench_rate(**{**KEY, "quantization": "Q8_0"}, before_wall_s=now) is None
         store.record_bench(result(T0 + 1200, (point(0, 60, 70.0, 120.0),)))  # a new bench clears the cache
         assert store.bench_rate(**KEY, before_wall_s=now) == 70.0
+
+
+def test_stored_benches_list_their_engine_and_build(db: Path) -> None:
+    """`sessions --bench` names the build with its engine ('Ollama 0.30.1'); a row stored before
+    schema 9 (no engine) shows the build alone."""
+    from trayapp.cli.logs import format_bench
+
+    with Store(db) as store:
+        store.record_bench(result(T0, (point(0, 60, 90.0, 120.0),)))
+        got = rows(store, "bench")
+    assert format_bench(got).splitlines()[1].endswith("Ollama 0.30.1")
+    assert format_bench([{**got[0], "server_kind": None}]).splitlines()[1].endswith(" 0.30.1")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from trayapp.config import paths
 from trayapp.core.builds import BuildGroup, sessions_by_build
 from trayapp.core.model import SessionRecord
+from trayapp.core.server_kinds import engine_label
 from trayapp.core.terminal import terminal_safe
 from trayapp.sinks.export import EXPORT_TABLES, FORMATS, ExportError, export, iso_utc
 
@@ -235,6 +236,14 @@ def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "—" if value is None else f"{value * scale:.{digits}f}"
 
 
+def _build(row: dict[str, object]) -> str:
+    """'llama.cpp b11434-3f2a9c1d8' (a bench stored before schema 9 has no engine: the build alone)."""
+    version, kind = row.get("server_version"), row.get("server_kind")
+    if not version:
+        return "—"
+    return f"{engine_label(kind)} {version}" if isinstance(kind, str) else str(version)
+
+
 def format_bench(rows: Sequence[dict[str, object]]) -> str:
     """A plain-text table of stored bench results, one row per depth (start in local time)."""
     header = ("START", "MODEL", "QUANT", "HARDWARE", "DEPTH", "TOK/S", "CV %", "CEIL %", "TTFT S", "SERVER")
@@ -249,7 +258,7 @@ def format_bench(rows: Sequence[dict[str, object]]) -> str:
             _cell(_float(row, "efficiency"), 100.0, 0),
             _cell(_float(row, "ttft_s"), digits=2),
         ]
-        table.append((started, *names, *numbers, str(row.get("server_version") or "—")))
+        table.append((started, *names, *numbers, _build(row)))
     return _text_table(table, numeric={4, 5, 6, 7, 8})
 
 

@@ -175,6 +175,7 @@ def bench_rows(result: BenchResult) -> list[Row]:
             "model": t.model,
             "quantization": t.quantization,
             "hardware": t.hardware,
+            "server_kind": t.server_kind,
             "server_version": t.server_version,
             "spec_type": t.spec_type,
             "depth_tokens": point.depth_tokens,

@@ -248,6 +248,12 @@ def _migration_8(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE requests ADD COLUMN {column}")
 
 
+def _migration_9(conn: sqlite3.Connection) -> None:
+    """`bench.server_kind`: the engine a bench ran on (llamacpp, ollama, …), so its stored build
+    (`server_version`) names a build of something ("llama.cpp b11434"), as a session's does (#22)."""
+    conn.execute("ALTER TABLE bench ADD COLUMN server_kind TEXT")
+
+
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = [
     _migration_1,
@@ -258,6 +264,7 @@ MIGRATIONS: list[Migration] = [
     _migration_6,
     _migration_7,
     _migration_8,
+    _migration_9,
 ]
 
 
