@@ -5,7 +5,8 @@ expose cumulative token counters; the pipeline turns their deltas into rates.
 Metric names follow vLLM v0.11–0.12 `vllm/v1/metrics/loggers.py` and SGLang
 `python/sglang/srt/metrics/collector.py` (reference/backends.md §4). MLX-LM
 and a generic OpenAI-compatible server report no timings at all (§5): the
-probes say so instead of inventing a rate.
+probes say so instead of inventing a rate, and a recording proxy in front of
+them gives the live rate (core/proxied_streams.py).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ MLX_REASON = (
 )
 MLX_WHICH_UNKNOWN = "; MLX-LM lists every cached model, so which one is loaded is unknown"
 OPENAI_REASON = (
-    "a generic OpenAI-compatible server reports no token counters (only /v1/models), "
-    "so there is no live rate (llm-tray's recording proxy is planned)"
+    "a generic OpenAI-compatible server reports no token counters (only /v1/models): a live rate "
+    "needs llm-tray's recording proxy in front of it (estimated from the tokens it streams)"
 )
 SGLANG_NO_METRICS_REASON = "SGLang serves no /metrics: start it with --enable-metrics for token counters"
 
