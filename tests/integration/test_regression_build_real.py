@@ -52,13 +52,18 @@ def test_a_regression_across_builds_names_both(start_server: StartServer) -> Non
     assert changed == 1
 
     base_tok_s = base_timings["predicted_per_second"]
-    slow_snaps, slow_timings = _session(start_server, DECODE_S, slow_to_tok_s=SLOW_SHARE * base_tok_s)
+    # decoding longer than the baseline: three slow rates, then the alert's confirmation time, with room
+    slow_s = DECODE_S + 3 * Thresholds().confirm_s
+    slow_snaps, slow_timings = _session(start_server, slow_s, slow_to_tok_s=SLOW_SHARE * base_tok_s)
     server_drop_pct = (1 - slow_timings["predicted_per_second"] / base_tok_s) * 100
     assert server_drop_pct >= Thresholds().regression_pct + ESTIMATE_MARGIN_PCT + 10, "not slowed enough"
     assert slow_snaps[-1].servers[0].version == build
 
     alerts = alerts_of(slow_snaps, "regression")
-    assert len(alerts) == 1, alerts
+    assert len(alerts) == 1, (
+        alerts,
+        [(m.decode_tok_s, m.decode_exact) for s in slow_snaps for m in s.servers[0].models],
+    )
     alert = next(iter(alerts.values()))
     evidence: Mapping[str, Any] = alert.evidence
     assert evidence["baseline_session"] == base_session
