@@ -12,14 +12,18 @@ privileges: it is then "another user's process". Forwarding never waits on any o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
+from collections.abc import Callable
 
 from trayapp.core.loopback import is_loopback
+from trayapp.core.model import FinishedRequest
 
 log = logging.getLogger(__name__)
 
+CLIENT_NAME_WAIT_S = 2.0  # a record waits at most this for its client's name after the response ends
 SCAN_FRESH_S = 5.0  # a scan's answers name connections opened up to this long before another scan
 OTHER_USER = "another user's process"
 _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
@@ -104,6 +108,40 @@ class ClientNamer:
         started = time.monotonic()
         self._ports = await asyncio.to_thread(_scan, listen_port)
         self._scanned_mono_s = started
+
+
+class NamedRecords:
+    """Hands each record on (`emit`) with its client's name: the name is looked up from the request's
+    start (`lookup`), and a record waits at most CLIENT_NAME_WAIT_S for it once its response ended."""
+
+    def __init__(self, emit: Callable[[FinishedRequest], None]) -> None:
+        self._emit = emit
+        self._namer = ClientNamer()
+        self._waiting: set[asyncio.Task[None]] = set()
+
+    def lookup(self, peer: object, listen_port: int, user_agent: str | None) -> asyncio.Future[Named]:
+        return asyncio.ensure_future(self._namer.name(peer, listen_port, user_agent))
+
+    def hand_on(self, record: FinishedRequest, naming: asyncio.Future[Named] | None) -> None:
+        if naming is None:
+            self._emit(record)
+            return
+        task = asyncio.ensure_future(self._named(record, naming))
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    async def _named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
+        try:
+            name, pid = await asyncio.wait_for(asyncio.shield(naming), CLIENT_NAME_WAIT_S)
+            record = dataclasses.replace(record, client_name=name, client_pid=pid)
+        except (asyncio.TimeoutError, Exception):  # a client unnamed is a record all the same
+            naming.cancel()
+        self._emit(record)
+
+    async def close(self) -> None:
+        """Every record still waiting for its name goes out, named or not."""
+        if self._waiting:
+            await asyncio.wait(self._waiting, timeout=CLIENT_NAME_WAIT_S + 1)
 
 
 def _loopback_port(peer: object) -> int | None:

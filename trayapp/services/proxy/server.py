@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
-from trayapp.services.proxy.clients import ClientNamer, Named
+from trayapp.services.proxy.clients import Named, NamedRecords
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 
 
 RecordSink = Callable[[Route, FinishedRequest], None]
-CLIENT_NAME_WAIT_S = 2.0  # a record waits at most this for its client's name after the response ends
 
 
 @dataclass
@@ -101,8 +99,7 @@ class ProxyServer:
         self.port = route.listen_port
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
         self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
-        self._clients = ClientNamer()  # who sent each recorded request
-        self._naming: set[asyncio.Task[None]] = set()  # records waiting for their client's name
+        self._clients = NamedRecords(self._emit)  # who sent each recorded request
 
     @property
     def listen_url(self) -> str:
@@ -145,8 +142,7 @@ class ProxyServer:
             await asyncio.wait(self.slots.held, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
-        if self._naming:  # records still waiting for their client's name: out, named or not
-            await asyncio.wait(self._naming, timeout=CLIENT_NAME_WAIT_S + 1)
+        await self._clients.close()  # records still waiting for their client's name: out, named or not
         await self._prompts.close()
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -263,7 +259,7 @@ class ProxyServer:
         tap = self._tap(line)
         naming = (
             asyncio.ensure_future(
-                self._clients.name(writer.get_extra_info("peername"), self.port, head.get("user-agent"))
+                self._clients.lookup(writer.get_extra_info("peername"), self.port, head.get("user-agent"))
             )
             if tap.active
             else None
@@ -355,22 +351,8 @@ class ProxyServer:
         except Exception:
             self._recorder_bug()
             return
-        if record is None:
-            return
-        if naming is None:
-            self._emit(record)
-            return
-        task = asyncio.ensure_future(self._emit_named(record, naming))  # the connection goes on at once
-        self._naming.add(task)
-        task.add_done_callback(self._naming.discard)
-
-    async def _emit_named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
-        try:
-            name, pid = await asyncio.wait_for(asyncio.shield(naming), CLIENT_NAME_WAIT_S)
-            record = dataclasses.replace(record, client_name=name, client_pid=pid)
-        except (asyncio.TimeoutError, Exception):  # a client unnamed is a record all the same
-            naming.cancel()
-        self._emit(record)
+        if record is not None:
+            self._clients.hand_on(record, naming)  # named when the name comes; the connection goes on
 
     def _emit(self, record: FinishedRequest) -> None:
         try:
