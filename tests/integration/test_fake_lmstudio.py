@@ -248,3 +248,24 @@ def test_lms_is_not_started_while_lm_studio_is_down(fake_lms: FakeLms) -> None:
         assert fake_lms.calls() == []
     finally:
         probe.close()
+
+
+def test_the_selected_runtime_is_the_servers_build(lmstudio: FakeLmStudio, fake_lms: FakeLms) -> None:
+    """#22: the engine LM Studio runs models with (`lms runtime ls`, the ✓ row) is the reading's
+    version, kept with each session as its build; an `lms` without the command leaves it unknown."""
+    probe = LmStudioProbe(lmstudio.url, ps_interval_s=0.05)
+    try:
+        probe.poll(0.0)
+        wait_until(lambda: probe.lms is not None and probe.lms.latest_ps() is not None, timeout_s=10)
+        assert probe.poll(1.0).version is None
+    finally:
+        probe.close()
+    fake_lms.set_runtime(fixture_text("lmstudio/lms_runtime_ls.txt"))
+    probe = LmStudioProbe(lmstudio.url, ps_interval_s=0.05)
+    try:
+        probe.poll(0.0)
+        wait_until(lambda: probe.lms is not None and probe.lms.latest_runtime(), timeout_s=10)
+        assert probe.poll(1.0).version == "llama.cpp-linux-x86_64-avx2@1.52.0"
+    finally:
+        probe.close()
+    assert any(c["args"] == ["runtime", "ls"] for c in fake_lms.calls())

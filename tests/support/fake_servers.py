@@ -494,6 +494,14 @@ if args[:2] == ["ps", "--json"]:
         sys.stdout.write(f.read())
     sys.exit(0)
 
+if args[:2] == ["runtime", "ls"]:
+    path = os.path.join(CONTROL, "runtime.txt")
+    if not os.path.exists(path):
+        sys.exit(2)
+    with open(path, encoding="utf-8") as f:
+        sys.stdout.write(f.read())
+    sys.exit(0)
+
 if args[:2] == ["log", "stream"]:
     spool = os.path.join(CONTROL, "log.ndjson")
     offset_file = os.path.join(CONTROL, "log.offset")
@@ -551,6 +559,12 @@ class FakeLms:
         tmp = self.control / "ps.json.tmp"
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.control / "ps.json")
+
+    def set_runtime(self, text: str) -> None:
+        """What `lms runtime ls` prints (without it, the command fails as an older `lms` would)."""
+        tmp = self.control / "runtime.txt.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.control / "runtime.txt")
 
     def calls(self) -> list[dict[str, Any]]:
         path = self.control / "calls.ndjson"

@@ -28,11 +28,13 @@ from trayapp.core.model import FinishedRequest, ModelReading
 from trayapp.core.overflow import stop_reason_from
 from trayapp.sources.http import UnexpectedAnswer
 from trayapp.sources.servers.jsonvals import as_dict, as_float, as_int, as_str
+from trayapp.sources.servers.lms_runtime import parse_runtime_ls
 from trayapp.sources.servers.ollama import parse_parameter_size
 
 BUSY_STATUSES = ("generating", "processingPrompt")
 EMBEDDING_TYPES = ("embedding", "embeddings")  # model types LM Studio lists that are no LLMs
 MAX_QUEUED = 1000  # finished requests kept between two polls
+RUNTIME_INTERVAL_S = 300.0  # `lms runtime ls` this often: the runtime changes on an update only
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +172,8 @@ class LmsCli:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ps: list[ModelReading] | None = None
         self._ps_at: float | None = None
+        self._runtime: str | None = None  # `lms runtime ls`: the selected engines (lms_runtime.py)
+        self._runtime_at: float | None = None
         self._threads: list[threading.Thread] = []
         self._bugs = BugLog(log)  # both reader threads' boundary: each bug's traceback logged once
 
@@ -214,6 +218,11 @@ class LmsCli:
             if age_s is None or age_s > 3 * self.ps_interval_s + self.ps_timeout_s:
                 return None
             return self._ps
+
+    def latest_runtime(self) -> str | None:
+        """The selected inference runtimes ("llama.cpp-linux-x86_64-avx2@1.52.0"), when `lms` said."""
+        with self._lock:
+            return self._runtime
 
     def drain(self) -> tuple[FinishedRequest, ...]:
         records: list[FinishedRequest] = []
@@ -308,7 +317,29 @@ class LmsCli:
                 with self._lock:
                     self._ps = readings
                     self._ps_at = time.monotonic()
+            self._read_runtime()
             self._stop.wait(self.ps_interval_s)
+
+    def _read_runtime(self) -> None:
+        """`lms runtime ls`, at most every RUNTIME_INTERVAL_S (a runtime changes on an update only)."""
+        now = time.monotonic()
+        if self._runtime_at is not None and now - self._runtime_at < RUNTIME_INTERVAL_S:
+            return
+        self._runtime_at = now
+        try:
+            done = subprocess.run(
+                [self.lms_path, "runtime", "ls"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.ps_timeout_s,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return
+        if done.returncode == 0:
+            runtime = parse_runtime_ls(done.stdout.decode("utf-8", errors="replace"))
+            with self._lock:
+                self._runtime = runtime
 
 
 class LmsParseBug(Exception):

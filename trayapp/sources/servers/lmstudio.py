@@ -261,7 +261,8 @@ class LmStudioProbe(HttpProbe):
             if facts is not None:
                 model = replace(model, facts=facts)
             readings.append(replace(model, live_rate_reason=reason))
-        return ServerReading(self.kind, self.url, "ok", models=tuple(readings))
+        runtime = self._lms.latest_runtime() if self._lms is not None else None  # the build (#22)
+        return ServerReading(self.kind, self.url, "ok", version=runtime, models=tuple(readings))
 
     def _facts_for(self, model: ModelReading) -> ModelFacts | None:
         """Exact facts once the local model file has been read (off the poll thread), else an estimate."""
