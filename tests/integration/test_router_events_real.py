@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_router_real import Router
 from tests.support.fake_http import FakeServer, file_reply, json_reply
 from tests.support.llama import generate
+from tests.support.llama_router import Router
 from trayapp.core.model import FinishedRequest, ModelReading, ServerReading
 from trayapp.sources.servers.llamacpp_router import LOAD_SOURCE, LlamaRouterProbe
 
