@@ -32,7 +32,7 @@ from trayapp.core.jsonview import snapshot_json
 from trayapp.sinks.snapshot_server import SnapshotServer
 
 WAIT_S = 20.0
-SNAPSHOT_KEYS = {"schema", "t", "servers", "hardware", "alerts"}  # docs/json.md, schema 1
+SNAPSHOT_KEYS = {"schema", "t", "servers", "hardware", "energy", "alerts"}  # docs/json.md, schema 1
 
 
 def decoding(t: float, *, alerts: tuple[Any, ...] = ()) -> Any:
