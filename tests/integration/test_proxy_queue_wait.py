@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,51 @@ def test_the_second_client_waits_for_the_first_and_both_are_named(llama_server: 
     assert waited_s is not None and abs(waited_s - remaining_s) <= POLL_S
     first_waited_s = by_pid[pids["first"]].queue_wait_s
     assert first_waited_s is not None and first_waited_s < POLL_S  # the slot was free for the first
+
+
+@pytest.mark.timeout(600)
+def test_the_live_queue_count_holds_between_scrapes_and_clears_when_the_slot_frees(
+    llama_server: LlamaServer,
+) -> None:
+    """llama-server's `requests_deferred` is read once per /metrics scrape (every 10 s while busy): the
+    count must show on every tick while the slot stays busy, not one tick in ten (seen as a user), and
+    drop to 0 the tick the slot frees."""
+    from tests.support.llama import monitor_for, tick_until
+
+    with httpx.Client(trust_env=False, timeout=300) as client:  # this host's speed now
+        body = {"prompt": "Once upon a time", "n_predict": 16, "ignore_eos": True, "cache_prompt": False}
+        rate_tok_s = client.post(llama_server.url + "/completion", json=body).json()["timings"][
+            "predicted_per_second"
+        ]
+    first_n = max(64, min(8000, int(rate_tok_s * 25)))  # ~25 s of decoding: two scrapes fall inside
+    monitor = monitor_for(llama_server.url)
+    first = _client(llama_server.url, first_n)
+    second = None
+    try:
+        _next(first, "sent_mono_s")
+        _next(first, "first_text_mono_s")
+        second = _client(llama_server.url, 4)
+        _next(second, "sent_mono_s")
+
+        def queued(snapshot: Any) -> int | None:
+            (model,) = [m for s in snapshot.servers for m in s.models]
+            return model.queued_requests
+
+        seen = tick_until(monitor, lambda snap: queued(snap) == 1, limit_s=60)
+        assert queued(seen[-1]) == 1, [queued(s) for s in seen]
+        counts: list[int | None] = []
+        pace = threading.Event()
+        while second.poll() is None and first.poll() is None and len(counts) < 8:  # the second waits
+            counts.append(queued(monitor.tick()))
+            pace.wait(1.0)  # the monitor's cadence while something generates
+        assert len(counts) >= 3 and all(count == 1 for count in counts[:-1]), counts  # the last: the end
+        assert first.wait(120) == 0 and second.wait(120) == 0
+        after = tick_until(monitor, lambda snap: queued(snap) == 0, limit_s=30)
+        assert queued(after[-1]) == 0
+    finally:
+        monitor.close()
+        for child in (first, second):
+            if child is not None:
+                if child.poll() is None:
+                    child.kill()
+                child.communicate()

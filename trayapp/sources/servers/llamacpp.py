@@ -134,6 +134,7 @@ class LlamaCppProbe(LlamaServerProbe):
         self._meta_at_s: float | None = None  # when /v1/models was last asked
         self._metrics_at_s: float | None = None
         self._metrics_disabled = False
+        self._deferred: int | None = None  # requests waiting for a slot at the last scrape (#22)
         self._slots_disabled = False
         self._busy = True  # a slot was processing at the last /slots answer (or none was asked yet)
         self._last_spec_type: str | None = None
@@ -367,8 +368,20 @@ class LlamaCppProbe(LlamaServerProbe):
             slots=slots,
             counters=counters,
             busy=any(slot.is_processing for slot in slots) if slots else None,
+            queued_requests=self._queued_now(slots, counters),
             live_rate_reason=live_reason,
         )
+
+    def _queued_now(self, slots: tuple[SlotReading, ...], counters: CounterReading | None) -> int | None:
+        """Requests waiting for a slot: `requests_deferred` as the last `/metrics` scrape counted it (one
+        scrape every metrics_interval_s while busy), kept while every slot is still busy, and 0 once a
+        slot is free or nothing works (llama-server defers a request only while no slot is free).
+        None on a server without `--metrics`."""
+        if counters is not None and counters.requests_waiting is not None:
+            self._deferred = max(0, int(counters.requests_waiting))
+        if self._deferred is not None and (not self._busy or any(not s.is_processing for s in slots)):
+            self._deferred = 0
+        return self._deferred
 
     def _spec_kind(self, props: PropsInfo, slots: tuple[SlotReading, ...]) -> str | None:
         """The speculative decoding in use: /props' defaults say "none" even with `--spec-type`, so the
