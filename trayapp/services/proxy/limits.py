@@ -18,6 +18,9 @@ BODY_STALL_TIMEOUT_S = 60.0  # a request body that sends nothing this long: clos
 SEND_STALL_TIMEOUT_S = 300.0  # a client that reads nothing of its response this long: closed
 CONNECT_TIMEOUT_S = 10.0  # connecting to the upstream: else 502
 CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
+UPSTREAM_REUSE_IDLE_S = 2.0  # an upstream connection idle longer is not reused: servers close idle
+#                              keep-alive connections (llama-server's cpp-httplib after 5 s), and one
+#                              closing just as a request goes out answers nothing
 
 # Connections, per listener. The cap is also held under the process's file-descriptor limit
 # (each proxied connection holds two descriptors; the rest is left to the monitor and the store).

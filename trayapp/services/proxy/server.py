@@ -49,9 +49,13 @@ RecordSink = Callable[[Route, FinishedRequest], None]
 class _Upstream:
     reader: Reader
     writer: asyncio.StreamWriter
+    idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
 
     def usable(self) -> bool:
-        return not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
+        """Open, and idle for less than the servers' keep-alive timeouts: a connection the server is
+        closing as the next request goes out answers nothing (a 502 seen with llama-server)."""
+        fresh = time.monotonic() - self.idle_since_s < limits.UPSTREAM_REUSE_IDLE_S
+        return fresh and not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
 
     def close(self) -> None:
         self.writer.close()
@@ -235,7 +239,7 @@ class ProxyServer:
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise _UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
-        return _Upstream(Reader(reader), writer)
+        return _Upstream(Reader(reader), writer, time.monotonic())
 
     async def _serve(
         self, head: Head, client: Reader, writer: asyncio.StreamWriter, upstream: _Upstream | None
@@ -326,6 +330,7 @@ class ProxyServer:
         if not (exchange.complete and keep and framer.done):
             upstream.close()
             return False, None
+        upstream.idle_since_s = time.monotonic()
         return head.keep_alive(), upstream
 
     def _tap(self, line: RequestLine) -> RequestTap:
