@@ -21,6 +21,8 @@ CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
 UPSTREAM_REUSE_IDLE_S = 2.0  # an upstream connection idle longer is not reused: servers close idle
 #                              keep-alive connections (llama-server's cpp-httplib after 5 s), and one
 #                              closing just as a request goes out answers nothing
+UPSTREAM_REUSE_MAX_ANSWERS = 4  # nor after this many answers: cpp-httplib (llama-server) closes a
+#                                 connection after its 5th request (keep_alive_max_count)
 
 # Connections, per listener. The cap is also held under the process's file-descriptor limit
 # (each proxied connection holds two descriptors; the rest is left to the monitor and the store).

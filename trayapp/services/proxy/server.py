@@ -50,11 +50,13 @@ class _Upstream:
     reader: Reader
     writer: asyncio.StreamWriter
     idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
+    answers: int = 0  # requests it has answered
 
     def usable(self) -> bool:
         """Open, and idle for less than the servers' keep-alive timeouts: a connection the server is
         closing as the next request goes out answers nothing (a 502 seen with llama-server)."""
         fresh = time.monotonic() - self.idle_since_s < limits.UPSTREAM_REUSE_IDLE_S
+        fresh = fresh and self.answers < limits.UPSTREAM_REUSE_MAX_ANSWERS
         return fresh and not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
 
     def close(self) -> None:
@@ -331,6 +333,7 @@ class ProxyServer:
             upstream.close()
             return False, None
         upstream.idle_since_s = time.monotonic()
+        upstream.answers += 1
         return head.keep_alive(), upstream
 
     def _tap(self, line: RequestLine) -> RequestTap:
