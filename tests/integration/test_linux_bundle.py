@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +123,30 @@ def test_the_bundle_leaves_the_desktops_libraries_to_the_desktop(bundle: Path) -
     names = [p.name for p in bundle.parent.rglob("lib*.so*")]
     assert any(n.startswith("libQt6Core.so") for n in names)  # Qt itself is in the bundle
     assert sorted(n for n in names if SYSTEM_LIBS.match(n)) == []
+
+
+def test_the_bundle_leaves_out_what_llm_tray_never_loads(bundle: Path) -> None:
+    """installers/llm-tray.spec's size cuts hold (the dashboard test shows that what stays works)."""
+    internal = bundle.parent / "_internal"
+    plugins = internal / "PySide6" / "Qt" / "plugins"
+    assert (plugins / "platforms" / "libqxcb.so").is_file()  # the kept platforms are there
+    assert (plugins / "platforms" / "libqwayland.so").is_file()
+    assert (plugins / "platforms" / "libqoffscreen.so").is_file()
+    for unused in ("egldeviceintegrations", "generic", "networkinformation", "tls"):
+        assert not (plugins / unused).exists(), unused
+    for unused in ("libqeglfs.so", "libqlinuxfb.so", "libqvnc.so", "libqminimal.so"):
+        assert not (plugins / "platforms" / unused).exists(), unused
+    assert sorted(p.name for p in (plugins / "imageformats").iterdir()) == ["libqsvg.so"]
+    for unused in ("yaml", "numpy/random", "PySide6/QtQml.abi3.so", "PySide6/Qt/translations"):
+        assert not (internal / unused).exists(), unused
+    assert not list(internal.rglob("readline*.so")) and not list(internal.rglob("libQt6Quick*"))
+    if shutil.which("cc") or shutil.which("gcc"):  # the spec swaps ICU's 31 MiB data for an empty package
+        (icu_data,) = (internal / "PySide6" / "Qt" / "lib").glob("libicudata.so.*")
+        assert icu_data.stat().st_size < 100_000
+    if shutil.which("readelf"):  # the spec strips the libraries where binutils are installed
+        python = next(internal.glob("libpython3*.so*"))
+        sections = subprocess.run(["readelf", "-S", str(python)], capture_output=True, text=True, check=True)
+        assert ".debug_info" not in sections.stdout and ".symtab" not in sections.stdout
 
 
 def _wait_for(what: str, get, proc: subprocess.Popen[bytes], timeout_s: float = TRAY_TIMEOUT_S):  # type: ignore[no-untyped-def]
