@@ -105,6 +105,35 @@ def httptools_framer() -> None:
     assert request.done and response.done
 
 
+def trickled_head_s(head_bytes: int = 60 * 1024) -> float:
+    """Seconds `Reader.read_head` takes for a head of `head_bytes` that arrives 1 byte per read (a
+    slow or hostile client): linear since issue #26, ~1.5 s for 64 KiB when each read re-scanned it."""
+    import asyncio
+
+    from trayapp.services.proxy.reading import Reader
+
+    filler = b"X-Pad: " + b"a" * 1000 + b"\r\n"
+    head = b"GET / HTTP/1.1\r\nHost: a\r\n" + filler * (head_bytes // len(filler)) + b"\r\n"
+
+    class OneByte:
+        """The read side of a connection that delivers one byte per read."""
+
+        def __init__(self) -> None:
+            self.at = 0
+
+        async def read(self, n: int) -> bytes:
+            self.at += 1
+            return head[self.at - 1 : self.at]
+
+    async def run() -> float:
+        started = time.perf_counter()
+        parsed = await Reader(OneByte()).read_head()  # type: ignore[arg-type]
+        assert parsed is not None and parsed.raw == head
+        return time.perf_counter() - started
+
+    return asyncio.run(run())
+
+
 def best_us(run: Callable[[], None], n: int) -> float:
     run()
     best = float("inf")
@@ -136,6 +165,7 @@ def main() -> int:
     print(
         f"{'hand-written, heads only':26s} {best_us(ours_heads, a.requests):8.1f} µs (before the first byte)"
     )
+    print(f"{'a 60 KiB head, 1 byte a read':26s} {trickled_head_s() * 1e3:8.1f} ms (Reader.read_head)")
     return 0
 
 

@@ -2,11 +2,18 @@
 client's `User-Agent` product token. Never anything of the request's body.
 
 A loopback client's process is found by its socket: the connection whose local address is the
-client's end (127.0.0.1, its port) and whose remote address is the proxy's listener. psutil reads
-every process's sockets for that, which costs milliseconds to tens of them, so it runs on a worker
-thread, one scan at a time, only for recorded requests, and one scan names every connection open
-at that moment (its answers are kept a few seconds). Another user's process cannot be read without
-privileges: it is then "another user's process". Forwarding never waits on any of this.
+client's end (127.0.0.1, its port) and whose remote address is the proxy's listener. It runs on a
+worker thread, one scan at a time, only for recorded requests, and one scan names every connection
+open at that moment (its answers are kept a few seconds). Another user's process cannot be read
+without privileges: it is then "another user's process". Forwarding never waits on any of this.
+
+On Linux the scan asks the kernel for the TCP sockets (sock_diag netlink, as `ss` does; the text of
+/proc/net/tcp{,6} where that is refused, ~6 ms of kernel time for a few hundred sockets), keeps those
+to the listener, then reads the descriptors of the processes that were clients before (a client
+sends many requests) and of the others only for sockets still unowned: usually one process's
+descriptors, a fraction of a millisecond. psutil's `net_connections` (elsewhere) reads every socket
+of every process, 10-30 ms of Python holding the GIL on a busy host, which the proxy's event loop
+waited on mid-stream (issue #26's profile).
 """
 
 from __future__ import annotations
@@ -14,9 +21,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import re
+import socket
+import struct
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
@@ -39,9 +50,224 @@ def user_agent_product(user_agent: str | None) -> str | None:
     return found.group(0) if found else None
 
 
+_RECENT_PIDS: dict[int, None] = {}  # processes that were clients lately (newest last), looked at first
+_RECENT_PIDS_KEPT = 64
+
+
 def _scan(listen_port: int) -> dict[int, int | None]:
     """Client port → pid (None: a process this user may not read) of every TCP connection to
     `listen_port` on this machine."""
+    if sys.platform.startswith("linux"):
+        try:
+            table = _scan_proc(listen_port, reversed(list(_RECENT_PIDS)))
+        except OSError as exc:  # no /proc (a sandbox): psutil's way
+            log.debug("client scan of /proc failed: %s", exc)
+        else:
+            for pid in table.values():
+                if pid is not None:
+                    _RECENT_PIDS.pop(pid, None)
+                    _RECENT_PIDS[pid] = None
+            while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
+                _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
+            return table
+    return _scan_psutil(listen_port)
+
+
+def _sockets_to(listen_port: int) -> list[tuple[int, int]]:
+    """(client port, socket inode) of each loopback TCP connection to `listen_port`."""
+    try:
+        return _diag_sockets_to(listen_port)
+    except OSError as exc:  # no sock_diag here (a sandbox): the text listing
+        log.debug("sock_diag refused (%s): reading /proc/net/tcp", exc)
+    found: list[tuple[int, int]] = []
+    needle = f":{listen_port:04X} "
+    for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            with open(path, encoding="ascii") as listing:
+                lines = [line for line in listing if needle in line]
+        except FileNotFoundError:  # no IPv6
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], int(fields[9])
+            address, _, port = local.partition(":")
+            if int(remote.rpartition(":")[2], 16) == listen_port and is_loopback(
+                _proc_address(address, family)
+            ):
+                found.append((int(port, 16), inode))
+    return found
+
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x1 | 0x300
+_NLMSG_DONE, _NLMSG_ERROR = 3, 2
+_NLMSG_HEAD = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+_DIAG_REQUEST = struct.Struct("=BBBxI48x")  # family, protocol, extensions, states; any socket id
+_DIAG_MESSAGE = struct.Struct("=BBBB2H16s16sI8xIIIII")  # inet_diag_msg (ports big-endian: swapped below)
+
+
+def _diag_sockets_to(listen_port: int) -> list[tuple[int, int]]:
+    """`_sockets_to` by sock_diag netlink (linux/inet_diag.h): every TCP socket, in binary."""
+    found: list[tuple[int, int]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(2.0)
+        for family in (socket.AF_INET, socket.AF_INET6):
+            request = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0xFFFFFFFF)
+            head = _NLMSG_HEAD.pack(
+                _NLMSG_HEAD.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0
+            )
+            link.send(head + request)
+            done = False
+            while not done:
+                data = link.recv(1 << 16)
+                at = 0
+                while at + _NLMSG_HEAD.size <= len(data):
+                    length, kind = _NLMSG_HEAD.unpack_from(data, at)[:2]
+                    if kind == _NLMSG_DONE:
+                        done = True
+                        break
+                    if kind == _NLMSG_ERROR or length < _NLMSG_HEAD.size:
+                        raise OSError("sock_diag answered an error")
+                    fields = _DIAG_MESSAGE.unpack_from(data, at + _NLMSG_HEAD.size)
+                    sport, dport, src, inode = (
+                        socket.ntohs(fields[4]),
+                        socket.ntohs(fields[5]),
+                        fields[6],
+                        fields[-1],
+                    )
+                    size = 4 if family == socket.AF_INET else 16
+                    if dport == listen_port and is_loopback(socket.inet_ntop(family, src[:size])):
+                        found.append((sport, inode))
+                    at += (length + 3) & ~3
+                if not data:
+                    raise OSError("sock_diag closed")
+    return found
+
+
+_DIAG_EXACT = struct.Struct("=BBBxI2H16s16sI2I")  # inet_diag_req_v2 naming one socket (ports big-endian)
+
+
+def _diag_inode(family: int, src: str, sport: int, dst: str, dport: int) -> int | None:
+    """The inode of the TCP socket bound to (src, sport) and connected to (dst, dport), by one
+    sock_diag lookup (a hash lookup in the kernel); None when there is none (gone meanwhile)."""
+    size = 4 if family == socket.AF_INET else 16
+    ids = (socket.inet_pton(family, src).ljust(16, b"\0"), socket.inet_pton(family, dst).ljust(16, b"\0"))
+    no_cookie = (0xFFFFFFFF, 0xFFFFFFFF)
+    request = _DIAG_EXACT.pack(
+        family,
+        socket.IPPROTO_TCP,
+        0,
+        0xFFFFFFFF,
+        socket.htons(sport),
+        socket.htons(dport),
+        *ids,
+        0,
+        *no_cookie,
+    )
+    head = _NLMSG_HEAD.pack(_NLMSG_HEAD.size + len(request), _SOCK_DIAG_BY_FAMILY, 0x1, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(2.0)
+        link.send(head + request)
+        data = link.recv(1 << 12)
+    kind = _NLMSG_HEAD.unpack_from(data)[1]
+    if kind == _NLMSG_ERROR:
+        return None  # ENOENT: no such socket
+    fields = _DIAG_MESSAGE.unpack_from(data, _NLMSG_HEAD.size)
+    if socket.ntohs(fields[4]) != sport or fields[6][:size] != ids[0][:size]:
+        raise OSError("sock_diag answered another socket")
+    inode: int = fields[-1]
+    return inode or None
+
+
+def _owner_of(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
+    """(known, pid) of the loopback client at `peer` connected to the listener at `local`: one
+    lookup of that socket, then the descriptors of recent clients first. (False, None): this way
+    cannot tell (not Linux, sock_diag refused, or an address pair it cannot look up)."""
+    if not sys.platform.startswith("linux"):
+        return False, None
+    src, dst = peer[0].split("%")[0], local[0].split("%")[0]
+    if src.startswith("::ffff:") and dst.startswith("::ffff:"):  # an IPv4 client of a dual-stack listener
+        src, dst = src[7:], dst[7:]
+    family = socket.AF_INET6 if ":" in src else socket.AF_INET
+    try:
+        inode = _diag_inode(family, src, peer[1], dst, local[1])
+    except (OSError, ValueError, struct.error) as exc:
+        log.debug("sock_diag lookup failed: %s", exc)
+        return False, None
+    if inode is None:
+        return False, None  # gone, or asked in the wrong family (a v4-mapped address): scan
+    pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
+    for pid in _unique([*reversed(list(_RECENT_PIDS)), os.getpid()], pids):
+        if _holds(pid, inode):
+            _RECENT_PIDS.pop(pid, None)
+            _RECENT_PIDS[pid] = None
+            while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
+                _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
+            return True, pid
+    return True, None  # no process this user may read holds it
+
+
+def _holds(pid: int, inode: int) -> bool:
+    """Whether process `pid` holds the socket `inode` (False when it cannot be read)."""
+    wanted = f"socket:[{inode}]"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone, or another user's
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                return True
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            continue
+    return False
+
+
+def _scan_proc(listen_port: int, first_pids: Iterable[int]) -> dict[int, int | None]:
+    """`_scan` from the kernel: the sockets to the listener, then their owners (`first_pids` first)."""
+    wanted: dict[int, int] = {}  # socket inode → client port
+    table: dict[int, int | None] = {}
+    for port, inode in _sockets_to(listen_port):
+        table[port] = None  # unowned until a process holding it is found
+        if inode:
+            wanted[inode] = port
+    own = os.getpid()
+    pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
+    for pid in _unique([*first_pids, own], pids):
+        if not wanted:
+            break
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+                continue
+            if link.startswith("socket:["):
+                client_port = wanted.pop(int(link[8:-1]), None)
+                if client_port is not None:
+                    table[client_port] = pid
+    return table
+
+
+def _unique(first: list[int], rest: Iterable[int]) -> Iterable[int]:
+    seen = set(first)
+    yield from first
+    yield from (pid for pid in rest if pid not in seen)
+
+
+def _proc_address(text: str, family: int) -> str:
+    """An address as /proc/net/tcp writes it (hex, each 32-bit word in host order) → its text."""
+    raw = bytes.fromhex(text)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(family, raw)
+
+
+def _scan_psutil(listen_port: int) -> dict[int, int | None]:
     import psutil
 
     table: dict[int, int | None] = {}
@@ -76,11 +302,19 @@ class ClientNamer:
         self._scan_task: asyncio.Task[None] | None = None
         self._names: dict[int, str] = {}  # pid → process name
 
-    async def name(self, peer: object, listen_port: int, user_agent: str | None) -> Named:
-        """(name, pid) of the client at `peer` (the connection's peer address)."""
+    async def name(
+        self, peer: object, listen_port: int, user_agent: str | None, local: object = None
+    ) -> Named:
+        """(name, pid) of the client at `peer` (the connection's peer address; `local`: its address
+        on this side, for a lookup of that one socket where the system allows it)."""
         port = _loopback_port(peer)
         if port is None:
             return user_agent_product(user_agent), None
+        if _loopback_port(local) is not None:
+            assert isinstance(peer, tuple) and isinstance(local, tuple)
+            known, pid = await asyncio.to_thread(_owner_of, peer[:2], local[:2])
+            if known:
+                return await self._named_pid(pid)
         asked_mono_s = time.monotonic()
         for _ in range(2):  # a scan already running may have begun before this connection existed
             if port in self._ports and self._scanned_mono_s >= asked_mono_s - SCAN_FRESH_S:
@@ -90,7 +324,9 @@ class ClientNamer:
                 break
         if port not in self._ports:
             return user_agent_product(user_agent), None
-        pid = self._ports[port]
+        return await self._named_pid(self._ports[port])
+
+    async def _named_pid(self, pid: int | None) -> Named:
         if pid is None:
             return OTHER_USER, None
         if pid not in self._names:
@@ -119,8 +355,10 @@ class NamedRecords:
         self._namer = ClientNamer()
         self._waiting: set[asyncio.Task[None]] = set()
 
-    def lookup(self, peer: object, listen_port: int, user_agent: str | None) -> asyncio.Future[Named]:
-        return asyncio.ensure_future(self._namer.name(peer, listen_port, user_agent))
+    def lookup(
+        self, peer: object, listen_port: int, user_agent: str | None, local: object = None
+    ) -> asyncio.Future[Named]:
+        return asyncio.ensure_future(self._namer.name(peer, listen_port, user_agent, local))
 
     def hand_on(self, record: FinishedRequest, naming: asyncio.Future[Named] | None) -> None:
         if naming is None:

@@ -28,8 +28,11 @@ UPSTREAM_REUSE_MAX_ANSWERS = 4  # nor after this many answers: cpp-httplib (llam
 # (each proxied connection holds two descriptors; the rest is left to the monitor and the store).
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64  # descriptors never used by the proxies' connections
-ACCEPT_BACKLOG = 32  # the listen queue, and so the most sockets asyncio accepts in one burst before
-#                      any connection is looked at: kept out of the cap's room as well
+ACCEPT_BACKLOG = 64  # the listen queue, and so the most sockets asyncio accepts in one burst before
+#                      any connection is looked at: kept out of the cap's room as well. 32 overflowed
+#                      when 50 clients connected at once beside a busy loop (Linux drops the SYN; the
+#                      client retries 1 s later: +1 s at p99 in bench/proxy_overhead.py); 64 still
+#                      leaves 16 connections a listener to two listeners under macOS's 256 descriptors
 # At the cap the oldest connection waiting for a request head (idle or trickling) is closed to
 # make room; when every connection is busy with a request, the new one gets 503 and is closed.
 
@@ -41,6 +44,14 @@ PARSE_OFF_LOOP_BYTES = 256 * 1024  # a body larger than this is parsed on a work
 #                                    time), never on the event loop that forwards the streams
 
 READ_BYTES = 64 * 1024  # one socket read
+
+# The prompt counter (services/proxy/prompt_length.py): only a request body at least this large gets
+# its prompt counted (two requests to the server beside it). A count serves a progress bar, and
+# llama-server moves a slot's progress once per batch (`-b`, 2048 tokens by default), polled about
+# once a second: a prompt within one batch goes from nothing read to all read in one step, so its
+# total shows nothing. A body under 8 KiB holds a prompt under 8 KiB: ~2,000 tokens of English at
+# ~4 bytes a token (one batch), at most ~4,000 of denser text (code, CJK: two batches).
+COUNT_PROMPT_FROM_BYTES = 8 * 1024
 
 
 def connection_cap(fd_soft_limit: int | None, listeners: int = 1) -> int:

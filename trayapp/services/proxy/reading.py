@@ -44,17 +44,25 @@ class Reader:
     async def read_head(self, first_byte_s: float | None = None, whole_s: float | None = None) -> Head | None:
         """The next message head; None when the peer closed before sending one. `first_byte_s`: the
         head must start within it (else `Idle`); `whole_s`: the head must be complete within it,
-        counted from its first byte (else `SlowHead`). None: no limit (a response head)."""
-        buffer = b""
+        counted from its first byte (else `SlowHead`). None: no limit (a response head). Linear in
+        the head's size however it is split: each read is appended once and only its new bytes (and
+        the 3 before them) are searched for the blank line."""
+        buffer = bytearray()
+        searched = 0  # bytes of `buffer` known to hold no CRLF CRLF ending before buffer[searched + 3]
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         while True:
-            while buffer.startswith(b"\r\n"):  # empty lines before a request line are allowed
-                buffer = buffer[2:]
-            end = buffer.find(b"\r\n\r\n")
+            if searched == 0:
+                lead = 0
+                while buffer.startswith(b"\r\n", lead):  # empty lines before a request line are allowed
+                    lead += 2
+                if lead:
+                    del buffer[:lead]
+            end = buffer.find(b"\r\n\r\n", searched)
             if end >= 0:
-                self.unread(buffer[end + 4 :])
-                return parse_head(buffer[: end + 4])
+                self.unread(bytes(buffer[end + 4 :]))
+                return parse_head(bytes(buffer[: end + 4]))
+            searched = max(0, len(buffer) - 3)
             if len(buffer) > MAX_HEAD_BYTES:
                 raise FramingError("head larger than 64 KiB")
             if deadline is None and whole_s is not None and (buffer or first_byte_s is None):

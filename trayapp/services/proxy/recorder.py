@@ -125,6 +125,11 @@ class RequestTap:
             return
         self._request += payload
 
+    @property
+    def request_bytes(self) -> int:
+        """Bytes of the request body held now (0 once read or past the limit)."""
+        return len(self._request) if self._request else 0
+
     def request_copy(self) -> bytes | None:
         """The whole request body so far (None once read or past the limit), for the prompt count."""
         return bytes(self._request) if self._request else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Sequence
 
@@ -36,6 +37,21 @@ class _LoopErrors:
         )
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The proxies' event loop: uvloop's where it is installed (the optional `fast` extra; its
+    transports and timers are C: measured in bench/proxy_overhead.py), else asyncio's own. Set
+    LLM_TRAY_PROXY_LOOP=asyncio to keep asyncio's with uvloop installed."""
+    if os.environ.get("LLM_TRAY_PROXY_LOOP", "").strip().lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()  # typed where uvloop is not installed
+            return loop
+    return asyncio.new_event_loop()
+
+
 async def start_all(
     routes: Sequence[Route], on_record: RecordSink, prompts: PromptBoard | None = None
 ) -> list[ProxyServer]:
@@ -62,7 +78,7 @@ class ProxyThread:
         self.routes = tuple(routes)
         self._on_record = on_record
         self._prompts = prompts  # the lengths of the prompts being read (the monitor's inbox)
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_loop()
         self._loop.set_exception_handler(_LoopErrors().handle)
         self._servers: list[ProxyServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)

@@ -98,7 +98,9 @@ class ProxyServer:
         self.route = route
         self.on_record = on_record
         self.held = HeldBytes(limits.REQUEST_BODIES_HELD_BYTES)  # request bodies held now (all connections)
-        self._prompts = PromptCounter(prompts, route.upstream_url, route.server_kind, self.held)
+        self._prompts = PromptCounter(
+            prompts, route.upstream_url, route.server_kind, self.held, limits.COUNT_PROMPT_FROM_BYTES
+        )
         self._server: asyncio.Server | None = None
         self._recorder_failed = False
         self._said: set[str] = set()  # what has been logged once
@@ -168,7 +170,7 @@ class ProxyServer:
             )
             writer.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+                await within(writer.wait_closed(), CLOSE_TIMEOUT_S)
             return
         if admitted == "evicted":
             self._say_once(
@@ -226,7 +228,7 @@ class ProxyServer:
             for closing in (writer, upstream.writer if upstream is not None else None):
                 if closing is not None:  # the transport flushes what it holds, then closes
                     with contextlib.suppress(Exception, asyncio.CancelledError):
-                        await asyncio.wait_for(closing.wait_closed(), CLOSE_TIMEOUT_S)
+                        await within(closing.wait_closed(), CLOSE_TIMEOUT_S)
 
     def _say_once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
         if key not in self._said:
@@ -234,8 +236,8 @@ class ProxyServer:
             log.warning(message, *args, exc_info=exc_info)
 
     async def _open_upstream(self) -> _Upstream:
-        try:
-            reader, writer = await asyncio.wait_for(
+        try:  # `within`, not asyncio.wait_for (a task of its own per connect on Python < 3.12)
+            reader, writer = await within(
                 asyncio.open_connection(self.route.upstream_host, self.route.upstream_port, limit=READ_BYTES),
                 limits.CONNECT_TIMEOUT_S,
             )
@@ -265,7 +267,12 @@ class ProxyServer:
         tap = self._tap(line)
         naming = (
             asyncio.ensure_future(
-                self._clients.lookup(writer.get_extra_info("peername"), self.port, head.get("user-agent"))
+                self._clients.lookup(
+                    writer.get_extra_info("peername"),
+                    self.port,
+                    head.get("user-agent"),
+                    writer.get_extra_info("sockname"),
+                )
             )
             if tap.active
             else None
@@ -285,10 +292,16 @@ class ProxyServer:
                 )
                 self._record(tap, naming, status=502, aborted=False)
                 return False, None
-        upstream.writer.write(forwarded.raw)
+        # The head goes up at once, or with the body's first bytes where they came with it (one send:
+        # one packet, one wake of the upstream); never held for a body still to come (Expect: 100-continue).
+        held_head = forwarded.raw if client.pending and not framer.done else b""
+        if not held_head:
+            upstream.writer.write(forwarded.raw)
         exchange = _Exchange()
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
-        client_side = asyncio.create_task(self._client_side(client, framer, upstream, tap, auth, exchange))
+        client_side = asyncio.create_task(
+            self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
+        )
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, line.method, exchange))
         keep = False
         try:
@@ -381,8 +394,10 @@ class ProxyServer:
         tap: RequestTap,
         auth: str | None,
         exchange: _Exchange,
+        held_head: bytes = b"",
     ) -> str:
-        """Forward the request body, then watch the client: "gone" when it hangs up (or sent a
+        """Forward the request body (after `held_head`, the request head when it waits to go up with
+        the body's first bytes), then watch the client: "gone" when it hangs up (or sent a
         malformed body), "stalled" when its body stops for limits.BODY_STALL_TIMEOUT_S, "more" when it
         sends the next request early (kept for the next round)."""
         while not framer.done:
@@ -397,7 +412,12 @@ class ProxyServer:
             except FramingError as exc:  # none of these bytes goes up; the upstream is closed
                 exchange.bad_body = str(exc)
                 return "bad"
-            upstream.writer.write(data[:used] if used < len(data) else data)
+            piece = data[:used] if used < len(data) else data
+            if held_head:
+                upstream.writer.writelines((held_head, piece))
+                held_head = b""
+            else:
+                upstream.writer.write(piece)
             client.unread(data[used:])
             if payload and tap.active:
                 self._hold(tap, payload, exchange)
@@ -516,8 +536,10 @@ class ProxyServer:
 
     @staticmethod
     async def _drain(writer: asyncio.StreamWriter) -> None:
+        transport = writer.transport
+        if not transport.get_write_buffer_size() and not transport.is_closing():
+            return  # all sent (the usual case for a token): nothing to wait for, nothing failed
         try:
-            transport = writer.transport
             if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
                 await writer.drain()  # not paused: returns at once (no timer needed)
             else:
