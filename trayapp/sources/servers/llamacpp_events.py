@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.json_limits import json_problem
 from trayapp.sources.servers.jsonvals import as_dict, as_int, as_str
 
@@ -256,6 +257,7 @@ class RouterEventStream:
         self.connection = 0
         self.events = 0
         self.unavailable_status: int | None = None
+        self._bugs = BugLog(log)
         self._thread = threading.Thread(
             target=self._run, name=f"models-sse {self._host}:{self._port}", daemon=True
         )
@@ -288,7 +290,12 @@ class RouterEventStream:
                 self._set("down")
                 delay = RETRY_S[min(failures, len(RETRY_S) - 1)]
                 failures += 1
+            except Exception as exc:  # a bug in the parser or the book: logged once, the stream is down
+                self._bugs.report(exc, f"models/sse {self._host}:{self._port}")
+                self._set("down")  # the probe polls /models again rather than trust a frozen book
+                delay = RETRY_S[-1]
             self._stop.wait(delay)
+        self._set("down")
 
     def _follow(self) -> None:
         with socket.create_connection((self._host, self._port), timeout=CONNECT_TIMEOUT_S) as sock:

@@ -310,14 +310,17 @@ class LmsCli:
                 readings = parse_lms_ps(json.loads(done.stdout)) if done.returncode == 0 else None
             except (OSError, subprocess.SubprocessError, json.JSONDecodeError, UnexpectedAnswer):
                 readings = None
-            except Exception as exc:  # a bug in the parser: logged once, the loop goes on
+            except Exception as exc:  # a bug in a parser: logged once, the loop goes on
                 self._bugs.report(exc, "lms ps")
                 readings = None
             if readings is not None:
                 with self._lock:
                     self._ps = readings
                     self._ps_at = time.monotonic()
-            self._read_runtime()
+            try:
+                self._read_runtime()
+            except Exception as exc:  # a bug in its parser: logged once, `lms ps` goes on
+                self._bugs.report(exc, "lms runtime ls")
             self._stop.wait(self.ps_interval_s)
 
     def _read_runtime(self) -> None:
