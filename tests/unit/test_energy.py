@@ -6,6 +6,7 @@ Every expected value is worked by hand in the test.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +299,27 @@ def test_macmon_lines_integrate_all_power_over_each_interval() -> None:
     assert energy.energy_j == pytest.approx(0.22231553)  # × its 1 s interval
     energy.feed(MACMON_LINES[1])
     assert energy.energy_j == pytest.approx(0.22231553 + 21.75 * 1.0)
+
+
+def test_a_macmon_that_stopped_gives_a_reason_not_a_frozen_counter(tmp_path: Path) -> None:
+    """A `macmon pipe` child that printed two samples and exited (macmon itself runs only on macOS:
+    a script stands in for it, printing its real lines): its last counter would read as 0 W from
+    then on, so the probe says why there is no energy instead."""
+    fake = tmp_path / "macmon"
+    fake.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in MACMON_LINES[:2]) + "exit 3\n")
+    fake.chmod(0o755)
+    probe = MacmonProbe(platform="darwin", which=lambda name: str(fake), interval_ms=1000)
+    try:
+        probe.read()  # starts the child
+        deadline = time.monotonic() + 10
+        (reading,) = probe.read()
+        while reading.reason != "macmon stopped (exit 3)" and time.monotonic() < deadline:
+            time.sleep(0.02)  # the child's exit, polled
+            (reading,) = probe.read()
+        assert reading.counter_j is None
+        assert reading.reason == "macmon stopped (exit 3)"
+    finally:
+        probe.close()
 
 
 def test_macmon_missing_on_macos_is_a_reason() -> None:

@@ -24,10 +24,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.energy_types import EnergyReading
 
 log = logging.getLogger(__name__)
@@ -112,11 +114,13 @@ class MacmonEnergy:
         self._interval_s = interval_s
         self._last_s: float | None = None
         self.energy_j: float | None = None
+        self.fed_monotonic_s: float | None = None  # when the last sample arrived
 
     def feed(self, line: str) -> None:
         sample = macmon_sample(line)
         if sample is None:
             return
+        self.fed_monotonic_s = time.monotonic()
         when_s, power_w = sample
         # Each sample averages the interval that ends at its timestamp.
         span_s = self._interval_s if self._last_s is None else when_s - self._last_s
@@ -141,6 +145,7 @@ class MacmonProbe:
         self._energy = MacmonEnergy(interval_ms / 1000)
         self._child: subprocess.Popen[str] | None = None
         self._started = False
+        self._bugs = BugLog(log)
         self.reason: str | None = None
 
     def read(self) -> tuple[EnergyReading, ...]:
@@ -151,10 +156,25 @@ class MacmonProbe:
             self._start()
         if self._child is None:
             return ()
+        stopped = self._stopped()
+        if stopped is not None:  # a counter that no longer moves would read as 0 W
+            return (EnergyReading("soc", "macmon", reason=stopped),)
         energy_j = self._energy.energy_j
         if energy_j is None:
             return (EnergyReading("soc", "macmon", reason="macmon has not reported a sample yet"),)
         return (EnergyReading("soc", "macmon", counter_j=energy_j),)
+
+    def _stopped(self) -> str | None:
+        """Why macmon's counter is stale (its child exited, or no sample for 3 intervals); None if live."""
+        assert self._child is not None
+        exit_code = self._child.poll()
+        if exit_code is not None:
+            return f"macmon stopped (exit {exit_code})"
+        fed_s = self._energy.fed_monotonic_s
+        silent_s = None if fed_s is None else time.monotonic() - fed_s
+        if silent_s is not None and silent_s > 3 * self._interval_ms / 1000:
+            return f"macmon has sent no sample for {silent_s:.0f} s"
+        return None
 
     def _start(self) -> None:
         path = self._which("macmon")
@@ -177,13 +197,19 @@ class MacmonProbe:
         child = self._child
         if child is None or child.stdout is None:
             return
-        for line in child.stdout:
-            self._energy.feed(line)
-        log.info("macmon pipe ended (exit %s)", child.poll())
+        try:
+            for line in child.stdout:
+                self._energy.feed(line)
+        except Exception as exc:  # a bug reading its output: logged once; read() then says it stopped
+            self._bugs.report(exc, "macmon pipe")
+            child.terminate()
+        finally:
+            child.stdout.close()
+        log.info("macmon pipe ended (exit %s)", child.wait())
 
     def close(self) -> None:
         if self._child is not None and self._child.poll() is None:
-            self._child.terminate()
+            self._child.terminate()  # its reader thread then sees the pipe end and reaps it
         self._child = None
 
 
