@@ -177,6 +177,9 @@ def test_a_band_from_the_nearest_scope_with_enough_peers() -> None:
     # CPUs: every quantization group has CPU rows or falls back to any quantization.
     cpu = band_for(rows, PeerQuery("cpu", "cpu", "", "Q4_K_M", "CPU"))
     assert cpu is not None and cpu.scope == "class"
+    # A class with no rows of its own falls back to its family, spelled as the vendor spells it.
+    nvidia = band_for(rows, PeerQuery("nvidia", "nvidia-unlisted", "", "Q4_K_M", "a new NVIDIA part"))
+    assert nvidia is not None and nvidia.scope == "family" and nvidia.basis == "NVIDIA, Q4"
 
 
 def test_too_few_peers_is_said() -> None:

@@ -50,7 +50,11 @@ def _local_query(quant: str) -> tuple[PeerQuery, float | None]:
     """This machine's peer query and bandwidth, from its GPUs (none: its CPU and RAM)."""
     from trayapp.sources.hardware import HardwareProbe
 
-    snapshot = HardwareProbe().read()
+    probe = HardwareProbe()
+    try:
+        snapshot = probe.read()
+    finally:
+        probe.close()  # NVML and macmon, started by the read
     names = [g.name for g in snapshot.gpus]
     bandwidths = [g.bandwidth_gbps for g in snapshot.gpus if g.bandwidth_gbps]
     if names:

@@ -33,6 +33,13 @@ PEERS_VERSION = 1
 
 Family = Literal["apple", "nvidia", "amd", "intel", "cpu"]
 FAMILIES: tuple[Family, ...] = ("apple", "nvidia", "amd", "intel", "cpu")
+FAMILY_LABELS: dict[Family, str] = {
+    "apple": "Apple",
+    "nvidia": "NVIDIA",
+    "amd": "AMD",
+    "intel": "Intel",
+    "cpu": "CPU",
+}
 BACKENDS = ("metal", "cuda", "vulkan", "rocm", "cpu", "mlx")
 # llama.cpp itself (llama-bench, llama-cli) or a server kind (core/server_kinds.py) that ran the model.
 ENGINES: tuple[str, ...] = ("llama.cpp", *SERVER_KINDS)
@@ -280,7 +287,7 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def band_of(
-    rows: Iterable[PeerRow], basis: str, scope: Literal["hardware", "class", "family"], group: str | None
+    rows: Iterable[PeerRow], basis: str, scope: PeerScope, group: str | None
 ) -> PeerBand | None:
     """The band of these rows' shares (None when there are none)."""
     shares = sorted(s for s in (bandwidth_share(r) for r in rows) if s is not None)
@@ -312,25 +319,21 @@ class PeerQuery:
 
 def scopes(
     rows: Sequence[PeerRow], query: PeerQuery
-) -> list[tuple[str, Literal["hardware", "class", "family"], str | None, list[PeerRow]]]:
+) -> list[tuple[str, PeerScope, str | None, list[PeerRow]]]:
     """Candidate peer sets, nearest first: this part, its class, its family; each with this
     quantization's group, then with any quantization. Short-context results only."""
     short = [r for r in rows if r.context_tokens <= SHORT_CONTEXT_TOKENS]
     group = quant_group(query.quant)
     part = query.hw_label or query.hw_key
     cls = CLASS_LABELS.get(query.hw_class, query.hw_class)
-    fam = (
-        CLASS_LABELS["cpu"]
-        if query.family == "cpu"
-        else f"{query.family.upper() if query.family == 'amd' else query.family.capitalize()}"
-    )
-    levels: list[tuple[str, Literal["hardware", "class", "family"], list[PeerRow]]] = []
+    fam = CLASS_LABELS["cpu"] if query.family == "cpu" else FAMILY_LABELS[query.family]
+    levels: list[tuple[str, PeerScope, list[PeerRow]]] = []
     if query.hw_key:
         levels.append((part, "hardware", [r for r in short if r.hw_key == query.hw_key]))
     levels.append((cls, "class", [r for r in short if r.hw_class == query.hw_class]))
     if query.family != "cpu":
         levels.append((fam, "family", [r for r in short if r.family == query.family]))
-    out: list[tuple[str, Literal["hardware", "class", "family"], str | None, list[PeerRow]]] = []
+    out: list[tuple[str, PeerScope, str | None, list[PeerRow]]] = []
     if group is not None:
         for name, scope, members in levels:
             out.append(
