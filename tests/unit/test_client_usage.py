@@ -13,7 +13,7 @@ import pytest
 from tests.support.store_records import T0, snapshot
 from trayapp.cli import logs
 from trayapp.config import paths
-from trayapp.core.client_usage import UNNAMED, client_usage
+from trayapp.core.client_usage import UNNAMED, client_usage, usage_row
 from trayapp.core.model import RequestRecord
 from trayapp.sinks.report import render_report
 from trayapp.sinks.store import Store
@@ -47,6 +47,12 @@ def test_requests_are_summed_per_client_by_hand() -> None:
     assert (code.client, code.requests, code.prompt_tokens) == ("code", 1, 300)
     assert code.busy_s == pytest.approx(2.5)
     assert (unnamed.client, unnamed.requests, unnamed.queue_wait_mean_s) == (UNNAMED, 1, None)
+
+
+def test_a_records_usage_row_sums_as_its_whole_record() -> None:
+    """The dashboard feeds client_usage a record's few fields (usage_row), not the whole record: the
+    same table, so no field client_usage reads is left out."""
+    assert client_usage([usage_row(r) for r in REQUESTS]) == client_usage([vars(r) for r in REQUESTS])
 
 
 def test_sessions_clients_lists_them_from_the_store(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,13 @@ from dataclasses import dataclass
 
 UNNAMED = "(not proxied)"  # requests whose client no proxy saw
 _SUMS = ("requests", "prompt", "decode", "busy", "queued", "wait")
+# The fields client_usage reads: a record's row of just these (not `asdict`, 75 ms for 2,000 records).
+USAGE_FIELDS = ("client_name", "prompt_tokens", "decode_tokens", "decode_tok_s", "ttft_s", "queue_wait_s")
+
+
+def usage_row(record: object) -> dict[str, object]:
+    """The fields of a record (a RequestRecord) that client_usage reads."""
+    return {name: getattr(record, name) for name in USAGE_FIELDS}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import asdict
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from trayapp.core.client_usage import UNNAMED, client_summary, client_usage
+from trayapp.core.client_usage import UNNAMED, client_summary, client_usage, usage_row
 from trayapp.core.energy_summary import energy_line
 from trayapp.core.glance import choose_model, host_port, prefill_line
 from trayapp.core.history import History
@@ -267,7 +266,7 @@ class Dashboard(QWidget):
     def clients_line(self, now_wall_s: float) -> str | None:
         """Who used the servers in the window (the proxy names them), or None when no proxy did."""
         since = now_wall_s - self.window_s
-        recent = [asdict(r) for r in self._requests if r.finished_wall_s >= since]
+        recent = [usage_row(r) for r in self._requests if r.finished_wall_s >= since]
         usage = [u for u in client_usage(recent) if u.client != UNNAMED]
         if not usage:
             return None
