@@ -27,7 +27,6 @@ each is counted and observed once):
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
 import hmac
@@ -40,13 +39,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import ModelStatus, RequestRecord, Snapshot
 from trayapp.core.redact import redact_url
 from trayapp.sinks.listener import GuardedHandler, GuardedServer, normal_host
 from trayapp.sinks.metrics_energy import EnergyHistograms, machine_energy_families, request_energy_families
+from trayapp.sinks.prom_histogram import Histogram
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9464
@@ -99,39 +98,13 @@ _MODEL_GAUGES: list[tuple[str, str, str]] = [
 
 
 @dataclass(frozen=True)
-class _Histogram:
-    """Counts per bucket (not cumulative; the last one is above every bound), sum and count."""
-
-    counts: tuple[int, ...]
-    sum_s: float
-
-    @staticmethod
-    def empty(bounds: tuple[float, ...]) -> _Histogram:
-        return _Histogram((0,) * (len(bounds) + 1), 0.0)
-
-    def add(self, bounds: tuple[float, ...], value_s: float) -> _Histogram:
-        i = bisect.bisect_left(bounds, value_s)  # the first bound >= value: `le` is inclusive
-        counts = list(self.counts)
-        counts[i] += 1
-        return _Histogram(tuple(counts), self.sum_s + value_s)
-
-    def cumulative(self, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
-        running = 0
-        out: list[tuple[str, float]] = []
-        for bound, count in zip([*map(floatToGoString, bounds), "+Inf"], self.counts, strict=True):
-            running += count
-            out.append((bound, float(running)))
-        return out
-
-
-@dataclass(frozen=True)
 class _Observed:
     snapshot: Snapshot | None
     decoded: dict[_Key, float]
     requests: dict[_RequestKey, float]
-    ttft: dict[_Key, _Histogram]
-    tpot: dict[_Key, _Histogram]
-    queue_wait: dict[_Key, _Histogram]
+    ttft: dict[_Key, Histogram]
+    tpot: dict[_Key, Histogram]
+    queue_wait: dict[_Key, Histogram]
     energy: EnergyHistograms
 
 
@@ -151,9 +124,9 @@ class MetricsState:
         self._decoded: dict[_Key, float] = {}
         self._pending: dict[tuple[str, str], float] = {}  # estimated tokens no record has confirmed yet
         self._requests: dict[_RequestKey, float] = {}
-        self._ttft: dict[_Key, _Histogram] = {}  # keyed by the redacted server label
-        self._tpot: dict[_Key, _Histogram] = {}
-        self._queue_wait: dict[_Key, _Histogram] = {}
+        self._ttft: dict[_Key, Histogram] = {}  # keyed by the redacted server label
+        self._tpot: dict[_Key, Histogram] = {}
+        self._queue_wait: dict[_Key, Histogram] = {}
         self._energy = EnergyHistograms()  # per-request energy (sinks/metrics_energy.py)
         self._last_mono_s: float | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -196,15 +169,15 @@ class MetricsState:
             return
         self._energy.add(record, key)
         if record.ttft_s is not None and record.ttft_s >= 0:
-            self._ttft[key] = self._ttft.get(key, _Histogram.empty(TTFT_BUCKETS_S)).add(
+            self._ttft[key] = self._ttft.get(key, Histogram.empty(TTFT_BUCKETS_S)).add(
                 TTFT_BUCKETS_S, record.ttft_s
             )
         if record.decode_tok_s is not None and record.decode_tok_s > 0:
-            self._tpot[key] = self._tpot.get(key, _Histogram.empty(TPOT_BUCKETS_S)).add(
+            self._tpot[key] = self._tpot.get(key, Histogram.empty(TPOT_BUCKETS_S)).add(
                 TPOT_BUCKETS_S, 1.0 / record.decode_tok_s
             )
         if record.queue_wait_s is not None and record.queue_wait_s >= 0:
-            self._queue_wait[key] = self._queue_wait.get(key, _Histogram.empty(TTFT_BUCKETS_S)).add(
+            self._queue_wait[key] = self._queue_wait.get(key, Histogram.empty(TTFT_BUCKETS_S)).add(
                 TTFT_BUCKETS_S, record.queue_wait_s
             )
 
@@ -238,11 +211,11 @@ def _server_label(url: str) -> str:
 
 
 def _histogram_family(
-    name: str, help_text: str, bounds: tuple[float, ...], histograms: dict[_Key, _Histogram]
+    name: str, help_text: str, bounds: tuple[float, ...], histograms: dict[_Key, Histogram]
 ) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, help_text, labels=MODEL_LABELS)
     for key, histogram in sorted(histograms.items()):
-        family.add_metric(list(key), histogram.cumulative(bounds), histogram.sum_s)
+        family.add_metric(list(key), histogram.cumulative(bounds), histogram.total)
     return family
 
 

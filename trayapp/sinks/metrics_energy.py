@@ -15,14 +15,12 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
 
 from trayapp.core.model import RequestRecord, Snapshot
+from trayapp.sinks.prom_histogram import Histogram
 
 _Key = tuple[str, str, str]  # server label, kind, model
 ENERGY_BUCKETS_J: tuple[float, ...] = (
@@ -41,44 +39,22 @@ ENERGY_BUCKETS_J: tuple[float, ...] = (
 J_PER_TOKEN_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-@dataclass(frozen=True)
-class _Buckets:
-    counts: tuple[int, ...]  # per bucket, not cumulative; the last is above every bound
-    total: float
-
-    def add(self, bounds: tuple[float, ...], value: float) -> _Buckets:
-        counts = list(self.counts)
-        counts[bisect.bisect_left(bounds, value)] += 1
-        return _Buckets(tuple(counts), self.total + value)
-
-    def cumulative(self, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
-        running, out = 0, []
-        for bound, count in zip([*map(floatToGoString, bounds), "+Inf"], self.counts, strict=True):
-            running += count
-            out.append((bound, float(running)))
-        return out
-
-
-def _empty(bounds: tuple[float, ...]) -> _Buckets:
-    return _Buckets((0,) * (len(bounds) + 1), 0.0)
-
-
 class EnergyHistograms:
     """Per-request energy histograms; not thread-safe: `MetricsState` holds its lock around them."""
 
     def __init__(self) -> None:
-        self.phases: dict[tuple[str, str, str, str], _Buckets] = {}
-        self.per_token: dict[_Key, _Buckets] = {}
+        self.phases: dict[tuple[str, str, str, str], Histogram] = {}
+        self.per_token: dict[_Key, Histogram] = {}
 
     def add(self, record: RequestRecord, key: _Key) -> None:
         for phase, joules in (("prefill", record.energy_prefill_j), ("decode", record.energy_decode_j)):
             if joules is not None:
                 pkey = (*key, phase)
-                self.phases[pkey] = self.phases.get(pkey, _empty(ENERGY_BUCKETS_J)).add(
+                self.phases[pkey] = self.phases.get(pkey, Histogram.empty(ENERGY_BUCKETS_J)).add(
                     ENERGY_BUCKETS_J, joules
                 )
         if record.energy_j_per_token is not None:
-            self.per_token[key] = self.per_token.get(key, _empty(J_PER_TOKEN_BUCKETS)).add(
+            self.per_token[key] = self.per_token.get(key, Histogram.empty(J_PER_TOKEN_BUCKETS)).add(
                 J_PER_TOKEN_BUCKETS, record.energy_j_per_token
             )
 
