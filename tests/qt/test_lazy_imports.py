@@ -1,6 +1,8 @@
 """The idle tray does not load the plotting stack: pyqtgraph, numpy and the dashboard's modules load
 when the dashboard is first opened, and the snapshots it was fed while unbuilt are all in it then.
-Nor does `import trayapp.app.tray_app` load an HTTP stack (start-up to a visible icon).
+Nor does `import trayapp.app.tray_app` load an HTTP stack (start-up to a visible icon), nor the windows
+a user rarely opens (settings, the no-tray window), nor the keyring or httpx's command-line client (the
+sampler's thread); PySide6 keeps no module's source (issue #26: 16 MiB of the idle tray's RSS).
 
 The import check runs in a fresh interpreter (this test process has imported pyqtgraph already).
 """
@@ -13,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -29,6 +32,8 @@ HEAVY = ("pyqtgraph", "numpy", "trayapp.ui.dashboard.window", "trayapp.core.hist
 # The HTTP stacks load on the sampler's thread (httpx) or when a proxy is turned on (asyncio, the
 # proxy server), never before the icon: `import trayapp.app.tray_app` must not pull them in.
 NETWORK = ("httpx", "asyncio", "trayapp.services.proxy.server", "trayapp.services.proxy.runner")
+# Loaded when the user first opens them (their Qt classes cost ~2 MiB of RSS), or asks for diagnostics.
+RARE = ("trayapp.ui.settings_dialog", "trayapp.ui.no_tray_window", "trayapp.ui.versions")
 CHILD_TIMEOUT_S = 120.0
 
 CHILD = """
@@ -39,8 +44,9 @@ from tests.support.snapshots import model, server, snap
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import Settings
 
-HEAVY, NETWORK = %r, %r
+HEAVY, NETWORK, RARE = %r, %r, %r
 loaded = lambda: {name: name in sys.modules for name in HEAVY}
+rare = lambda: [name for name in RARE if name in sys.modules]
 report = {"after_import": loaded(), "network_after_import": [n for n in NETWORK if n in sys.modules]}
 
 def no_monitor():
@@ -48,6 +54,7 @@ def no_monitor():
 
 tray = app_module.TrayApp(qapp, Settings(), no_monitor, events=app_module.TestEvents(None))
 report["after_construct"] = loaded()
+report["rare_after_construct"] = rare()
 for i in range(3):
     tray.on_snapshot(snap(float(i), server(model(rate=40.0 + i))))
 report["after_snapshots"] = loaded()
@@ -59,6 +66,11 @@ qapp.processEvents()
 report["after_open"] = loaded()
 report["visible"] = tray.dashboard.isVisible()
 report["drawn"] = drawn
+report["rare_before_settings"] = rare()
+tray.open_settings()
+report["settings_visible"] = tray._settings_dialog.isVisible()
+report["rare_after_settings"] = rare()
+tray._settings_dialog.close()
 tray.shutdown()
 print("REPORT " + json.dumps(report))
 """
@@ -74,7 +86,7 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     )
     env.pop("LLM_TRAY_TEST_EVENTS", None)
     result = subprocess.run(
-        [sys.executable, "-c", CHILD % (HEAVY, NETWORK)],
+        [sys.executable, "-c", CHILD % (HEAVY, NETWORK, RARE)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -88,12 +100,92 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     assert report["after_import"] == nothing
     assert report["network_after_import"] == []
     assert report["after_construct"] == nothing
+    assert report["rare_after_construct"] == []
     assert report["after_snapshots"] == nothing  # fed while hidden, still without numpy
     assert report["diagnostics_pyqtgraph"] not in (None, "", "?")  # read from its metadata
     assert report["after_open"] == dict.fromkeys(HEAVY, True)
     assert report["visible"] is True
     # The three snapshots fed before the window existed are all on its first plot.
     assert report["drawn"][-1] == {"model": "llama3.1:8b", "points": 3, "total": 3}
+    # Diagnostics' versions were read above (from metadata, when asked); settings load when opened.
+    assert report["rare_before_settings"] == ["trayapp.ui.versions"]
+    assert report["settings_visible"] is True
+    assert report["rare_after_settings"] == ["trayapp.ui.settings_dialog", "trayapp.ui.versions"]
+
+
+def run_child(code: str, tmp_path: Path) -> dict[str, Any]:
+    """`code` run in a fresh interpreter (offscreen Qt, its own homes); the JSON it printed after REPORT."""
+    env = dict(os.environ)
+    env.update(
+        QT_QPA_PLATFORM="offscreen",
+        PYTHONPATH=str(REPO),
+        LLM_TRAY_HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+    )
+    command = [sys.executable, "-c", code]
+    timeout_s = CHILD_TIMEOUT_S
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("REPORT "))
+    report: dict[str, Any] = json.loads(line.removeprefix("REPORT "))
+    return report
+
+
+SOURCE_CHILD = """
+import json, linecache, sys
+sys.path.insert(0, %r)
+import PySide6.QtCore
+from trayapp.ui.qtcompat import stop_source_caching
+patched = stop_source_caching()
+import qt_user, plain_module
+feature = sys.modules["PySide6.support.feature"]
+print("REPORT " + json.dumps({
+    "patched": patched,
+    "cached": [f for f in linecache.cache if f.endswith(("qt_user.py", "plain_module.py"))],
+    "flags": {n: feature.pyside_feature_dict.get(n) for n in ("qt_user", "plain_module")},
+}))
+"""
+
+
+def test_pyside_keeps_no_source_of_the_modules_imported_after_it(tmp_path: Path) -> None:
+    """shiboken reads each imported module's source to see whether it mentions PySide6 (for its
+    `__feature__` switches), with `inspect.getsource`, which kept every file in `linecache`: 15.7 MiB of
+    the idle tray (tracemalloc). The patched check gives shiboken the same answers and keeps nothing."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "qt_user.py").write_text("from PySide6.QtCore import QObject\n", encoding="utf-8")
+    (modules / "plain_module.py").write_text("VALUE = 1\n" * 1000, encoding="utf-8")
+    report = run_child(SOURCE_CHILD % str(modules), tmp_path)
+    assert report["patched"] is True
+    assert report["cached"] == []
+    assert report["flags"] == {"qt_user": 0, "plain_module": -1}  # 0: uses PySide, -1: ignored
+
+
+SAMPLER_CHILD = """
+import json, sys
+from trayapp.app.tray_app import skip_httpx_cli
+skip_httpx_cli()
+import httpx
+import trayapp.services.monitor
+from trayapp.sources import secrets
+before = [n for n in ("keyring", "click", "rich", "pygments") if n in sys.modules]
+url = "http://127.0.0.1:1"
+key, why = secrets.resolve_api_key(url, api_key_env="LLM_TRAY_NO_SUCH_KEY", use_keyring=False)
+after_env = "keyring" in sys.modules
+print("REPORT " + json.dumps({"before": before, "after_env": after_env, "why": why,
+                              "httpx_main": callable(httpx.main), "client": httpx.Client is not None}))
+"""
+
+
+def test_the_sampler_loads_neither_the_keyring_nor_httpx_s_command_line(tmp_path: Path) -> None:
+    """The keyring (and its ~30 modules) loads when a key is stored or read from it; httpx's command-line
+    client (click, rich, pygments where installed: ~80 modules, ~3 MiB) never loads in the tray."""
+    report = run_child(SAMPLER_CHILD, tmp_path)
+    assert report["before"] == []
+    assert report["after_env"] is False  # a key from the environment needs no keyring
+    assert report["why"] == "environment variable LLM_TRAY_NO_SUCH_KEY is not set"
+    assert report["httpx_main"] is True  # httpx's own stub, which says how to install its CLI
+    assert report["client"] is True
 
 
 def test_snapshots_kept_while_unbuilt_are_bounded_by_the_window_and_alerts_survive(

@@ -23,7 +23,8 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
@@ -46,14 +47,15 @@ from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sinks.snapshot_server import SnapshotServer
 from trayapp.ui.dashboard import LazyDashboard as Dashboard  # the real window loads when first opened
 from trayapp.ui.icons import app_icon
-from trayapp.ui.no_tray_window import NoTrayWindow
 from trayapp.ui.notifier import Notifier
-from trayapp.ui.qtcompat import apply_workarounds
-from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
+from trayapp.ui.qtcompat import apply_workarounds, stop_source_caching
 from trayapp.ui.single_instance import SingleInstance, notify_running
 from trayapp.ui.tray import TrayController, settings_summary
-from trayapp.ui.versions import collect_versions
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
+
+if TYPE_CHECKING:  # windows a user rarely opens load when first opened (their Qt classes: ~2 MiB)
+    from trayapp.ui.no_tray_window import NoTrayWindow
+    from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ MonitorFactory = Callable[[], MonitorLike]
 
 def settings_services() -> SettingsServices:
     """The settings dialog's way to the sources (connection test, keyring)."""
+    from trayapp.ui.settings_dialog import SettingsServices
+
     return SettingsServices(identify=identify_server, store_api_key=store_api_key)
 
 
@@ -100,7 +104,6 @@ class TrayApp(QObject):
         self.at_login = at_login
         self.events = events or TestEvents(None)
         self.instance = instance
-        self.versions = collect_versions()
         self.last_snapshot: Snapshot | None = None
         self.last_error: str | None = None
         self.warnings: list[str] = []
@@ -156,6 +159,13 @@ class TrayApp(QObject):
         self._tray_timer.setObjectName("wait-for-system-tray")
         self._tray_timer.setInterval(TRAY_POLL_MS)
         self._tray_timer.timeout.connect(self._poll_tray)
+
+    @cached_property
+    def versions(self) -> dict[str, str]:
+        """The versions diagnostics name, read when first asked for (importlib.metadata, platform)."""
+        from trayapp.ui.versions import collect_versions
+
+        return collect_versions()
 
     # ------------------------------------------------------------------ start / stop
 
@@ -215,6 +225,8 @@ class TrayApp(QObject):
         )
         self.events.emit("no_tray", reason=why)
         self.show_dashboard()
+        from trayapp.ui.no_tray_window import NoTrayWindow
+
         window = self.no_tray_window = NoTrayWindow(why, wait_s)
         window.open_dashboard.connect(self.show_dashboard)
         window.quit_requested.connect(self.app.quit)
@@ -330,6 +342,8 @@ class TrayApp(QObject):
             dialog.raise_()
             dialog.activateWindow()
             return
+        from trayapp.ui.settings_dialog import SettingsDialog
+
         dialog = SettingsDialog(self.settings, services=settings_services())
         dialog.settings_changed.connect(self.apply_settings)
         self._settings_dialog = dialog
@@ -432,6 +446,12 @@ def _handle_signals(app: QApplication) -> QTimer:
     return heartbeat
 
 
+def skip_httpx_cli() -> None:
+    """httpx imports its command-line client where click, rich and pygments are installed (~80
+    modules, ~3 MiB); the app never runs it. Marked absent, httpx defines its stub `main` instead."""
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def default_monitor_factory(
     settings: Settings,
     extra_endpoints: Sequence[EndpointConfig],
@@ -468,6 +488,8 @@ def run_tray(
 
     `startup_warnings` (e.g. config file errors) are logged and shown once, like monitor warnings.
     """
+    stop_source_caching()  # before the sampler's and the dashboard's imports
+    skip_httpx_cli()
     log_path = setup_logging()
     install_excepthook()
     app = QApplication.instance()

@@ -9,9 +9,7 @@ endpoint's `api_key_env` setting (an agent's `token_env`).
 from __future__ import annotations
 
 import os
-
-import keyring
-import keyring.errors
+from types import ModuleType
 
 SERVICE = "llm-tray"
 
@@ -27,7 +25,17 @@ _NO_BACKEND = (
 )
 
 
+def _keyring() -> ModuleType:
+    """The keyring package, imported when a secret is first stored or read (~30 modules with its
+    dependencies; most setups never use it)."""
+    import keyring
+    import keyring.errors
+
+    return keyring
+
+
 def store_api_key(url: str, key: str) -> None:
+    keyring = _keyring()
     try:
         keyring.set_password(SERVICE, url, key)
     except keyring.errors.NoKeyringError as exc:
@@ -37,6 +45,7 @@ def store_api_key(url: str, key: str) -> None:
 
 
 def delete_api_key(url: str) -> None:
+    keyring = _keyring()
     try:
         keyring.delete_password(SERVICE, url)
     except keyring.errors.PasswordDeleteError:
@@ -49,6 +58,7 @@ def read_secret(user: str, *, no_backend: str, not_stored: str) -> tuple[str | N
     """The secret the OS keyring keeps for `user`, or None and why: `no_backend` where this machine
     has no keyring, `not_stored` where it keeps none for `user` (each caller words these two for its
     own setting), the keyring's own error otherwise. The why never holds the secret."""
+    keyring = _keyring()
     try:
         value = keyring.get_password(SERVICE, user)
     except keyring.errors.NoKeyringError:
