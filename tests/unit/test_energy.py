@@ -6,7 +6,6 @@ Every expected value is worked by hand in the test.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pynvml
 import pytest
 
 from tests.support.fake_nvml import FakeNvml, rtx_4090
+from tests.support.macmon import MACMON_LINES
 from trayapp.core.energy import EnergyMeter, counter_delta_j
 from trayapp.core.energy_types import EnergyReading
 from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, RequestRecord
@@ -280,15 +280,7 @@ def test_no_powercap_tree_is_a_reason(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- macmon
 
-# Two lines as `macmon pipe -i 1000` prints them (the readme's "JSON output" format, trimmed).
-MACMON_LINES = [
-    '{"timestamp":"2025-02-24T20:38:15.427569+00:00","temp":{"cpu_temp_avg":43.7,"gpu_temp_avg":36.9},'
-    '"cpu_power":0.20486385,"gpu_power":0.017451683,"ane_power":0.0,"all_power":0.22231553,'
-    '"sys_power":5.876533,"ram_power":0.11635789,"gpu_ram_power":0.0009615385}',
-    '{"timestamp":"2025-02-24T20:38:16.427569+00:00","temp":{"cpu_temp_avg":44.1,"gpu_temp_avg":40.2},'
-    '"cpu_power":1.5,"gpu_power":20.25,"ane_power":0.0,"all_power":21.75,'
-    '"sys_power":30.5,"ram_power":0.8,"gpu_ram_power":0.01}',
-]
+# MACMON_LINES (tests/support/macmon.py): two lines as `macmon pipe -i 1000` prints them.
 
 
 def test_macmon_lines_integrate_all_power_over_each_interval() -> None:
@@ -299,27 +291,6 @@ def test_macmon_lines_integrate_all_power_over_each_interval() -> None:
     assert energy.energy_j == pytest.approx(0.22231553)  # × its 1 s interval
     energy.feed(MACMON_LINES[1])
     assert energy.energy_j == pytest.approx(0.22231553 + 21.75 * 1.0)
-
-
-def test_a_macmon_that_stopped_gives_a_reason_not_a_frozen_counter(tmp_path: Path) -> None:
-    """A `macmon pipe` child that printed two samples and exited (macmon itself runs only on macOS:
-    a script stands in for it, printing its real lines): its last counter would read as 0 W from
-    then on, so the probe says why there is no energy instead."""
-    fake = tmp_path / "macmon"
-    fake.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in MACMON_LINES[:2]) + "exit 3\n")
-    fake.chmod(0o755)
-    probe = MacmonProbe(platform="darwin", which=lambda name: str(fake), interval_ms=1000)
-    try:
-        probe.read()  # starts the child
-        deadline = time.monotonic() + 10
-        (reading,) = probe.read()
-        while reading.reason != "macmon stopped (exit 3)" and time.monotonic() < deadline:
-            time.sleep(0.02)  # the child's exit, polled
-            (reading,) = probe.read()
-        assert reading.counter_j is None
-        assert reading.reason == "macmon stopped (exit 3)"
-    finally:
-        probe.close()
 
 
 def test_macmon_missing_on_macos_is_a_reason() -> None:
