@@ -21,6 +21,7 @@ from trayapp.core.builds import BuildGroup, sessions_by_build
 from trayapp.core.model import SessionRecord
 from trayapp.core.server_kinds import engine_label
 from trayapp.core.terminal import terminal_safe
+from trayapp.core.units import as_float
 from trayapp.sinks.export import EXPORT_TABLES, FORMATS, ExportError, export, iso_utc
 
 if TYPE_CHECKING:  # the store loads when a command runs (the CLI's parser imports this module)
@@ -220,16 +221,11 @@ def format_sessions(sessions: Sequence[SessionRecord]) -> str:
     return _text_table(rows, numeric={5, 6, 7, 8})
 
 
-def _float(row: dict[str, object], key: str) -> float | None:
-    value = row.get(key)
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def _last_benches(rows: list[dict[str, object]], last: int | None) -> list[dict[str, object]]:
     """The rows of the last `last` benches (a bench is one row per depth, sharing its start)."""
-    starts = sorted({_float(row, "started_wall_s") or 0.0 for row in rows})
+    starts = sorted({as_float(row.get("started_wall_s")) or 0.0 for row in rows})
     keep = set(starts[-last:]) if last else set(starts)
-    return [row for row in rows if (_float(row, "started_wall_s") or 0.0) in keep]
+    return [row for row in rows if (as_float(row.get("started_wall_s")) or 0.0) in keep]
 
 
 def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -249,14 +245,15 @@ def format_bench(rows: Sequence[dict[str, object]]) -> str:
     header = ("START", "MODEL", "QUANT", "HARDWARE", "DEPTH", "TOK/S", "CV %", "CEIL %", "TTFT S", "SERVER")
     table: list[tuple[str, ...]] = [header]
     for row in rows:
-        started = datetime.fromtimestamp(_float(row, "started_wall_s") or 0.0).strftime("%Y-%m-%d %H:%M")
+        started_wall_s = as_float(row.get("started_wall_s")) or 0.0
+        started = datetime.fromtimestamp(started_wall_s).strftime("%Y-%m-%d %H:%M")
         keys = ("model", "quantization", "hardware", "depth_tokens")
         names = ["—" if row.get(key) is None else str(row.get(key)) for key in keys]
         numbers = [
-            _cell(_float(row, "decode_tok_s")),
-            _cell(_float(row, "decode_cv"), 100.0),
-            _cell(_float(row, "efficiency"), 100.0, 0),
-            _cell(_float(row, "ttft_s"), digits=2),
+            _cell(as_float(row.get("decode_tok_s"))),
+            _cell(as_float(row.get("decode_cv")), 100.0),
+            _cell(as_float(row.get("efficiency")), 100.0, 0),
+            _cell(as_float(row.get("ttft_s")), digits=2),
         ]
         table.append((started, *names, *numbers, _build(row)))
     return _text_table(table, numeric={4, 5, 6, 7, 8})
@@ -271,7 +268,8 @@ def _run_bench_list(args: argparse.Namespace, since: float | None, last: int | N
     except StoreError as exc:
         return _fail("sessions", str(exc), 1)
     if getattr(args, "json", False):
-        print(json.dumps([{"time_utc": iso_utc(_float(r, "started_wall_s")), **r} for r in rows], indent=2))
+        as_json = [{"time_utc": iso_utc(as_float(r.get("started_wall_s"))), **r} for r in rows]
+        print(json.dumps(as_json, indent=2))
     elif not rows:
         print(f"no bench results stored yet: run `llm-tray bench` (store: {_store_path(args)})")
     else:

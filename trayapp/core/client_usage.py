@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from trayapp.core.units import as_float
+
 UNNAMED = "(not proxied)"  # requests whose client no proxy saw
 _SUMS = ("requests", "prompt", "decode", "busy", "queued", "wait")
 # The fields client_usage reads: a record's row of just these (not `asdict`, 75 ms for 2,000 records).
@@ -33,11 +35,6 @@ class ClientUsage:
         return self.queue_wait_total_s / self.queued_requests if self.queued_requests else None
 
 
-def _number(row: Mapping[str, object], key: str) -> float | None:
-    value = row.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def client_usage(rows: Iterable[Mapping[str, object]]) -> list[ClientUsage]:
     """One line per client, the busiest (most requests) first; requests with no client last, as UNNAMED."""
     sums: dict[str, dict[str, float]] = {}
@@ -47,12 +44,13 @@ def client_usage(rows: Iterable[Mapping[str, object]]) -> list[ClientUsage]:
         client = name if isinstance(name, str) and name else UNNAMED
         total = sums.setdefault(client, dict.fromkeys(_SUMS, 0.0))
         total["requests"] += 1
-        total["prompt"] += _number(row, "prompt_tokens") or 0
-        decode_tokens = _number(row, "decode_tokens") or 0
+        total["prompt"] += as_float(row.get("prompt_tokens")) or 0
+        decode_tokens = as_float(row.get("decode_tokens")) or 0
         total["decode"] += decode_tokens
-        decode_tok_s = _number(row, "decode_tok_s")
-        total["busy"] += (_number(row, "ttft_s") or 0) + (decode_tokens / decode_tok_s if decode_tok_s else 0)
-        wait_s = _number(row, "queue_wait_s")
+        decode_tok_s = as_float(row.get("decode_tok_s"))
+        decode_s = decode_tokens / decode_tok_s if decode_tok_s else 0
+        total["busy"] += (as_float(row.get("ttft_s")) or 0) + decode_s
+        wait_s = as_float(row.get("queue_wait_s"))
         if wait_s is not None:
             total["queued"] += 1
             total["wait"] += wait_s

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trayapp.core.energy_types import EnergyStatus
+from trayapp.core.units import as_float
 
 J_PER_WH = 3600.0
 
@@ -39,10 +40,6 @@ class EnergyTotals:
         return self.decode_j / self.decode_tokens if self.decode_tokens else None
 
 
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def energy_totals(rows: Iterable[Mapping[str, object]]) -> EnergyTotals:
     """Totals over `requests` rows (or `RequestRecord` fields as a mapping)."""
     requests = measured = tokens = 0
@@ -51,7 +48,7 @@ def energy_totals(rows: Iterable[Mapping[str, object]]) -> EnergyTotals:
     reasons: dict[str, None] = {}
     for row in rows:
         requests += 1
-        p, d = _float(row.get("energy_prefill_j")), _float(row.get("energy_decode_j"))
+        p, d = as_float(row.get("energy_prefill_j")), as_float(row.get("energy_decode_j"))
         if p is None and d is None:
             if row.get("energy_reason"):
                 reasons[str(row["energy_reason"])] = None
@@ -60,7 +57,7 @@ def energy_totals(rows: Iterable[Mapping[str, object]]) -> EnergyTotals:
         prefill += p or 0.0
         if d is not None:
             decode += d
-            tokens += int(_float(row.get("decode_tokens")) or 0)
+            tokens += int(as_float(row.get("decode_tokens")) or 0)
         estimated |= bool(row.get("energy_estimated"))
     return EnergyTotals(requests, measured, prefill, decode, tokens, estimated, tuple(reasons))
 
@@ -69,7 +66,7 @@ def energy_by_day(rows: Iterable[Mapping[str, object]]) -> list[tuple[str, Energ
     """Totals per UTC day (YYYY-MM-DD), oldest first, from rows with `finished_wall_s`."""
     days: dict[str, list[Mapping[str, object]]] = {}
     for row in rows:
-        t = _float(row.get("finished_wall_s"))
+        t = as_float(row.get("finished_wall_s"))
         if t is None:
             continue
         day = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d")

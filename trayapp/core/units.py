@@ -13,6 +13,13 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 
+def as_float(value: object) -> float | None:
+    """Any JSON or SQLite number as a float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def format_gb(n_bytes: float | None, digits: int = 1) -> str:
     """'6.4 GB' (`digits` decimals), '—' when unknown (None or not finite)."""
     if n_bytes is None or not math.isfinite(n_bytes):

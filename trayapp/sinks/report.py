@@ -21,7 +21,7 @@ from trayapp.config.files import atomic_write_text
 from trayapp.core.client_usage import UNNAMED, client_usage, client_usage_rows
 from trayapp.core.energy_summary import EnergyTotals, energy_by_day, energy_text, energy_totals
 from trayapp.core.model import SessionRecord
-from trayapp.core.units import format_gb
+from trayapp.core.units import as_float, format_gb
 from trayapp.core.vram_holders import holders_from_evidence, holders_text
 from trayapp.sinks.report_svg import PlotSample, context_plot, time_plot
 from trayapp.sinks.report_svg import escape_html as _e
@@ -30,10 +30,6 @@ from trayapp.sinks.store import Store
 
 class ReportError(ValueError):
     """No session to report on (unknown id, or nothing recorded yet)."""
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _int(value: object) -> int | None:
@@ -274,7 +270,7 @@ def _bench_windows(store: Store, s: SessionRecord) -> list[tuple[float, float]]:
     """When a stored bench of the session's model ran during the session: (started, finished)."""
     end = s.ended_wall_s if s.ended_wall_s is not None else math.inf
     windows = {
-        (_float(r["started_wall_s"]) or 0.0, _float(r["finished_wall_s"]) or 0.0)
+        (as_float(r["started_wall_s"]) or 0.0, as_float(r["finished_wall_s"]) or 0.0)
         for r in store.iter_rows("bench", since_wall_s=s.started_wall_s - 86400)
         if r["model"] == s.model and (s.hardware is None or r["hardware"] == s.hardware)
     }
@@ -290,12 +286,12 @@ def _without_bench(
 ) -> SessionRecord:
     """The session's decode figures from what was left once the bench's own traffic was taken out."""
     rates = [x.decode_tok_s for x in samples if x.decode_tok_s is not None]
-    exact = [r for r in requests if r["exact"] and _float(r["decode_tok_s"]) is not None]
+    exact = [r for r in requests if r["exact"] and as_float(r["decode_tok_s"]) is not None]
     request_rates = [
-        _float(r["decode_tok_s"]) or 0.0 for r in requests if _float(r["decode_tok_s"]) is not None
+        as_float(r["decode_tok_s"]) or 0.0 for r in requests if as_float(r["decode_tok_s"]) is not None
     ]
     mean = statistics.mean(rates) if rates else (statistics.mean(request_rates) if request_rates else None)
-    peaks = rates + [_float(r["decode_tok_s"]) or 0.0 for r in exact]
+    peaks = rates + [as_float(r["decode_tok_s"]) or 0.0 for r in exact]
     return replace(
         s,
         requests=len(requests),
@@ -312,15 +308,15 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
     s = _pick_session(store, session_id)
     benches = _bench_windows(store, s)
     samples = [
-        PlotSample(_float(r["t_wall_s"]) or 0.0, _float(r["decode_tok_s"]), _float(r["ceiling_tok_s"]),
+        PlotSample(as_float(r["t_wall_s"]) or 0.0, as_float(r["decode_tok_s"]), as_float(r["ceiling_tok_s"]),
                 _int(r["context_tokens"]))
         for r in store.iter_rows("samples", session_ids=[s.id])
-        if not _in_windows(_float(r["t_wall_s"]) or 0.0, benches)
+        if not _in_windows(as_float(r["t_wall_s"]) or 0.0, benches)
     ]  # fmt: skip
     request_rows = [
         r
         for r in store.iter_rows("requests", session_ids=[s.id])
-        if not _in_windows(_float(r["finished_wall_s"]) or 0.0, benches)
+        if not _in_windows(as_float(r["finished_wall_s"]) or 0.0, benches)
     ]
     if benches:
         s = _without_bench(s, samples, request_rows)
@@ -331,8 +327,8 @@ def render_report(store: Store, *, session_id: str | None = None, now_wall_s: fl
     for r in request_rows:
         if r["ttft_s"] is not None and not r["exact"]:
             ttft_estimated = True
-        if (rate := _float(r["decode_tok_s"])) is not None:
-            requests.append((_float(r["finished_wall_s"]) or 0.0, rate, _int(r["context_tokens"])))
+        if (rate := as_float(r["decode_tok_s"])) is not None:
+            requests.append((as_float(r["finished_wall_s"]) or 0.0, rate, _int(r["context_tokens"])))
     end = s.ended_wall_s
     alerts = store.alerts_between(s.started_wall_s, end, server=s.server, model=s.model)
     hardware = store.hardware_at(s.started_wall_s)

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trayapp.core.units import as_float  # one home for it; sources read it here too
+
+__all__ = ["as_bool", "as_dict", "as_float", "as_int", "as_str"]
+
 
 def as_int(value: object) -> int | None:
     """An integer (a whole float such as `8.0` included), else None."""
@@ -18,13 +22,6 @@ def as_int(value: object) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
-
-
-def as_float(value: object) -> float | None:
-    """Any JSON number as a float, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def as_str(value: object) -> str | None:
