@@ -44,7 +44,9 @@ RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # reconnect delays after a dropped stream
 UNAVAILABLE_RETRY_S = 600.0  # a 404 (an older build) is asked again this rarely
 EVICTION_WINDOW_S = 5.0  # an exit-0 unload this close before another model's load: evicted for it
 
-EVENT_STATES = ("unloaded", "loading", "loaded", "sleeping", "downloading", "failed")
+# A model's states, as the router names them in `/models` and in `/models/sse` alike.
+ROUTER_STATES = ("unloaded", "loading", "loaded", "sleeping", "downloading", "failed")
+LOADING_STATES = ("loading", "downloading")  # on its way in: load progress and time apply
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class RouterEvent:
     """One event of `/models/sse`, read at `received_s` (monotonic)."""
 
     model: str
-    state: str  # one of EVENT_STATES ("failed": unloaded with a non-zero exit code), else "unknown"
+    state: str  # one of ROUTER_STATES ("failed": unloaded with a non-zero exit code), else "unknown"
     received_s: float
     stage: str | None = None  # the part being loaded or downloaded: "text_model", "spec_model", …
     stages: tuple[str, ...] = ()
@@ -70,7 +72,7 @@ def parse_router_event(data: Any, received_s: float) -> RouterEvent | None:
     if not model or not status:
         return None
     exit_code = as_int(body.get("exit_code"))
-    state = status if status in EVENT_STATES else "unknown"
+    state = status if status in ROUTER_STATES else "unknown"
     if state == "unloaded" and exit_code not in (None, 0):
         state = "failed"
     progress = as_dict(body.get("progress"))
@@ -133,8 +135,8 @@ class RouterEventBook:
         before = self.models.get(event.model)
         if event.info is not None:
             self.infos[event.model] = event.info
-        if event.state in ("loading", "downloading"):
-            if before is None or before.state not in ("loading", "downloading"):
+        if event.state in LOADING_STATES:
+            if before is None or before.state not in LOADING_STATES:
                 self._note_eviction(event.model, now)
                 start = ModelEvents(
                     event.state,

@@ -45,6 +45,8 @@ from trayapp.sources.processes import CpuActivity, find_child_by_alias, find_lis
 from trayapp.sources.servers.jsonvals import as_bool, as_dict, as_int, as_str
 from trayapp.sources.servers.llamacpp import HEALTH_MAX_BYTES, LlamaServerProbe, slots_needed
 from trayapp.sources.servers.llamacpp_events import (
+    LOADING_STATES,
+    ROUTER_STATES,
     ModelEvents,
     RouterEvent,
     RouterEventBook,
@@ -60,7 +62,6 @@ from trayapp.sources.servers.llamacpp_parse import (
 )
 
 ROUTER_KIND = "llamacpp-router"  # what discovery calls a router; its readings say "llamacpp"
-ROUTER_STATES = ("unloaded", "loading", "loaded", "sleeping", "downloading", "failed")
 LOAD_SOURCE = "router-load"  # FinishedRequest.source of a measured load (no tokens)
 
 # --------------------------------------------------------------------------- pure parsers
@@ -400,7 +401,7 @@ def _with_events(model: RouterModel, events: ModelEvents | None, info: dict[str,
 
 def _event_detail(events: ModelEvents) -> str | None:
     """'waking: loading text_model 40 % (1 of 2 parts)', 'evicted for beta (--models-max)'."""
-    if events.state in ("loading", "downloading"):
+    if events.state in LOADING_STATES:
         verb = "downloading" if events.state == "downloading" else "loading"
         part = f" {events.stage}" if events.stage else ""
         share = f" {events.progress * 100:.0f} %" if events.progress is not None else ""
@@ -428,7 +429,7 @@ def _idle_reading(model: RouterModel, facts: ModelFacts | None) -> ModelReading:
     return ModelReading(
         name=model.name,
         loaded=False,
-        loading=model.state in ("loading", "downloading"),
+        loading=model.state in LOADING_STATES,
         sleeping=model.state == "sleeping",
         weights_bytes=meta.size_bytes if meta else None,
         parameter_count=meta.parameter_count if meta else None,
