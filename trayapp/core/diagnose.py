@@ -416,7 +416,7 @@ def _low_efficiency(view: ModelView, t: Thresholds) -> Finding | None:
 def _peers_text(band: PeerBand) -> str:
     """ "its peers on M2 Max, Q4 reach 52–62 % (median 58 %, n=14)." """
     return (
-        f"its {band.label.split(':')[0]} reach {band.low_share * 100:.0f}–{band.high_share * 100:.0f} % "
+        f"its peers on {band.basis} reach {band.low_share * 100:.0f}–{band.high_share * 100:.0f} % "
         f"(median {band.median_share * 100:.0f} %, n={band.n})."
     )
 
