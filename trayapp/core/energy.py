@@ -205,6 +205,18 @@ class EnergyMeter:
         """Why nothing is measured: the sources' reasons (RAPL unreadable, no GPU, …)."""
         return "; ".join(self._reasons) if self._reasons else NO_ENERGY
 
+    def above_idle(self, start_s: float, end_s: float) -> tuple[float | None, str | None, SpanEnergy]:
+        """(joules above the idle draw between two monotonic times, or None; why None; the gross span)."""
+        gross = self.span(start_s, end_s)
+        if gross.joules is None:
+            return None, gross.reason, gross
+        if self.idle_w is None:
+            return None, IDLE_UNKNOWN, gross
+        above_j = gross.joules - self.idle_w * (end_s - start_s)
+        if above_j <= 0:
+            return None, "no more than the idle draw (within the measurement's noise)", gross
+        return above_j, None, gross
+
     def attribute(self, record: RequestRecord, mono_minus_wall_s: float) -> RequestRecord:
         """The record with its prefill and decode energy above the idle draw (or the reason none)."""
         return with_energy(record, self, mono_minus_wall_s)
@@ -248,20 +260,13 @@ def with_energy(record: RequestRecord, meter: EnergyMeter, mono_minus_wall_s: fl
 
     def net(start_s: float, stop_s: float, what: str) -> float | None:
         nonlocal estimated
-        gross = meter.span(start_s, stop_s)
-        if gross.joules is None:
-            reasons.append(f"{what}: {gross.reason}")
-            return None
-        if idle_w is None:
-            reasons.append(f"{what}: {IDLE_UNKNOWN}")
-            return None
-        estimated |= gross.estimated
-        sources.update((gross.source or "").split("+"))
-        above = gross.joules - idle_w * (stop_s - start_s)
-        if above <= 0:
-            reasons.append(f"{what}: no more than the idle draw (within the measurement's noise)")
-            return None
-        return above
+        above_j, reason, gross = meter.above_idle(start_s, stop_s)
+        if gross.joules is not None and idle_w is not None:
+            estimated |= gross.estimated
+            sources.update((gross.source or "").split("+"))
+        if reason is not None:
+            reasons.append(f"{what}: {reason}")
+        return above_j
 
     decode_j = net(decode_start_s, end_s, "decode") if decode_s else None
     if not decode_s:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from trayapp.core.energy import EnergyMeter, domains_of
+from trayapp.core.energy import NO_ENERGY, EnergyMeter, domains_of
 from trayapp.core.model import HardwareSnapshot
 
 IDLE_READS = 4  # reads 0.3 s apart: three idle intervals before the first run
@@ -42,7 +42,7 @@ class BenchEnergy:
         hardware = self._read()
         found, reasons = domains_of(hardware)
         if not found:
-            self.reason = "; ".join(reasons) or "no energy counter or power reading on this machine"
+            self.reason = "; ".join(reasons) or NO_ENERGY
             return
         self._meter.update(hardware, self._clock(), busy=False)
         for _ in range(IDLE_READS - 1):
@@ -64,8 +64,5 @@ class BenchEnergy:
             return None
         end_s = self._clock()
         self._meter.update(self._read(), end_s, busy=True)
-        gross = self._meter.span(start_s, end_s)
-        if gross.joules is None:
-            return None
-        above = gross.joules - idle_w * (end_s - start_s)
-        return above if above > 0 else None
+        above_j, _, _ = self._meter.above_idle(start_s, end_s)
+        return above_j
