@@ -3,7 +3,7 @@
 # packed with the .desktop entry, hicolor icons, an XDG autostart file and the systemd user unit.
 #   installers/build-linux.sh     -> dist/llm-tray/ and dist/llm-tray-<version>-linux-<arch>.tar.gz
 # Environment: PYTHON (python3, 3.10+), LLM_TRAY_BUILD_VENV (build/bundle-venv: a venv of its own,
-# so nothing is installed into yours), LLM_TRAY_DIST (dist).
+# so nothing is installed into yours), LLM_TRAY_DIST (dist), LLM_TRAY_LEAN_NUMPY (1; 0: PyPI's numpy).
 # The system libraries the desktop provides are left out by the spec; this script fails if one
 # slipped in, and prints what the bundled Qt xcb plugin resolves outside the bundle (ldd).
 # The spec's size cuts need a C compiler (cc: ICU's empty data package) and binutils (strip,
@@ -21,6 +21,23 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q . pyinstaller
+# A lean numpy: without OpenBLAS (numpy.libs, 28 MB) and without its per-CPU SIMD variants, built
+# from source once (minutes; needs cc, c++ and Python's headers) into build/numpy-lean/, reused after.
+# numpy then uses its own loops and lapack_lite instead of BLAS/LAPACK: the same results, slower only
+# on large matrices; llm-tray's numpy work is pyqtgraph's on a few thousand points per curve.
+# (--no-cache-dir: pip's wheel cache ignores -C settings and would hand back another build.)
+NUMPY_VERSION="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("numpy"))')"
+if [ "${LLM_TRAY_LEAN_NUMPY:-1}" = 1 ]; then
+  LEAN="$ROOT/build/numpy-lean"
+  if ! ls "$LEAN/numpy-$NUMPY_VERSION"-*.whl >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip wheel -q --no-cache-dir --no-deps --no-binary numpy -w "$LEAN" \
+      "numpy==$NUMPY_VERSION" -Csetup-args=-Dallow-noblas=true -Csetup-args=-Dblas=none \
+      -Csetup-args=-Dlapack=none -Csetup-args=-Dcpu-dispatch=none
+  fi
+  "$VENV/bin/python" -m pip install -q --no-deps --force-reinstall "$LEAN/numpy-$NUMPY_VERSION"-*.whl
+else  # PyPI's wheel, also over a lean one left in the venv by an earlier build
+  "$VENV/bin/python" -m pip install -q --no-deps --force-reinstall --only-binary numpy "numpy==$NUMPY_VERSION"
+fi
 "$VENV/bin/python" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath "$DIST" --workpath "$WORK" installers/llm-tray.spec
 

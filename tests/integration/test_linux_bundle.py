@@ -140,6 +140,7 @@ def test_the_bundle_leaves_out_what_llm_tray_never_loads(bundle: Path) -> None:
     for unused in ("yaml", "numpy/random", "PySide6/QtQml.abi3.so", "PySide6/Qt/translations"):
         assert not (internal / unused).exists(), unused
     assert not list(internal.rglob("readline*.so")) and not list(internal.rglob("libQt6Quick*"))
+    assert [p for p in internal.rglob("*") if p.is_symlink() and not p.exists()] == []  # none dangling
     if shutil.which("cc") or shutil.which("gcc"):  # the spec swaps ICU's 31 MiB data for an empty package
         (icu_data,) = (internal / "PySide6" / "Qt" / "lib").glob("libicudata.so.*")
         assert icu_data.stat().st_size < 100_000
