@@ -1,8 +1,9 @@
-"""A real X display for tray tests: Xvfb + trayer (a system tray), on a free display number."""
+"""A real X display for tray tests: Xvfb + trayer (a system tray), on a display number Xvfb picks."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -28,14 +29,26 @@ def real_tray_marks() -> list[pytest.MarkDecorator]:
     ]
 
 
+XVFB_FLAGS = ("-nolisten", "tcp")
+TRAYER_FLAGS = ("--edge", "top", "--align", "right", "--widthtype", "pixel", "--width", "200")
+TRAYER_FLAGS += ("--height", "40", "--transparent", "false", "--tint", "0x303030")
 START_TIMEOUT_S = 60.0  # Xvfb and trayer, cold, beside a busy neighbour (20 s was not enough once)
 
 
-def _free_display() -> int:
-    for number in range(90, 200):
-        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
-            return number
-    raise RuntimeError("no free X display number")
+def _display_number(read_fd: int, xvfb: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The display number Xvfb chose and wrote to `-displayfd` once ready for clients (Xvfb picks a
+    free one itself: no race with another Xvfb started at the same moment)."""
+    deadline = time.monotonic() + timeout_s
+    text = b""
+    while not text.endswith(b"\n"):
+        if xvfb.poll() is not None:
+            raise RuntimeError(f"Xvfb exited with {xvfb.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for Xvfb")
+        ready, _, _ = select.select([read_fd], [], [], 0.1)
+        if ready:
+            text += os.read(read_fd, 64)
+    return int(text.strip())
 
 
 def _wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -51,8 +64,8 @@ class XDisplay:
     """Xvfb on `:N` with trayer docked at the top right. `env` carries DISPLAY for children."""
 
     def __init__(self, width: int = 1280, height: int = 800, tray: bool = True) -> None:
-        self.number = _free_display()
-        self.display = f":{self.number}"
+        self.number = -1  # set by __enter__: the number Xvfb chose
+        self.display = ""
         self.size = (width, height)
         self.tray = tray
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -65,42 +78,50 @@ class XDisplay:
         return env
 
     def __enter__(self) -> XDisplay:
+        try:
+            self._start_xvfb()
+            if self.tray:
+                self._start_trayer()
+        except BaseException:
+            self.__exit__()  # a `with` does not call it when __enter__ raises
+            raise
+        return self
+
+    def _start_xvfb(self) -> None:
         width, height = self.size
-        self._procs.append(
-            subprocess.Popen(
-                ["Xvfb", self.display, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
+        read_fd, write_fd = os.pipe()
+        try:
+            xvfb = subprocess.Popen(
+                ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x24", *XVFB_FLAGS],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                pass_fds=(write_fd,),
             )
+            self._procs.append(xvfb)
+            os.close(write_fd)
+            write_fd = -1
+            self.number = _display_number(read_fd, xvfb, START_TIMEOUT_S)
+        finally:
+            os.close(read_fd)
+            if write_fd >= 0:
+                os.close(write_fd)
+        self.display = f":{self.number}"
+
+    def _start_trayer(self) -> None:
+        trayer = subprocess.Popen(
+            ["trayer", *TRAYER_FLAGS],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        _wait(lambda: Path(f"/tmp/.X11-unix/X{self.number}").exists(), START_TIMEOUT_S, "Xvfb")
-        if self.tray:
-            self._procs.append(
-                subprocess.Popen(
-                    [
-                        "trayer",
-                        "--edge",
-                        "top",
-                        "--align",
-                        "right",
-                        "--widthtype",
-                        "pixel",
-                        "--width",
-                        "200",
-                        "--height",
-                        "40",
-                        "--transparent",
-                        "false",
-                        "--tint",
-                        "0x303030",
-                    ],
-                    env=self.env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-            _wait(lambda: bool(self.find_windows("trayer")), START_TIMEOUT_S, "trayer's window")
-        return self
+        self._procs.append(trayer)
+
+        def docked() -> bool:
+            if trayer.poll() is not None:  # e.g. another tray holds this display's selection
+                raise RuntimeError(f"trayer exited with {trayer.returncode} on {self.display}")
+            return bool(self.find_windows("trayer"))
+
+        _wait(docked, START_TIMEOUT_S, "trayer's window")
 
     def find_windows(self, class_name: str) -> list[str]:
         result = subprocess.run(
@@ -120,7 +141,8 @@ class XDisplay:
         return path
 
     def __exit__(self, *exc: object) -> None:
-        for proc in reversed(self._procs):
+        procs, self._procs = self._procs, []
+        for proc in reversed(procs):
             proc.terminate()
             try:
                 proc.wait(timeout=10)
