@@ -22,14 +22,19 @@ def cpu_frequency_mhz() -> tuple[float | None, float | None]:
     return (float(freq.current) or None), (float(freq.max) or None)
 
 
-def thermal_max_c(root: Path = Path("/sys")) -> float | None:
-    """The hottest thermal zone in °C, or None when none can be read."""
-    hottest: float | None = None
+def thermal_zones(root: Path = Path("/sys")) -> list[Path]:
+    """The thermal zones' folders (none where unreadable)."""
     try:
-        zones = sorted((root / "class" / "thermal").glob("thermal_zone*"))
+        return sorted((root / "class" / "thermal").glob("thermal_zone*"))
     except OSError:
-        return None
-    for zone in zones:
+        return []
+
+
+def thermal_max_c(root: Path = Path("/sys"), zones: list[Path] | None = None) -> float | None:
+    """The hottest thermal zone in °C (of `zones`, found under `root` when not given), or None when
+    none can be read."""
+    hottest: float | None = None
+    for zone in thermal_zones(root) if zones is None else zones:
         try:
             value = int((zone / "temp").read_text(encoding="ascii").strip()) / 1000
         except (OSError, ValueError):

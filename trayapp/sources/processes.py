@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -170,10 +170,12 @@ class CpuActivity:
     """
 
     mark: tuple[float, float] | None = None  # (when, CPU seconds) at the last look
+    # kept: one read of /proc per look, not two (issue #26)
+    _process: psutil.Process | None = field(default=None, init=False, repr=False, compare=False)
 
     def worked(self, pid: int | None, now_s: float) -> bool | None:
         """True / False since the last look; None when it cannot be told (no pid, first look)."""
-        used = cpu_seconds(pid) if pid is not None else None
+        used = self._cpu_seconds(pid) if pid is not None else None
         if used is None:
             self.mark = None
             return None
@@ -183,6 +185,17 @@ class CpuActivity:
         if used < mark[1]:
             return True  # another process on that port: look
         return (used - mark[1]) / (now_s - mark[0]) >= WORK_CPU_SHARE
+
+    def _cpu_seconds(self, pid: int) -> float | None:
+        """`cpu_seconds(pid)` through a kept handle (made again for another pid)."""
+        try:
+            if self._process is None or self._process.pid != pid:
+                self._process = psutil.Process(pid)
+            times = self._process.cpu_times()
+        except _PSUTIL_ERRORS:
+            self._process = None
+            return None
+        return float(times.user + times.system)
 
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:

@@ -4,9 +4,14 @@ What a poll reads (see reference/backends.md §2):
 
 * `/health` (public even with `--api-key`): 200 ok, 503 while loading.
 * `/props`: model path/alias/ftype, per-slot context, slot count, build, which
-  optional endpoints are on, `is_sleeping`. Every poll while idle (it neither wakes the
-  server nor resets its idle timer: how the probe sees it fall asleep); cached for
-  `props_refresh_s` while busy.
+  optional endpoints are on, `is_sleeping`. Every poll while idle (it neither wakes the server
+  nor resets its idle timer: how the probe sees it fall asleep); cached for `props_refresh_s`
+  while busy.
+* Quiet (issue #26): an idle, awake local server whose process used no CPU since the last poll
+  has nothing new to say, so `/health` and `/props` are asked at most every IDLE_PROPS_REFRESH_S:
+  its fall asleep, or a hang of a stopped process, shows at most that much (plus a poll) later.
+  Work shows as CPU at the next poll, which asks everything again; a remote server, a busy or
+  sleeping one, and one that last failed are asked every poll.
 * `/slots` (unless `--no-slots`): live `n_decoded`, context depth and prompt progress per
   slot, every poll **while there is work**. A `/slots` request goes through the server's task
   queue and resets its idle timer (`--sleep-idle-seconds`), and wakes a sleeping server, so
@@ -29,6 +34,7 @@ copies them.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -65,6 +71,9 @@ HEALTH_MAX_BYTES = 64 * 1024  # `{"status":"ok"}`; anything near this is not a l
 API_KEY_REQUIRED = "API key required: set one for this endpoint"
 API_KEY_REJECTED = "API key rejected by the server: check the key set for this endpoint"
 WAKE_LOAD_SOURCE = "wake-load"  # FinishedRequest.source of a reload after sleeping (no tokens)
+# An idle local server that used no CPU since the last poll is asked /props at most this often (issue
+# #26: half of an idle poll's requests): the worst-case delay before it is shown asleep, plus a poll.
+IDLE_PROPS_REFRESH_S = 5.0
 
 # A sleeping server reloads its model on the next request and answers slowly meanwhile: a timeout
 # this soon after a sleeping /props answer is the wake-up ("loading"), not a failure.
@@ -145,23 +154,37 @@ class LlamaCppProbe(LlamaServerProbe):
     def _poll(self, now_mono_s: float) -> ServerReading:
         started_s = time.monotonic()
         waking = self._was_sleeping(now_mono_s)
-        # 1. /health: is it up, and done loading?
-        try:
-            health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
-        except FetchError as exc:
-            if waking and exc.status == "error":
-                return self._waking_reading(now_mono_s)
-            self._forget_load()
-            raise self._key_hint(exc) from exc
+        # Whether the server's process used CPU since the last poll (once per poll: keeps a baseline).
+        # Quiet: a server known idle and awake whose process did nothing (a server in this very process
+        # is a test's fake: its CPU is ours). Nothing it answers changed then, so /health and /props are
+        # asked at most every IDLE_PROPS_REFRESH_S: its fall asleep or a hang (a stopped process) shows
+        # that much (plus a poll) later; a request that makes it work is seen at the next poll.
+        known_pid = self._pid
+        cpu_work = self._cpu.worked(known_pid, now_mono_s) if known_pid is not None else None
+        quiet = cpu_work is False and known_pid != os.getpid() and not self._busy
+        if quiet and self._last_status == "ok" and self._props_fresh(now_mono_s, IDLE_PROPS_REFRESH_S):
+            health: Any = {"status": "ok"}  # not asked
+        else:
+            # 1. /health: is it up, and done loading?
+            try:
+                health = self._fetch_json("/health", max_bytes=HEALTH_MAX_BYTES)
+            except FetchError as exc:
+                if waking and exc.status == "error":
+                    return self._waking_reading(now_mono_s)
+                self._forget_load()
+                raise self._key_hint(exc) from exc
         if not isinstance(health, dict) or health.get("status") != "ok":
             self._forget_load()
             answer = health.get("status") if isinstance(health, dict) else health
             return ServerReading(self.kind, self.url, "error", f"/health: unexpected answer {answer!r}")
+        if known_pid is None:  # first poll, or found again after a failure: the baseline starts now
+            cpu_work = self._cpu.worked(self._server_pid(now_mono_s), now_mono_s)
 
-        # 2. /props: every poll while idle (it wakes nothing and resets no idle timer), cached while busy.
+        # 2. /props: while idle every poll (it wakes nothing and resets no idle timer) unless quiet
+        #    (IDLE_PROPS_REFRESH_S); cached for props_refresh_s while busy; asleep: every poll.
         try:
             asked_s = time.monotonic()
-            props = self._current_props(now_mono_s)
+            props = self._current_props(now_mono_s, quiet=quiet)
             answered_s = time.monotonic()
         except FetchError as exc:
             if waking and exc.status == "error":
@@ -175,9 +198,6 @@ class LlamaCppProbe(LlamaServerProbe):
         #    averaging gauges for other scrapers) — or every idle poll when it is the only sign of work.
         counters: CounterReading | None = None
         metrics_on = props.endpoint_metrics and not self._metrics_disabled and not props.is_sleeping
-        cpu_work = self._cpu.worked(
-            self._server_pid(now_mono_s), now_mono_s
-        )  # once per poll: keeps a baseline
         watch_by_metrics = not self._busy and cpu_work is None
         if metrics_on and (self._metrics_due(now_mono_s) or watch_by_metrics):
             counters = self._scrape(now_mono_s, problems)
@@ -277,10 +297,12 @@ class LlamaCppProbe(LlamaServerProbe):
         )
         return (load,)
 
-    def _current_props(self, now_s: float) -> PropsInfo:
+    def _current_props(self, now_s: float, *, quiet: bool = False) -> PropsInfo:
+        """/props, or the last answer while busy (`props_refresh_s`) or `quiet` (the server's process
+        used no CPU since the last poll: IDLE_PROPS_REFRESH_S). Asleep: asked every poll, to see it wake."""
         props = self._props
-        busy = self._busy and not (props is not None and props.is_sleeping)  # asleep: see it wake
-        if props is not None and busy and now_s - self._props_at_s < self.props_refresh_s:
+        idle_s = IDLE_PROPS_REFRESH_S if quiet else 0.0
+        if props is not None and self._props_fresh(now_s, self.props_refresh_s if self._busy else idle_s):
             return props
         try:
             data = self._fetch_json("/props")
@@ -295,6 +317,11 @@ class LlamaCppProbe(LlamaServerProbe):
             self._meta, self._meta_at_s = None, None  # another model: look its size up again
         self._props, self._props_at_s = fresh, now_s
         return fresh
+
+    def _props_fresh(self, now_s: float, max_age_s: float) -> bool:
+        """Whether the last /props answer is younger than `max_age_s` and says the server is awake."""
+        props = self._props
+        return props is not None and not props.is_sleeping and now_s - self._props_at_s < max_age_s
 
     def _was_sleeping(self, now_s: float) -> bool:
         props = self._props
