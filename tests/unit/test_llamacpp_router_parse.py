@@ -237,3 +237,40 @@ def test_router_failures_map_to_status(captured: Path, status: int, body: Any, w
     )
     reading = LlamaRouterProbe("http://router.test:8080", client=make()).poll(0.0)
     assert reading.status == want and reading.models == ()
+
+
+class BusyRouter(ScriptedRouter):
+    """The loaded child with every slot working and `deferred` requests waiting at each scrape;
+    `free_slot` makes its first slot idle."""
+
+    def __init__(self, captured: Path) -> None:
+        super().__init__(captured, "router_models_one_loaded.json")
+        self.deferred = 2
+        self.free_slot = False
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        answer = super().handler(request)
+        if request.url.path == "/slots":
+            slots = load(self.captured, "router_slots_model_loaded.json")
+            for i, slot in enumerate(slots):
+                slot["is_processing"] = not (self.free_slot and i == 0)
+            return httpx.Response(200, json=slots)
+        if request.url.path == "/metrics":
+            text = answer.text.replace("requests_deferred 0", f"requests_deferred {self.deferred}")
+            return httpx.Response(200, text=text.replace("requests_processing 0", "requests_processing 4"))
+        return answer
+
+
+def test_a_childs_queue_count_holds_between_scrapes_and_clears_when_a_slot_frees(captured: Path) -> None:
+    """As for a single server (#22): /metrics is scraped once per metrics_interval_s while busy, so the
+    count it gave stays while every slot works, and is 0 once one is free (it flickered to None on
+    the polls between scrapes, a router's 'queued 2' showing one tick in ten)."""
+    router = BusyRouter(captured)
+    probe = router_probe(router)
+    readings = polls(probe, router, [(float(t), "router_models_one_loaded.json") for t in range(4)])
+    scrapes = [r for r in router.requests if r.startswith("/metrics")]
+    assert len(scrapes) == 1  # the first poll; the next three fall inside the 10 s interval
+    assert [r.models[0].queued_requests for r in readings] == [2, 2, 2, 2]
+    router.free_slot = True
+    (freed,) = polls(probe, router, [(4.0, "router_models_one_loaded.json")])
+    assert freed.models[0].queued_requests == 0

@@ -400,14 +400,7 @@ class LlamaCppProbe(LlamaServerProbe):
         )
 
     def _queued_now(self, slots: tuple[SlotReading, ...], counters: CounterReading | None) -> int | None:
-        """Requests waiting for a slot: `requests_deferred` as the last `/metrics` scrape counted it (one
-        scrape every metrics_interval_s while busy), kept while every slot is still busy, and 0 once a
-        slot is free or nothing works (llama-server defers a request only while no slot is free).
-        None on a server without `--metrics`."""
-        if counters is not None and counters.requests_waiting is not None:
-            self._deferred = max(0, int(counters.requests_waiting))
-        if self._deferred is not None and (not self._busy or any(not s.is_processing for s in slots)):
-            self._deferred = 0
+        self._deferred = queued_between_scrapes(self._deferred, counters, slots, self._busy)
         return self._deferred
 
     def _spec_kind(self, props: PropsInfo, slots: tuple[SlotReading, ...]) -> str | None:
@@ -424,6 +417,21 @@ class LlamaCppProbe(LlamaServerProbe):
             return None
         facts, self.facts_reason = self._facts_loader.lookup(path)
         return facts
+
+
+def queued_between_scrapes(
+    last_deferred: int | None, counters: CounterReading | None, slots: tuple[SlotReading, ...], busy: bool
+) -> int | None:
+    """Requests waiting for a slot: `requests_deferred` as the last `/metrics` scrape counted it (one
+    scrape every metrics_interval_s while busy), kept while every slot is still busy, and 0 once a
+    slot is free or nothing works (llama-server defers a request only while no slot is free).
+    None on a server without `--metrics`. A single server and a router's child alike."""
+    deferred = last_deferred
+    if counters is not None and counters.requests_waiting is not None:
+        deferred = max(0, int(counters.requests_waiting))
+    if deferred is not None and (not busy or any(not s.is_processing for s in slots)):
+        deferred = 0
+    return deferred
 
 
 def slots_needed(

@@ -43,7 +43,12 @@ from trayapp.core.quants import normalize_quant_name
 from trayapp.sources.http import FetchError
 from trayapp.sources.processes import CpuActivity, find_child_by_alias, find_listening_pid
 from trayapp.sources.servers.jsonvals import as_bool, as_dict, as_int, as_str
-from trayapp.sources.servers.llamacpp import HEALTH_MAX_BYTES, LlamaServerProbe, slots_needed
+from trayapp.sources.servers.llamacpp import (
+    HEALTH_MAX_BYTES,
+    LlamaServerProbe,
+    queued_between_scrapes,
+    slots_needed,
+)
 from trayapp.sources.servers.llamacpp_events import (
     LOADING_STATES,
     ROUTER_STATES,
@@ -145,6 +150,7 @@ class _Child:
     pid_looked: bool = False
     cpu: CpuActivity = field(default_factory=CpuActivity)  # the child's CPU use: a sign of new work
     metrics_at_s: float | None = None
+    deferred: int | None = None  # requests waiting for a slot, kept between scrapes (#22)
     problems: list[str] = field(default_factory=list)
 
 
@@ -325,6 +331,7 @@ class LlamaRouterProbe(LlamaServerProbe):
             except FetchError as exc:
                 child.problems.append(exc.reason)
 
+        child.deferred = queued_between_scrapes(child.deferred, counters, slots, child.busy)
         meta = model.meta
         facts = self._facts(model)
         ftype = props.quantization if props else None
@@ -343,6 +350,7 @@ class LlamaRouterProbe(LlamaServerProbe):
             spec_type=(props.spec_type if props else None)
             or next((slot.spec_type for slot in slots if slot.spec_type), None),
             busy=child.busy if slots else None,
+            queued_requests=child.deferred,
             live_rate_reason=None
             if slots_on or props is None
             else "/slots is disabled on this model's server",
