@@ -15,6 +15,8 @@ live in sinks/snapshot_server.py and sinks/metrics.py):
 * a listener bound to loopback answers only a `Host` of `localhost`, `127.0.0.1` or `[::1]` (any port)
   or a name the user allowed, so a web page whose name is rebound to 127.0.0.1 reads nothing (DNS
   rebinding); any listener refuses a request with an `Origin` header (a browser's) unless allowed;
+* the accept loop sleeps until a client connects or `shutdown` wakes it (a socket pair): an idle
+  listener never polls (the snapshot endpoint's 50 ms poll was most of an idle tray's CPU, #26);
 * an accept that fails (EMFILE at the file-descriptor limit, ENFILE, ENOBUFS, ENOMEM) is logged at
   most once a minute and retried after a short pause, and a failure to start a client's thread is logged
   once: nothing a client does ends the listener.
@@ -28,6 +30,7 @@ import errno
 import io
 import json
 import logging
+import selectors
 import socket
 import threading
 import time
@@ -137,7 +140,44 @@ class GuardedServer(ThreadingHTTPServer):
         self._accept_failures = 0
         self._accept_logged_s = -ACCEPT_LOG_EVERY_S
         self._logged: set[str] = set()
+        self._stop_requested = False
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._wake_read, self._wake_write = socket.socketpair()  # `shutdown` writes, the loop wakes
         super().__init__(address, handler)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """socketserver's accept loop, asleep until a client connects or `shutdown` wakes it
+        (`poll_interval` is unused: nothing needs polling)."""
+        self._stopped.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                while not self._stop_requested:
+                    ready = [key.fileobj for key, _ in selector.select()]
+                    if self._wake_read in ready:
+                        self._wake_read.recv(64)
+                    if self._stop_requested:
+                        break
+                    if self in ready:
+                        self._handle_request_noblock()  # type: ignore[attr-defined]  # as socketserver does
+                    self.service_actions()
+        finally:
+            self._stop_requested = False
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop `serve_forever` and wait for it (from another thread), at once."""
+        self._stop_requested = True
+        with contextlib.suppress(OSError):
+            self._wake_write.send(b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._wake_read.close()
+        self._wake_write.close()
 
     @property
     def active_connections(self) -> int:

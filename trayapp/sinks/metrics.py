@@ -439,6 +439,6 @@ def start_exporter(
     Handler.allowed_hosts = frozenset(normal_host(h) for h in allowed_hosts)
     Handler.allowed_origins = frozenset(o.strip().lower() for o in allowed_origins)
     server = GuardedServer((address, port), Handler, max_connections=MAX_CONNECTIONS, name="/metrics")
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="llm-tray-metrics", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, name="llm-tray-metrics", daemon=True)
     thread.start()
     return Exporter(server, thread)

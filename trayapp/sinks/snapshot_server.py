@@ -67,7 +67,6 @@ STREAM_SNDBUF = 16 * 1024  # an event stream's socket send buffer: small, so a c
 KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
 MAX_STREAMS = 32  # event streams at once; more get 503
 MAX_CONNECTIONS = 64  # connections at once, streams included; more get 503 from the accept thread
-SHUTDOWN_POLL_S = 0.05  # `stop` waits at most this for the accept loop (the tray stops on the GUI thread)
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
 RECLAIM_S = 5.0  # an announced endpoint claims the sampler file again this often
 
@@ -157,8 +156,7 @@ class SnapshotServer:
         )
         threads = [
             threading.Thread(
-                target=httpd.serve_forever,
-                args=(SHUTDOWN_POLL_S,),
+                target=httpd.serve_forever,  # asleep until a client connects; `stop` wakes it at once
                 name="llm-tray-snapshot-http",
                 daemon=True,
             ),
