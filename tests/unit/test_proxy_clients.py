@@ -5,9 +5,11 @@ tests/integration/test_proxy_queue_wait.py.)"""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
+from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy import clients
 from trayapp.services.proxy.clients import OTHER_USER, ClientNamer, user_agent_product
 
@@ -54,3 +56,26 @@ def test_a_loopback_client_the_scan_did_not_see_falls_back_to_its_user_agent(
     monkeypatch.setattr(clients, "_scan", scan)
     named = asyncio.run(ClientNamer().name(("::1", 40000, 0, 0), 8081, "curl/8.5"))
     assert named == ("curl", None) and scans == [8081]
+
+
+def test_a_bug_in_the_naming_is_logged_once_and_the_record_goes_out_unnamed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A naming that fails (a bug, not a timeout) still hands every record on, unnamed; the bug's
+    traceback is logged once, not swallowed (it was: `except (TimeoutError, Exception)`)."""
+    emitted: list[FinishedRequest] = []
+
+    async def run() -> None:
+        named = clients.NamedRecords(emitted.append)
+        loop = asyncio.get_running_loop()
+        for i in range(2):
+            naming: asyncio.Future[clients.Named] = loop.create_future()
+            naming.set_exception(RuntimeError("a bug in the naming"))
+            named.hand_on(FinishedRequest(model="m", finished_wall_s=float(i)), naming)
+        await named.close()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert [(r.model, r.client_name) for r in emitted] == [("m", None), ("m", None)]
+    bugs = [r for r in caplog.records if "proxy client naming" in r.getMessage()]
+    assert len(bugs) == 1 and bugs[0].exc_info is not None

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 
@@ -354,6 +355,7 @@ class NamedRecords:
         self._emit = emit
         self._namer = ClientNamer()
         self._waiting: set[asyncio.Task[None]] = set()
+        self._bugs = BugLog(log)
 
     def lookup(
         self, peer: object, listen_port: int, user_agent: str | None, local: object = None
@@ -372,8 +374,10 @@ class NamedRecords:
         try:
             name, pid = await asyncio.wait_for(asyncio.shield(naming), CLIENT_NAME_WAIT_S)
             record = dataclasses.replace(record, client_name=name, client_pid=pid)
-        except (asyncio.TimeoutError, Exception):  # a client unnamed is a record all the same
+        except asyncio.TimeoutError:  # a client unnamed is a record all the same
             naming.cancel()
+        except Exception as exc:  # a bug in the naming: logged once, the record goes out unnamed
+            self._bugs.report(exc, "proxy client naming")
         self._emit(record)
 
     async def close(self) -> None:

@@ -266,13 +266,11 @@ class ProxyServer:
         forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
         tap = self._tap(line)
         naming = (
-            asyncio.ensure_future(
-                self._clients.lookup(
-                    writer.get_extra_info("peername"),
-                    self.port,
-                    head.get("user-agent"),
-                    writer.get_extra_info("sockname"),
-                )
+            self._clients.lookup(
+                writer.get_extra_info("peername"),
+                self.port,
+                head.get("user-agent"),
+                writer.get_extra_info("sockname"),
             )
             if tap.active
             else None
