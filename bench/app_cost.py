@@ -1,6 +1,7 @@
 """CPU, memory and start-up time of the real tray app, beside a bare PySide6 tray in the same run.
 
-    python bench/app_cost.py [--seconds 30] [--warmup 10] [--starts 3] [--as-installed] [--json]
+    python bench/app_cost.py [--seconds 30] [--warmup 10] [--starts 3] [--as-installed] [--idle-only]
+                             [--src DIR] [--json]
 
 Runs a real llama-server (test model, -t 1), a real X display (Xvfb + trayer) and the real app
 (`python -m trayapp --endpoint llamacpp=URL --no-discover`) as a subprocess, then measures the
@@ -16,6 +17,9 @@ whose number is redrawn every second, nothing else), measured for one phase like
 ratios app ÷ bare are printed. Start-up: `--starts` cold starts of each, from Popen to the icon
 docked in trayer's panel (polled with xdotool every 20 ms); the app's starts share one
 LLM_TRAY_HOME, so the first of them also makes its config and store.
+
+`--src DIR`: run the app from another source tree (e.g. `git archive HEAD trayapp | tar -x -C DIR`,
+to compare a commit with the working tree while others edit it). `--idle-only`: only the first phase.
 
 `--as-installed`: the app as a user runs it, discovery on (the default ports scanned every 30 s) and
 a recording proxy configured in front of the server, instead of `--no-discover` and no proxy.
@@ -46,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trayrun import BusyClient
 
+from tests.support import trayapp_process
 from tests.support.llama import LlamaServer, free_port
 from tests.support.trayapp_process import Event, Geometry, TrayAppProcess, geometry, inside, is_event
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
@@ -217,8 +222,14 @@ def as_installed_config(server_url: str) -> str:
     )
 
 
+def use_source_tree(src: Path) -> None:
+    """The app runs from `src`: its working directory (first on `python -m`'s path) and PYTHONPATH."""
+    trayapp_process.REPO = src
+    os.environ["PYTHONPATH"] = str(src)
+
+
 def measure(
-    seconds: float, warmup_s: float, starts: int, work_dir: Path, as_installed: bool
+    seconds: float, warmup_s: float, starts: int, work_dir: Path, as_installed: bool, idle_only: bool = False
 ) -> dict[str, Any]:
     results: dict[str, dict[str, float]] = {}
     with LlamaServer(threads=1, log_dir=work_dir) as server, XDisplay() as display:
@@ -233,21 +244,21 @@ def measure(
             app.wait_for("the first idle snapshot", _models_in("idle"))
             time.sleep(warmup_s)  # start-up work (imports, RAM bandwidth probe) is not steady state
             results["closed, idle"] = measure_phase(app, proc, seconds)
+            if not idle_only:
+                client = BusyClient(server.url, n_predict=200).start()
+                app.skip_to_end()
+                app.wait_for("decoding", _models_in("decoding"), 90)
+                results["closed, generating"] = measure_phase(app, proc, seconds)
 
-            client = BusyClient(server.url, n_predict=200).start()
-            app.skip_to_end()
-            app.wait_for("decoding", _models_in("decoding"), 90)
-            results["closed, generating"] = measure_phase(app, proc, seconds)
+                app.open_dashboard()
+                time.sleep(2.0)  # the first full redraw after showing is a one-off
+                results["open, generating"] = measure_phase(app, proc, seconds)
 
-            app.open_dashboard()
-            time.sleep(2.0)  # the first full redraw after showing is a one-off
-            results["open, generating"] = measure_phase(app, proc, seconds)
-
-            client.stop()
-            client = None
-            app.skip_to_end()
-            app.wait_for("the server idle again", _models_in("idle"), 60)
-            results["open, idle"] = measure_phase(app, proc, seconds)
+                client.stop()
+                client = None
+                app.skip_to_end()
+                app.wait_for("the server idle again", _models_in("idle"), 60)
+                results["open, idle"] = measure_phase(app, proc, seconds)
         finally:
             if client is not None:
                 client.stop()
@@ -261,6 +272,7 @@ def measure(
         "load_average": list(os.getloadavg()),
         "cpus": os.cpu_count(),
         "as_installed": as_installed,
+        "src": str(trayapp_process.REPO),
     }
 
 
@@ -270,14 +282,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds after start before measuring")
     parser.add_argument("--starts", type=int, default=3, help="cold starts of each to time")
     parser.add_argument("--as-installed", action="store_true", help="discovery on and a proxy configured")
+    parser.add_argument("--idle-only", action="store_true", help="only the first phase (closed, idle)")
+    parser.add_argument("--src", type=Path, default=None, help="llm-tray source tree to run (default: this)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.src is not None:
+        use_source_tree(args.src.resolve())
     missing = xdisplay_tools_missing()
     if missing:
         raise SystemExit(f"missing X display tools: {', '.join(missing)} (tests/provision.sh installs them)")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="llm-tray-cost-") as work:
-        results = measure(args.seconds, args.warmup, args.starts, Path(work), args.as_installed)
+        work_dir = Path(work)
+        results = measure(args.seconds, args.warmup, args.starts, work_dir, args.as_installed, args.idle_only)
     results["load_average_before"] = list(load_before)
     if args.json:
         print(json.dumps(results))
