@@ -113,12 +113,13 @@ def test_the_plotting_stack_loads_only_when_the_dashboard_opens(tmp_path: Path) 
     assert report["rare_after_settings"] == ["trayapp.ui.settings_dialog", "trayapp.ui.versions"]
 
 
-def run_child(code: str, tmp_path: Path) -> dict[str, Any]:
-    """`code` run in a fresh interpreter (offscreen Qt, its own homes); the JSON it printed after REPORT."""
+def run_child(code: str, tmp_path: Path, extra_path: Path | None = None) -> dict[str, Any]:
+    """`code` run in a fresh interpreter (offscreen Qt, its own homes, `extra_path` importable too); the
+    JSON it printed after REPORT."""
     env = dict(os.environ)
     env.update(
         QT_QPA_PLATFORM="offscreen",
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=os.pathsep.join(str(p) for p in (REPO, *([extra_path] if extra_path else []))),
         LLM_TRAY_HOME=str(tmp_path / "home"),
         XDG_CONFIG_HOME=str(tmp_path / "xdg"),
     )
@@ -133,7 +134,6 @@ def run_child(code: str, tmp_path: Path) -> dict[str, Any]:
 
 SOURCE_CHILD = """
 import json, linecache, sys
-sys.path.insert(0, %r)
 import PySide6.QtCore
 from trayapp.ui.qtcompat import stop_source_caching
 patched = stop_source_caching()
@@ -155,7 +155,7 @@ def test_pyside_keeps_no_source_of_the_modules_imported_after_it(tmp_path: Path)
     modules.mkdir()
     (modules / "qt_user.py").write_text("from PySide6.QtCore import QObject\n", encoding="utf-8")
     (modules / "plain_module.py").write_text("VALUE = 1\n" * 1000, encoding="utf-8")
-    report = run_child(SOURCE_CHILD % str(modules), tmp_path)
+    report = run_child(SOURCE_CHILD, tmp_path, extra_path=modules)
     assert report["patched"] is True
     assert report["cached"] == []
     assert report["flags"] == {"qt_user": 0, "plain_module": -1}  # 0: uses PySide, -1: ignored
