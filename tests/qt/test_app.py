@@ -20,8 +20,8 @@ from pytestqt.qtbot import QtBot
 from tests.support.fake_monitor import FakeMonitor
 from tests.support.snapshots import model, server, snap
 from trayapp.app import tray_app as app_module
+from trayapp.app.single_instance import single_instance
 from trayapp.config.settings import NotificationConfig, Settings
-from trayapp.ui.single_instance import SingleInstance
 
 
 @pytest.fixture
@@ -207,7 +207,7 @@ def test_the_session_log_notifies_when_a_failure_starts_and_ends_not_when_its_te
 
 
 def test_second_start_asks_the_first_and_exits_0(qtbot: QtBot, restore_globals: None) -> None:
-    first = SingleInstance()
+    first = single_instance()
     assert first.listen()
     try:
         with qtbot.waitSignal(first.show_requested, timeout=5000):

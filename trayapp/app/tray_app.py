@@ -39,6 +39,7 @@ from trayapp.app.actions import (
 from trayapp.app.events import TestEvents
 from trayapp.app.log_setup import install_excepthook, setup_logging
 from trayapp.app.proxy_service import ProxyService
+from trayapp.app.single_instance import InstanceListener, notify_running, single_instance
 from trayapp.config.settings import EndpointConfig, ExporterConfig, ProxyConfig, Settings, watched_settings
 from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
@@ -49,7 +50,6 @@ from trayapp.ui.dashboard import LazyDashboard as Dashboard  # the real window l
 from trayapp.ui.icons import app_icon
 from trayapp.ui.notifier import Notifier
 from trayapp.ui.qtcompat import apply_workarounds, stop_source_caching
-from trayapp.ui.single_instance import SingleInstance, notify_running
 from trayapp.ui.tray import TrayController, settings_summary
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
 
@@ -92,7 +92,7 @@ class TrayApp(QObject):
         *,
         at_login: bool = False,
         events: TestEvents | None = None,
-        instance: SingleInstance | None = None,
+        instance: InstanceListener | None = None,
         proxy_inbox: RecordInbox | None = None,
         discover: bool | None = None,
     ) -> None:
@@ -504,7 +504,7 @@ def run_tray(
         log.info("llm-tray is already running: asked it to show its dashboard")
         print("llm-tray is already running: showing its dashboard", file=sys.stderr)
         return 0
-    instance = SingleInstance()
+    instance = single_instance()
     instance.listen()
     log.info("starting (log: %s, at_login=%s)", log_path, at_login)
 
