@@ -21,7 +21,7 @@ from trayapp.sources.discovery import (
     identify,
     identify_kind,
 )
-from trayapp.sources.http import make_client
+from trayapp.sources.http import LoopbackGetter, make_client
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 
 UNAUTHORIZED = json_reply(
@@ -298,3 +298,49 @@ def test_hung_ports_do_not_delay_the_others(fixtures_dir: Path) -> None:
             server.stop()
     assert kinds(probes) == {llama.url: "llamacpp"}
     assert elapsed_s < 3.5  # one read timeout (1.5 s), not three in a row
+
+
+# --------------------------------------------------------------------------- without httpx
+
+
+@pytest.mark.parametrize("variant", sorted(EXPECTED))
+def test_identify_kind_over_http_client(variant: str, fixtures_dir: Path) -> None:
+    """Discovery asks a plain-http server on this machine through a LoopbackGetter: the same answers."""
+    with FakeServer(routes_for(variant, fixtures_dir)) as server:
+        getter = LoopbackGetter.for_url(server.url)
+        assert getter is not None
+        try:
+            assert identify_kind(server.url, getter) == EXPECTED[variant]
+        finally:
+            getter.close()
+
+
+def test_identify_nothing_listening_over_http_client() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    getter = LoopbackGetter.for_url(url)
+    assert getter is not None
+    kind, why = identify(url, getter)
+    assert kind is None and why.startswith("unreachable:")
+
+
+def test_a_loopback_server_is_found_and_polled_without_an_httpx_client(
+    fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An httpx client sets up TLS (~3 MiB a tray would keep for good): none is made for a plain-http
+    server on this machine, whether discovery scans it or a probe polls it."""
+
+    def no_client(*args: Any, **kwargs: Any) -> httpx.Client:
+        raise AssertionError("an httpx client was made")
+
+    monkeypatch.setattr("trayapp.sources.discovery.make_client", no_client)
+    monkeypatch.setattr("trayapp.sources.servers.common.make_client", no_client)
+    with FakeServer(routes_for("llamacpp", fixtures_dir)) as llama:
+        discovery = Discovery(scan_ports=[llama.port])
+        try:
+            (probe,) = discovery.refresh(0.0)
+            assert isinstance(probe, LlamaCppProbe)
+            reading = probe.poll(time.monotonic())
+            assert reading.status == "ok", reading.reason
+            assert llama.count("GET", "/health") >= 1 and llama.count("GET", "/props") >= 1
+        finally:
+            discovery.close()

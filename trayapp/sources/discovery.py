@@ -26,7 +26,7 @@ from trayapp.core.probe import ServerProbe
 from trayapp.core.redact import redact_url
 from trayapp.core.server_kinds import default_ports, server_kind_row
 from trayapp.sources.facts_loader import ModelFactsLoader
-from trayapp.sources.http import FetchError, auth_headers, fetch, make_client
+from trayapp.sources.http import FetchError, LoopbackGetter, auth_headers, fetch, make_client
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 from trayapp.sources.servers.llamacpp_router import ROUTER_KIND, LlamaRouterProbe, is_router_props
 from trayapp.sources.servers.lmstudio import LmStudioProbe
@@ -78,19 +78,27 @@ class _NoAnswer(Exception):
         self.reason = reason
 
 
-def identify(url: str, client: httpx.Client, api_key: str | None = None) -> tuple[str | None, str]:
+def identify(
+    url: str, client: httpx.Client | LoopbackGetter, api_key: str | None = None
+) -> tuple[str | None, str]:
     """Identify the server at `url`: `(kind, why)`; kind is None when nothing recognisable answers.
 
+    `client` is an httpx client, or a `LoopbackGetter` of `url` used by nothing else.
     `why` starts with "unreachable:" when nothing answered at HTTP level.
     """
     base = url.rstrip("/")
     headers = auth_headers(api_key)
 
     def get(path: str) -> _Answer:
+        limits: dict[str, Any] = dict(headers=headers, max_bytes=IDENTIFY_MAX_BYTES, ok_statuses=_ANY_STATUS)
         try:
-            response = fetch(
-                client, base + path, headers=headers, max_bytes=IDENTIFY_MAX_BYTES, ok_statuses=_ANY_STATUS
-            )
+            if isinstance(client, LoopbackGetter):
+                answer = client.get(path, **limits)
+                if answer is None:  # only while another request runs on it: this getter is ours alone
+                    raise FetchError("error", f"{path}: the connection is busy")
+                response = answer
+            else:
+                response = fetch(client, base + path, **limits)
         except FetchError as exc:
             raise _NoAnswer(exc.status, exc.reason) from exc
         return _Answer(response.status_code, response.text)
@@ -314,6 +322,14 @@ class Discovery:
         return [target.probe for target in self._targets if target.probe is not None]
 
     def _identify(self, endpoint: Endpoint) -> tuple[str | None, str]:
+        """What answers at the endpoint. A plain-http server on this machine (every default port) is
+        asked over `http.client`: no httpx client, and no TLS set-up kept in a tray's memory."""
+        getter = LoopbackGetter.for_url(endpoint.url, IDENTIFY_TIMEOUT)
+        if getter is not None:
+            try:
+                return identify(endpoint.url, getter, self._api_key(endpoint))
+            finally:
+                getter.close()
         with make_client(endpoint.url, timeout=IDENTIFY_TIMEOUT) as client:
             return identify(endpoint.url, client, self._api_key(endpoint))
 

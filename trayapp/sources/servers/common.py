@@ -15,6 +15,7 @@ from trayapp.core.loopback import is_loopback_url
 from trayapp.core.model import SERVER_STATES, ServerReading, ServerState
 from trayapp.core.redact import redact_url
 from trayapp.sources.http import (
+    DEFAULT_TIMEOUT,
     FetchError,
     LoopbackGetter,
     Response,
@@ -41,7 +42,8 @@ class HttpProbe:
     …", and its traceback logged once per distinct failure (`BugLog`). Status
     changes are logged. `url`, the server's name everywhere it is shown or stored, is the given URL
     without credentials or query (`redact_url`); only the client holds those. The client is closed
-    by `close` only when the probe made it.
+    by `close` only when the probe made it. A probe makes its httpx client on first use: plain GETs
+    to a server on this machine never need one, and its TLS set-up is ~3 MiB of a tray's memory.
     """
 
     kind: str
@@ -49,12 +51,13 @@ class HttpProbe:
     def __init__(self, url: str, *, client: httpx.Client | None = None, api_key: str | None = None) -> None:
         self.url = redact_url(url)
         base = url.rstrip("/")
+        self._base = base
         self._own_client = client is None
-        self._client = client if client is not None else make_client(base)
-        self._prefix = "" if str(self._client.base_url) else base  # an injected client may have no base_url
+        self._made_client = client
+        self._prefix = "" if client is None or str(client.base_url) else base  # an injected one may lack it
         self._headers = auth_headers(api_key)
         # plain GETs to a server on this machine skip httpx (a sixth of its CPU per request, issue #26)
-        self._getter = LoopbackGetter.for_url(base, self._client.timeout) if self._own_client else None
+        self._getter = LoopbackGetter.for_url(base, DEFAULT_TIMEOUT) if self._own_client else None
         self._local = is_loopback_url(base)
         self._pid: int | None = None
         self._pid_checked_at: float | None = None
@@ -77,9 +80,16 @@ class HttpProbe:
             self._last_status = reading.status
         return reading
 
+    @property
+    def _client(self) -> httpx.Client:
+        """The httpx client: the injected one, or one made now for the first request that needs it."""
+        if self._made_client is None:
+            self._made_client = make_client(self._base)
+        return self._made_client
+
     def close(self) -> None:
-        if self._own_client:
-            self._client.close()
+        if self._own_client and self._made_client is not None:
+            self._made_client.close()
         if self._getter is not None:
             self._getter.close()
 
