@@ -30,8 +30,15 @@ from trayapp.ui.dashboard import window as window_module
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pyqtgraph", "numpy", "trayapp.ui.dashboard.window", "trayapp.core.history")
 # The HTTP stacks load on the sampler's thread (httpx) or when a proxy is turned on (asyncio, the
-# proxy server), never before the icon: `import trayapp.app.tray_app` must not pull them in.
-NETWORK = ("httpx", "asyncio", "trayapp.services.proxy.server", "trayapp.services.proxy.runner")
+# proxy server), never before the icon: `import trayapp.app.tray_app` must not pull them in. QtNetwork
+# (~2.5 MiB) is the single-instance check's on Windows only, loaded when it runs.
+NETWORK = (
+    "httpx",
+    "asyncio",
+    "trayapp.services.proxy.server",
+    "trayapp.services.proxy.runner",
+    "PySide6.QtNetwork",
+)
 # Loaded when the user first opens them (their Qt classes cost ~2 MiB of RSS), or asks for diagnostics.
 RARE = ("trayapp.ui.settings_dialog", "trayapp.ui.no_tray_window", "trayapp.ui.versions")
 CHILD_TIMEOUT_S = 120.0

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 import os
-import sys
 import threading
 from collections.abc import Sequence
 
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.route import Route
 from trayapp.services.proxy.server import ProxyServer, RecordSink
+from trayapp.sources.malloc import return_big_buffers_to_the_os
 
 log = logging.getLogger(__name__)
 
@@ -38,26 +36,6 @@ class _LoopErrors:
             message or "error",
             f"{type(exc).__name__}: {exc}" if exc is not None else "no exception",
         )
-
-
-# glibc serves a malloc this big or bigger from its own mmap, returned to the OS on free. Left to
-# itself glibc raises the threshold to the largest block freed so far (up to 32 MiB), after which
-# 15 MB request bodies come from the heap and stay in the RSS: ten at once grew the proxy by 72–116
-# MiB, varying with the timing of frees (the bound, 112, broken 1 in 4 beside a busy loop); with it
-# fixed, 65–95 MiB in 8 of 8 (tests/integration/test_proxy_memory.py).
-MMAP_THRESHOLD_BYTES = 256 * 1024
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-
-
-def return_big_buffers_to_the_os() -> bool:
-    """Fixes glibc's mmap threshold (see MMAP_THRESHOLD_BYTES); False where libc is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):  # musl and others: no mallopt, or none by that name
-        return False
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
