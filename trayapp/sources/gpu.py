@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import psutil
-
 from trayapp.core.model import GpuProcess, GpuReading, ValueSource
 from trayapp.sources.gpu_processes import (
     APPLE_PRESSURE_ARGV,
@@ -28,7 +26,9 @@ from trayapp.sources.gpu_processes import (
     largest_memory_users,
     process_name,
 )
+from trayapp.sources.host import ram_bytes
 from trayapp.sources.hwtable import lookup_gpu
+from trayapp.sources.relisted import Relisted
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 HostMemory = Callable[[], "tuple[int, int]"]  # -> (total_bytes, used_bytes)
@@ -46,8 +46,8 @@ class GpuProbe(Protocol):
 
 def host_memory_bytes() -> tuple[int, int]:
     """System RAM (total, used) in bytes: the memory a unified-memory GPU shares."""
-    vm = psutil.virtual_memory()
-    return int(vm.total), int(vm.total - vm.available)
+    total_bytes, available_bytes = ram_bytes()
+    return total_bytes, total_bytes - available_bytes
 
 
 # --------------------------------------------------------------------------- NVIDIA
@@ -63,12 +63,38 @@ THROTTLE_BITS: dict[int, str] = {
 }
 _NOT_AVAILABLE = 2**63  # NVML's "value not available" is 2**64 - 1
 
+NO_NVML_LIBRARY = "NVML library not found: no NVIDIA driver"
+NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux
 _INIT_REASONS = (
-    ("NVMLError_LibraryNotFound", "NVML library not found: no NVIDIA driver"),
+    ("NVMLError_LibraryNotFound", NO_NVML_LIBRARY),
     ("NVMLError_DriverNotLoaded", "NVIDIA driver not loaded (NVML present, kernel module missing)"),
     ("NVMLError_NoPermission", "no permission to use NVML"),
     ("NVMLError_LibRmVersionMismatch", "NVIDIA driver and NVML versions differ: reboot"),
 )
+
+
+def _load_library(name: str) -> None:
+    import ctypes
+
+    ctypes.CDLL(name)
+
+
+def nvidia_driver_absent(
+    platform: str = sys.platform,
+    proc_root: Path = Path("/proc"),
+    load_library: Callable[[str], object] = _load_library,
+) -> bool:
+    """True on Linux where no NVIDIA driver is loaded (no /proc/driver/nvidia) and NVML's library
+    cannot be loaded either: pynvml would say NO_NVML_LIBRARY, so it need not be imported (issue #26:
+    it is a few MiB). False elsewhere, and where the library loads (pynvml then tells why, e.g. the
+    kernel module is missing)."""
+    if not platform.startswith("linux") or (proc_root / "driver" / "nvidia").exists():
+        return False
+    try:
+        load_library(NVML_LIBRARY)
+    except OSError:
+        return True
+    return False
 
 
 def throttle_names(mask: int | None) -> tuple[str, ...]:
@@ -101,9 +127,10 @@ class NvmlProbe:
 
     NVML is initialised on the first `read()`. When that fails (no driver, no
     permission) the probe reports no GPUs with a human `reason` and tries again
-    only after `retry_after_s`. Every query is wrapped on its own: one that the
-    device or driver does not support gives None. Pass `nvml` to inject a
-    pynvml-shaped module (tests).
+    only after `retry_after_s`; pynvml is not even imported where
+    `driver_absent()` (no driver, no library). Every query is wrapped on its
+    own: one that the device or driver does not support gives None. Pass `nvml`
+    to inject a pynvml-shaped module (tests).
     """
 
     def __init__(
@@ -114,8 +141,10 @@ class NvmlProbe:
         clock: Callable[[], float] = time.monotonic,
         host_memory: HostMemory = host_memory_bytes,
         name_of_pid: Callable[[int], str | None] = process_name,
+        driver_absent: Callable[[], bool] = nvidia_driver_absent,
     ) -> None:
         self._nvml = nvml
+        self._driver_absent = driver_absent
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._host_memory = host_memory
@@ -145,6 +174,8 @@ class NvmlProbe:
         if self._failed_at_s is not None and self._clock() - self._failed_at_s < self._retry_after_s:
             return False
         if self._nvml is None:
+            if self._driver_absent():
+                return self._fail(NO_NVML_LIBRARY)
             try:
                 import pynvml
             except ImportError:
@@ -327,17 +358,27 @@ class AmdSysfsProbe:
     Reads `/sys/class/drm/card*/device/` where the `driver` link points to
     amdgpu. The name comes from `product_name` (set on workstation and
     datacenter boards) or else the PCI device id; bandwidth comes from the
-    table when the name is known.
+    table when the name is known. The cards are listed again every
+    STATIC_REFRESH_S (a card that appears shows at most that much later) and
+    at once when one has gone.
     """
 
-    def __init__(self, sysfs_root: Path = Path("/sys"), clients: DrmClientReader | None = None) -> None:
+    def __init__(
+        self,
+        sysfs_root: Path = Path("/sys"),
+        clients: DrmClientReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._drm = sysfs_root / "class" / "drm"
         self._clients = clients if clients is not None else DrmClientReader()
+        self._devices = Relisted(self._amdgpu_devices, clock)
         self.reason: str | None = None
 
     def read(self) -> tuple[GpuReading, ...]:
-        devices = [card / "device" for card in self._cards()]
-        devices = [device for device in devices if _link_name(device / "driver") == "amdgpu"]
+        devices = self._devices.get()
+        if not all(device.exists() for device in devices):  # one went away: list them again now
+            self._devices.expire()
+            devices = self._devices.get()
         clients = self._clients.clients() if devices else []  # one scan of /proc for every card
         only = len(devices) == 1
         readings = tuple(
@@ -349,6 +390,10 @@ class AmdSysfsProbe:
 
     def close(self) -> None:
         pass
+
+    def _amdgpu_devices(self) -> list[Path]:
+        devices = [card / "device" for card in self._cards()]
+        return [device for device in devices if _link_name(device / "driver") == "amdgpu"]
 
     def _cards(self) -> list[Path]:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -147,8 +148,27 @@ def find_listening_pid(port: int) -> int | None:
     return None
 
 
+_LINUX = sys.platform.startswith("linux")
+_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if _LINUX else 100
+
+
+def proc_stat_cpu_seconds(pid: int, proc_root: str = "/proc") -> float | None:
+    """User + system CPU seconds from Linux's /proc/PID/stat, read as psutil reads it for
+    `cpu_times()` (fields 14 and 15 in clock ticks, counted after the name's closing parenthesis)
+    but without making a psutil.Process: a third of the cost (issue #26). None when unreadable."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as file:
+            data = file.read()
+        fields = data[data.rfind(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cpu_seconds(pid: int) -> float | None:
     """CPU time (user + system, s) a process has used so far; None when it cannot be read."""
+    if _LINUX:
+        return proc_stat_cpu_seconds(pid)
     try:
         times = psutil.Process(pid).cpu_times()
     except _PSUTIL_ERRORS:
@@ -170,7 +190,7 @@ class CpuActivity:
     """
 
     mark: tuple[float, float] | None = None  # (when, CPU seconds) at the last look
-    # kept: one read of /proc per look, not two (issue #26)
+    # kept (not on Linux, where /proc/PID/stat is read directly): one look per poll, not two (#26)
     _process: psutil.Process | None = field(default=None, init=False, repr=False, compare=False)
 
     def worked(self, pid: int | None, now_s: float) -> bool | None:
@@ -187,7 +207,9 @@ class CpuActivity:
         return (used - mark[1]) / (now_s - mark[0]) >= WORK_CPU_SHARE
 
     def _cpu_seconds(self, pid: int) -> float | None:
-        """`cpu_seconds(pid)` through a kept handle (made again for another pid)."""
+        """`cpu_seconds(pid)`: elsewhere than Linux through a kept handle (made again for another pid)."""
+        if _LINUX:
+            return proc_stat_cpu_seconds(pid)
         try:
             if self._process is None or self._process.pid != pid:
                 self._process = psutil.Process(pid)
