@@ -1,6 +1,7 @@
 """The sampler's cheaper reads (issue #26) give what psutil and pynvml gave: RAM from /proc/meminfo's
-lines, the CPU frequency from kept cpufreq policies, a process's CPU time from /proc/PID/stat, AMD cards
-and other listings kept for STATIC_REFRESH_S, and no pynvml import where there is no NVIDIA driver."""
+lines, the CPU load from /proc/stat, the CPU frequency from kept cpufreq policies, a process's CPU time
+from /proc/PID/stat, AMD cards and other listings kept for STATIC_REFRESH_S, and no pynvml import where
+there is no NVIDIA driver."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from tests.support.fake_gpu_machines import RX_7900_XTX, make_card
 from trayapp.sources import cpu_state
 from trayapp.sources.cpu_state import cpu_freq_policies, cpu_frequency_mhz
 from trayapp.sources.gpu import NO_NVML_LIBRARY, AmdSysfsProbe, NvmlProbe, nvidia_driver_absent
-from trayapp.sources.host import meminfo_bytes, ram_bytes
+from trayapp.sources.host import CpuLoad, busy_percent, meminfo_bytes, proc_stat_cpu_ticks, ram_bytes
 from trayapp.sources.processes import CpuActivity, proc_stat_cpu_seconds
+from trayapp.sources.procfs import read_bytes
 from trayapp.sources.relisted import STATIC_REFRESH_S, Relisted
 
 LINUX = sys.platform.startswith("linux")
@@ -240,3 +242,46 @@ def test_cpu_state_reads_no_psutil_listing_on_linux(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cpu_state.psutil, "cpu_freq", refuse)
     _cpuinfo(tmp_path / "proc", [1000.0])
     assert cpu_frequency_mhz([], tmp_path, tmp_path / "proc") == (1000.0, None)
+
+
+# --------------------------------------------------------------------------- CPU load and small reads
+
+
+def test_busy_percent_as_psutil_counts_it() -> None:
+    #        user nice system idle iowait irq softirq steal guest guest_nice
+    before = [1000, 10, 500, 8000, 100, 0, 20, 0, 50, 0]
+    after = [1300, 10, 600, 8500, 200, 0, 40, 0, 150, 0]
+    # deltas 300+0+100+500+100+0+20+0 (+100 guest, already in user) = 1020 in all; busy 1020-500-100 = 420
+    assert busy_percent(before, after) == round(420 / 1020 * 100, 1) == 41.2
+    assert busy_percent(after, before) == 0.0  # counters that went back count nothing
+    assert busy_percent(before[:4], [1100, 10, 500, 8100]) == 50.0  # an old kernel's four fields
+
+
+def test_proc_stat_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "stat"
+    path.write_text("cpu  1 2 3 4 5 6 7 8 9 10 11\ncpu0 1 1 1 1 1 1 1 1 1 1\nintr 5 0 0\n")
+    assert proc_stat_cpu_ticks(str(path)) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    path.write_text("intr 5 0 0\n")
+    assert proc_stat_cpu_ticks(str(path)) is None
+    assert proc_stat_cpu_ticks(str(tmp_path / "missing")) is None
+
+
+@needs_linux
+def test_cpu_load_matches_psutil_on_this_machine() -> None:
+    load = CpuLoad()
+    psutil.cpu_percent(interval=None)
+    end_s = time.monotonic() + 0.5
+    while time.monotonic() < end_s:  # one core busy: at least 100 / cores % of the machine
+        pass
+    mine, theirs = load.percent(), psutil.cpu_percent(interval=None)
+    assert mine >= 100 / (psutil.cpu_count() or 1) - 10
+    assert abs(mine - theirs) < 10
+
+
+def test_read_bytes_reads_to_the_end_or_its_limit(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(bytes(range(256)) * 1000)  # 256,000 bytes: several reads
+    assert read_bytes(path) == bytes(range(256)) * 1000
+    assert read_bytes(path, 1000) == (bytes(range(256)) * 4)[:1000]
+    with pytest.raises(FileNotFoundError):
+        read_bytes(tmp_path / "missing")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from trayapp.sources.procfs import read_bytes
+
 _CPUINFO_MHZ = re.compile(rb"^cpu mhz[^:\n]*:([^\n]*)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -35,8 +37,7 @@ def _cpu_number(policy: Path) -> int:
 
 def cpuinfo_mhz(proc_root: Path = Path("/proc")) -> list[float]:
     """Each CPU's "cpu MHz" line of /proc/cpuinfo (none on CPUs that print no such line)."""
-    with open(proc_root / "cpuinfo", "rb") as file:
-        return [float(value) for value in _CPUINFO_MHZ.findall(file.read())]
+    return [float(value) for value in _CPUINFO_MHZ.findall(read_bytes(proc_root / "cpuinfo", 2**24))]
 
 
 def cpu_frequency_mhz(

@@ -15,9 +15,10 @@ import psutil
 
 from trayapp.core.model import HostReading, RamBandwidthChange, ValueSource
 from trayapp.sources.cpu_state import cpu_freq_policies, cpu_frequency_mhz, thermal_max_c, thermal_zones
+from trayapp.sources.procfs import read_bytes
 from trayapp.sources.relisted import STATIC_REFRESH_S, Relisted
 
-__all__ = ["STATIC_REFRESH_S", "HostProbe", "meminfo_bytes", "ram_bytes"]
+__all__ = ["STATIC_REFRESH_S", "CpuLoad", "HostProbe", "busy_percent", "meminfo_bytes", "ram_bytes"]
 
 _LINUX = sys.platform.startswith("linux")
 _MEMINFO_KEYS = (b"MemTotal:", b"MemFree:", b"MemAvailable:")
@@ -29,13 +30,12 @@ def meminfo_bytes(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
     missing or 0 (kernels before 3.14: psutil estimates it) or the file cannot be read."""
     found: dict[bytes, int] = {}
     try:
-        with open(path, "rb") as file:
-            for line in file:  # the three come first
-                fields = line.split()
-                if fields and fields[0] in _MEMINFO_KEYS:
-                    found[fields[0]] = int(fields[1]) * 1024
-                    if len(found) == len(_MEMINFO_KEYS):
-                        break
+        for line in read_bytes(path).splitlines():  # the three come first
+            fields = line.split()
+            if fields and fields[0] in _MEMINFO_KEYS:
+                found[fields[0]] = int(fields[1]) * 1024
+                if len(found) == len(_MEMINFO_KEYS):
+                    break
     except (OSError, ValueError, IndexError):
         return None
     total, available = found.get(b"MemTotal:"), found.get(b"MemAvailable:")
@@ -55,6 +55,43 @@ def ram_bytes() -> tuple[int, int]:
     return int(vm.total), int(vm.available)
 
 
+def proc_stat_cpu_ticks(path: str = "/proc/stat") -> list[int] | None:
+    """The whole machine's CPU time by kind, in clock ticks, from /proc/stat's first line (user, nice,
+    system, idle, iowait, irq, softirq, steal, guest, guest_nice: as many as the kernel gives); None
+    when unreadable."""
+    try:
+        fields = read_bytes(path, 4096).split(b"\n", 1)[0].split()
+        return [int(value) for value in fields[1:11]] if fields[:1] == [b"cpu"] else None
+    except (OSError, ValueError):
+        return None
+
+
+def busy_percent(before: list[int], after: list[int]) -> float:
+    """The CPU's busy share between two `proc_stat_cpu_ticks()`, as psutil.cpu_percent() computes it:
+    negative steps count 0, guest time is already in user and nice, idle and iowait are not busy."""
+    deltas = [max(0, b - a) for a, b in zip(before, after, strict=False)]
+    total = sum(deltas) - sum(deltas[8:10])
+    busy = total - sum(deltas[3:5])
+    return round(busy / total * 100, 1) if total else 0.0
+
+
+class CpuLoad:
+    """The CPU's busy % since the last read: from /proc/stat on Linux (a third of psutil's cost, issue
+    #26), psutil.cpu_percent(interval=None) elsewhere or where /proc/stat cannot be read."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self._path = path
+        self._last = proc_stat_cpu_ticks(path) if _LINUX else None
+        psutil.cpu_percent(interval=None)  # the first non-blocking call only starts the interval
+
+    def percent(self) -> float:
+        now = proc_stat_cpu_ticks(self._path) if self._last is not None else None
+        if now is None or self._last is None:
+            return float(psutil.cpu_percent(interval=None))
+        before, self._last = self._last, now
+        return busy_percent(before, now)
+
+
 class HostProbe:
     """System RAM, CPU load, clock and temperature.
 
@@ -64,7 +101,7 @@ class HostProbe:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        psutil.cpu_percent(interval=None)  # the first non-blocking call only starts the interval
+        self._cpu_load = CpuLoad()
         self._cpu_count = Relisted(lambda: psutil.cpu_count(logical=True), clock)
         self._zones = Relisted(thermal_zones, clock)
         self._freq_policies = Relisted(cpu_freq_policies, clock) if _LINUX else None
@@ -86,7 +123,7 @@ class HostProbe:
             ram_available_bytes=available_bytes,
             ram_bandwidth_gbps=ram_bandwidth_gbps,
             ram_bandwidth_source=ram_bandwidth_source if known else "unknown",
-            cpu_percent=psutil.cpu_percent(interval=None),
+            cpu_percent=self._cpu_load.percent(),
             cpu_count=self._cpu_count.get(),
             ram_bandwidth_measured_wall_s=ram_bandwidth_measured_wall_s if known else None,
             ram_bandwidth_confidence=ram_bandwidth_confidence if known else None,

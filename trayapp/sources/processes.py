@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from trayapp.sources.procfs import read_bytes
+
 OLLAMA_NAMES = ("ollama", "ollama.exe")
 LLAMA_SERVER_NAMES = ("llama-server", "llama-server.exe")
 
@@ -157,8 +159,7 @@ def proc_stat_cpu_seconds(pid: int, proc_root: str = "/proc") -> float | None:
     `cpu_times()` (fields 14 and 15 in clock ticks, counted after the name's closing parenthesis)
     but without making a psutil.Process: a third of the cost (issue #26). None when unreadable."""
     try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as file:
-            data = file.read()
+        data = read_bytes(f"{proc_root}/{pid}/stat")
         fields = data[data.rfind(b")") + 2 :].split()
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
     except (OSError, ValueError, IndexError):
