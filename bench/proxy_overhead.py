@@ -1,7 +1,8 @@
 """What a proxy costs a streaming client: direct vs llm-tray's proxy vs LiteLLM's proxy, in one run.
 
     python bench/proxy_overhead.py [--runs 5] [--requests 4] [--json] [--litellm-venv /tmp/litellm-venv]
-        [--proxy before=/tmp/before-src] [--proxy counted=.@llamacpp] [--no-litellm] [--prompt-bytes N]
+        [--proxy before=/tmp/before-src] [--proxy counted=.@llamacpp] [--no-litellm] [--relay]
+        [--prompt-bytes N]
 
 Streaming `POST /v1/chat/completions`, a fresh TCP connection per request, from one asyncio client
 (raw sockets: the same cheap client for every variant). Variants, interleaved request by request
@@ -12,6 +13,9 @@ Streaming `POST /v1/chat/completions`, a fresh TCP connection per request, from 
   the commit before a change, and the upstream kind it is told against the fake: `llamacpp` turns the
   prompt counter on, and the fake then answers `/apply-template` and `/tokenize` at llama-server's
   measured pace);
+- relay (with `--relay`): the floor of any Python hop — a byte relay on asyncio's transports (no HTTP
+  read, parsed or recorded; a fresh upstream connection per client, TCP_NODELAY both sides), its own
+  process, on the event loop `ours` uses (uvloop where installed);
 - litellm (unless `--no-litellm`): LiteLLM's proxy from PyPI in its own venv
   (`bench/requirements-litellm.txt`), started with `LITELLM_LOCAL_MODEL_COST_MAP=True`, the upstream
   as an openai-compatible model, every internet request pointed at a closed local port.
@@ -263,6 +267,73 @@ def _serve_fake(port_file: Path, tokens: int, token_delay_s: float, prefill_s: f
         while not stop[0] and time.monotonic() < deadline:
             time.sleep(0.2)
     return 0
+
+
+def _serve_relay(port_file: Path, upstream_url: str) -> int:
+    """The relay variant's process: what a Python hop costs with nothing done but moving bytes."""
+    from urllib.parse import urlsplit
+
+    from trayapp.services.proxy.runner import new_loop
+
+    parts = urlsplit(upstream_url)
+    upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+
+    class Side(asyncio.Protocol):
+        def __init__(self, peer: Side | None = None) -> None:
+            self.peer, self.pending = peer, bytearray()
+            self.transport: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            if self.peer is None:  # the client's side: connect upstream, hold bytes until then
+                asyncio.get_running_loop().create_task(self._connect())
+            else:
+                self.peer.peer = self
+                if self.peer.pending:
+                    transport.write(bytes(self.peer.pending))
+
+        async def _connect(self) -> None:
+            try:
+                await asyncio.get_running_loop().create_connection(lambda: Side(self), *upstream)
+            except OSError:
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.write(data)
+            else:
+                self.pending += data
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Side, "127.0.0.1", 0, backlog=128)
+        port_file.write_text(str(server.sockets[0].getsockname()[1]))
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await asyncio.wait_for(stop.wait(), timeout=1800)  # never outlives a forgotten bench
+
+    loop = new_loop()
+    with contextlib.suppress(asyncio.TimeoutError):
+        loop.run_until_complete(serve())
+    return 0
+
+
+@contextlib.contextmanager
+def relay_proxy(log_dir: Path, upstream_url: str) -> Iterator[Proxy]:
+    port_file = log_dir / "relay.port"
+    port_file.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-relay", str(port_file), upstream_url]
+    proc = _spawn(cmd, log_dir, "relay", dict(os.environ))
+    try:
+        ready = lambda: port_file.exists() and bool(port_file.read_text())  # noqa: E731
+        _wait("relay", ready, proc, log_dir / "relay.err")
+        yield Proxy("relay", int(port_file.read_text()), proc)
+    finally:
+        _stop(proc)
 
 
 @dataclass
@@ -543,6 +614,8 @@ def all_proxies(
             proc_dir.mkdir(exist_ok=True)
             proxy = stack.enter_context(our_proxy(proc_dir, f"{told}={upstream_url}", src))
             proxies[name] = Proxy(name, proxy.port, proxy.proc)
+        if a.relay:
+            proxies["relay"] = stack.enter_context(relay_proxy(log_dir, upstream_url))
         if not a.no_litellm:
             proxies["litellm"] = stack.enter_context(litellm_proxy(log_dir, a.litellm_venv, upstream_url))
         yield proxies
@@ -552,7 +625,7 @@ def _proxy_spec(text: str) -> tuple[str, Path, str | None]:
     """`NAME=SRC[@KIND]` → (name, source tree, upstream kind against the fake)."""
     name, _, rest = text.partition("=")
     src, _, kind = rest.partition("@")
-    if not name or not src or name in ("direct", "ours", "litellm"):
+    if not name or not src or name in ("direct", "ours", "litellm", "relay"):
         raise argparse.ArgumentTypeError(f"--proxy NAME=SRC[@KIND], a new name: {text!r}")
     return name, Path(src).resolve(), kind or None
 
@@ -570,6 +643,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrent-token-delay-s", type=float, default=0.02, help="per stream (50 tok/s)")
     p.add_argument("--skip-llama", action="store_true")
     p.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no venv needed)")
+    p.add_argument("--relay", action="store_true", help="add the floor: a Python byte relay, nothing parsed")
     another = "another llm-tray proxy: its source tree and the upstream kind told (fake only)"
     p.add_argument(
         "--proxy", type=_proxy_spec, action="append", default=[], metavar="NAME=SRC[@KIND]", help=another
@@ -582,6 +656,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print the results as JSON (after the table)")
     p.add_argument("--log-dir", type=Path, default=None, help="children's output (default: a temp dir)")
     p.add_argument("--serve-fake", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--serve-relay", nargs=2, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -589,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     if a.serve_fake is not None:
         return _serve_fake(a.serve_fake, a.fake_tokens, a.fake_token_delay_s, a.fake_prefill_s)
+    if a.serve_relay is not None:
+        return _serve_relay(Path(a.serve_relay[0]), a.serve_relay[1])
     venv = a.litellm_venv
     if not a.no_litellm and not (venv / "bin" / "litellm").exists():
         hint = f"python -m venv {venv} && {venv}/bin/pip install -r bench/requirements-litellm.txt"

@@ -4,7 +4,8 @@ client's `User-Agent` product token. Never anything of the request's body.
 A loopback client's process is found by its socket: the connection whose local address is the
 client's end (127.0.0.1, its port) and whose remote address is the proxy's listener. It runs on a
 worker thread, one scan at a time, only for recorded requests, and one scan names every connection
-open at that moment (its answers are kept a few seconds). Another user's process cannot be read
+open at that moment (its answers are kept a few seconds); lookups asked while one runs go together in
+the next. Another user's process cannot be read
 without privileges: it is then "another user's process". Forwarding never waits on any of this.
 
 On Linux the scan asks the kernel for the TCP sockets (sock_diag netlink, as `ss` does; the text of
@@ -41,6 +42,8 @@ OTHER_USER = "another user's process"
 _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 
 Named = tuple[str | None, int | None]  # (name, pid)
+Owner = tuple[bool, int | None]  # (known, pid): see _owners_of
+Address = tuple[str, int]
 
 
 def user_agent_product(user_agent: str | None) -> str | None:
@@ -64,12 +67,7 @@ def _scan(listen_port: int) -> dict[int, int | None]:
         except OSError as exc:  # no /proc (a sandbox): psutil's way
             log.debug("client scan of /proc failed: %s", exc)
         else:
-            for pid in table.values():
-                if pid is not None:
-                    _RECENT_PIDS.pop(pid, None)
-                    _RECENT_PIDS[pid] = None
-            while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
-                _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
+            _remember(table.values())
             return table
     return _scan_psutil(listen_port)
 
@@ -181,61 +179,51 @@ def _diag_inode(family: int, src: str, sport: int, dst: str, dport: int) -> int 
     return inode or None
 
 
-def _owner_of(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
-    """(known, pid) of the loopback client at `peer` connected to the listener at `local`: one
-    lookup of that socket, then the descriptors of recent clients first. (False, None): this way
-    cannot tell (not Linux, sock_diag refused, or an address pair it cannot look up)."""
+def _owners_of(pairs: list[tuple[Address, Address]]) -> list[Owner]:
+    """(known, pid) of each loopback client at `peer` connected to the listener at `local`: one lookup
+    of each socket, then one pass over the descriptors of recent clients first for all of them (50
+    connections opened at once cost one pass, not 50). (False, None): this way cannot tell (not
+    Linux, sock_diag refused, or an address pair it cannot look up); (True, None): no process this
+    user may read holds it."""
     if not sys.platform.startswith("linux"):
-        return False, None
+        return [(False, None)] * len(pairs)
+    inodes = [_inode_of(peer, local) for peer, local in pairs]
+    holders = _holders({inode for inode in inodes if inode is not None}, reversed(list(_RECENT_PIDS)))
+    _remember(holders.values())
+    return [(False, None) if inode is None else (True, holders.get(inode)) for inode in inodes]
+
+
+def _inode_of(peer: Address, local: Address) -> int | None:
+    """The inode of the client's socket, by one sock_diag lookup; None when gone, or when this way
+    cannot tell (asked in the wrong family for a v4-mapped address, sock_diag refused)."""
     src, dst = peer[0].split("%")[0], local[0].split("%")[0]
     if src.startswith("::ffff:") and dst.startswith("::ffff:"):  # an IPv4 client of a dual-stack listener
         src, dst = src[7:], dst[7:]
     family = socket.AF_INET6 if ":" in src else socket.AF_INET
     try:
-        inode = _diag_inode(family, src, peer[1], dst, local[1])
+        return _diag_inode(family, src, peer[1], dst, local[1])
     except (OSError, ValueError, struct.error) as exc:
         log.debug("sock_diag lookup failed: %s", exc)
-        return False, None
-    if inode is None:
-        return False, None  # gone, or asked in the wrong family (a v4-mapped address): scan
-    pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
-    for pid in _unique([*reversed(list(_RECENT_PIDS)), os.getpid()], pids):
-        if _holds(pid, inode):
+        return None
+
+
+def _remember(pids: Iterable[int | None]) -> None:
+    """Clients' processes, newest last, looked at first by the next lookups."""
+    for pid in pids:
+        if pid is not None:
             _RECENT_PIDS.pop(pid, None)
             _RECENT_PIDS[pid] = None
-            while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
-                _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
-            return True, pid
-    return True, None  # no process this user may read holds it
+    while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
+        _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
 
 
-def _holds(pid: int, inode: int) -> bool:
-    """Whether process `pid` holds the socket `inode` (False when it cannot be read)."""
-    wanted = f"socket:[{inode}]"
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:  # gone, or another user's
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
-                return True
-        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
-            continue
-    return False
-
-
-def _scan_proc(listen_port: int, first_pids: Iterable[int]) -> dict[int, int | None]:
-    """`_scan` from the kernel: the sockets to the listener, then their owners (`first_pids` first)."""
-    wanted: dict[int, int] = {}  # socket inode → client port
-    table: dict[int, int | None] = {}
-    for port, inode in _sockets_to(listen_port):
-        table[port] = None  # unowned until a process holding it is found
-        if inode:
-            wanted[inode] = port
-    own = os.getpid()
+def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
+    """Socket inode → the pid holding it, for those of `inodes` a process this user may read holds:
+    `first_pids` and this process first, the rest of /proc only while some are still unfound."""
+    wanted = set(inodes)
+    found: dict[int, int] = {}
     pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
-    for pid in _unique([*first_pids, own], pids):
+    for pid in _unique([*first_pids, os.getpid()], pids):
         if not wanted:
             break
         try:
@@ -247,10 +235,24 @@ def _scan_proc(listen_port: int, first_pids: Iterable[int]) -> dict[int, int | N
                 link = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:  # closed meanwhile (the listing's own descriptor, for one)
                 continue
-            if link.startswith("socket:["):
-                client_port = wanted.pop(int(link[8:-1]), None)
-                if client_port is not None:
-                    table[client_port] = pid
+            if link.startswith("socket:[") and (inode := int(link[8:-1])) in wanted:
+                wanted.discard(inode)
+                found[inode] = pid
+                if not wanted:
+                    break
+    return found
+
+
+def _scan_proc(listen_port: int, first_pids: Iterable[int]) -> dict[int, int | None]:
+    """`_scan` from the kernel: the sockets to the listener, then their owners (`first_pids` first)."""
+    table: dict[int, int | None] = {}
+    port_of: dict[int, int] = {}  # socket inode → client port
+    for port, inode in _sockets_to(listen_port):
+        table[port] = None  # unowned until a process holding it is found
+        if inode:
+            port_of[inode] = port
+    for inode, pid in _holders(set(port_of), first_pids).items():
+        table[port_of[inode]] = pid
     return table
 
 
@@ -302,6 +304,10 @@ class ClientNamer:
         self._scanned_mono_s = float("-inf")
         self._scan_task: asyncio.Task[None] | None = None
         self._names: dict[int, str] = {}  # pid → process name
+        self._asked: list[
+            tuple[tuple[str, int], tuple[str, int], asyncio.Future[tuple[bool, int | None]]]
+        ] = []
+        self._owners_task: asyncio.Task[None] | None = None
 
     async def name(
         self, peer: object, listen_port: int, user_agent: str | None, local: object = None
@@ -313,7 +319,7 @@ class ClientNamer:
             return user_agent_product(user_agent), None
         if _loopback_port(local) is not None:
             assert isinstance(peer, tuple) and isinstance(local, tuple)
-            known, pid = await asyncio.to_thread(_owner_of, peer[:2], local[:2])
+            known, pid = await self._owner(peer[:2], local[:2])
             if known:
                 return await self._named_pid(pid)
         asked_mono_s = time.monotonic()
@@ -326,6 +332,29 @@ class ClientNamer:
         if port not in self._ports:
             return user_agent_product(user_agent), None
         return await self._named_pid(self._ports[port])
+
+    async def _owner(self, peer: Address, local: Address) -> Owner:
+        """`_owners_of` for one connection: those asked while a lookup runs go together in the next
+        (one thread hop and one pass over /proc for a burst of connections, not one each)."""
+        answer: asyncio.Future[Owner] = asyncio.get_running_loop().create_future()
+        self._asked.append((peer, local, answer))
+        if self._owners_task is None or self._owners_task.done():
+            self._owners_task = asyncio.ensure_future(self._look_up_owners())
+        return await answer
+
+    async def _look_up_owners(self) -> None:
+        while self._asked:
+            batch, self._asked = self._asked, []
+            try:
+                owners = await asyncio.to_thread(_owners_of, [(peer, local) for peer, local, _ in batch])
+            except Exception as exc:  # a bug: every lookup of the batch raises it (NamedRecords logs it)
+                for *_, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(exc)
+                continue
+            for (*_, answer), owner in zip(batch, owners, strict=True):
+                if not answer.done():  # not given up meanwhile
+                    answer.set_result(owner)
 
     async def _named_pid(self, pid: int | None) -> Named:
         if pid is None:
