@@ -75,7 +75,8 @@ def test_a_quiet_server_is_asked_every_refresh_and_shows_its_sleep_that_late(
     probe = probe_of(fake.url, idle_process)
     try:
         readings = [probe.poll(float(t)) for t in range(8)]  # t=0: busy until its slots say idle
-        assert asked(fake, "/health") == asked(fake, "/props") == 2  # t=0 and t=5
+        assert asked(fake, "/props") == 2  # t=0 and t=5
+        assert asked(fake, "/health") == 1  # t=0; at t=5 /props answered (a server loading or down does not)
         assert {r.status for r in readings} == {"ok"}
         assert {r.models[0].name for r in readings} == {readings[0].models[0].name}
         assert asked(fake, "/slots") == 1  # never while idle and quiet (it would reset the idle timer)
@@ -92,6 +93,27 @@ def test_a_quiet_server_is_asked_every_refresh_and_shows_its_sleep_that_late(
         assert asked(fake, "/health") == health_before + 2  # asleep: every poll, to see it wake
     finally:
         probe.close()
+
+
+def test_a_quiet_refresh_that_fails_shows_what_the_usual_poll_shows(
+    fake: FakeServer, idle_process: int
+) -> None:
+    quiet = probe_of(fake.url, idle_process)
+    try:
+        for t in range(5):
+            assert quiet.poll(float(t)).status == "ok"
+        fake.routes["/props"] = json_reply({"error": {"code": 503, "message": "Loading model"}}, 503)
+        failed = quiet.poll(5.0)  # the refresh: /props fails, so /health is asked as always
+        assert asked(fake, "/health") == 2 and asked(fake, "/props") == 3  # t=0, t=5 quiet, t=5 usual
+    finally:
+        quiet.close()
+    usual = probe_of(fake.url, os.getpid())  # never quiet: /health then /props, every poll
+    try:
+        expected = usual.poll(0.0)
+    finally:
+        usual.close()
+    assert (failed.status, failed.reason) == (expected.status, expected.reason)
+    assert failed.status == "loading"  # a 503 from /props, as the usual poll shows it
 
 
 def test_work_and_a_server_in_this_process_are_asked_every_poll(fake: FakeServer, idle_process: int) -> None:

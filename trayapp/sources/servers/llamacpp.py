@@ -8,8 +8,10 @@ What a poll reads (see reference/backends.md §2):
   nor resets its idle timer: how the probe sees it fall asleep); cached for `props_refresh_s`
   while busy.
 * Quiet (issue #26): an idle, awake local server whose process used no CPU since the last poll
-  has nothing new to say, so `/health` and `/props` are asked at most every IDLE_PROPS_REFRESH_S:
-  its fall asleep, or a hang of a stopped process, shows at most that much (plus a poll) later.
+  has nothing new to say, so `/props` is asked at most every IDLE_PROPS_REFRESH_S, and `/health`
+  only when `/props` does not answer (a server loading or down answers neither; the usual path then
+  shows what it always did): its fall asleep, or a hang of a stopped process, shows at most that much
+  (plus a poll) later.
   Work shows as CPU at the next poll, which asks everything again; a remote server, a busy or
   sleeping one, and one that last failed are asked every poll.
 * `/slots` (unless `--no-slots`): live `n_decoded`, context depth and prompt progress per
@@ -156,13 +158,14 @@ class LlamaCppProbe(LlamaServerProbe):
         waking = self._was_sleeping(now_mono_s)
         # Whether the server's process used CPU since the last poll (once per poll: keeps a baseline).
         # Quiet: a server known idle and awake whose process did nothing (a server in this very process
-        # is a test's fake: its CPU is ours). Nothing it answers changed then, so /health and /props are
-        # asked at most every IDLE_PROPS_REFRESH_S: its fall asleep or a hang (a stopped process) shows
-        # that much (plus a poll) later; a request that makes it work is seen at the next poll.
+        # is a test's fake: its CPU is ours). Nothing it answers changed then, so /props is asked at
+        # most every IDLE_PROPS_REFRESH_S and /health only when /props does not answer: its fall asleep
+        # or a hang (a stopped process) shows that much (plus a poll) later; a request that makes it
+        # work is seen at the next poll.
         known_pid = self._pid
         cpu_work = self._cpu.worked(known_pid, now_mono_s) if known_pid is not None else None
         quiet = cpu_work is False and known_pid != os.getpid() and not self._busy
-        if quiet and self._last_status == "ok" and self._props_fresh(now_mono_s, IDLE_PROPS_REFRESH_S):
+        if quiet and self._last_status == "ok" and self._quiet_props(now_mono_s):
             health: Any = {"status": "ok"}  # not asked
         else:
             # 1. /health: is it up, and done loading?
@@ -317,6 +320,21 @@ class LlamaCppProbe(LlamaServerProbe):
             self._meta, self._meta_at_s = None, None  # another model: look its size up again
         self._props, self._props_at_s = fresh, now_s
         return fresh
+
+    def _quiet_props(self, now_s: float) -> bool:
+        """A quiet server that answered last time: whether its last /props is younger than
+        IDLE_PROPS_REFRESH_S, or else /props answers again now (then /health need not be asked: a
+        server loading or down answers neither). False sends the poll the usual way, /health first,
+        so a failure shows as it always did."""
+        if self._props_fresh(now_s, IDLE_PROPS_REFRESH_S):
+            return True
+        if self._props is None or self._props.is_sleeping:
+            return False
+        try:
+            self._current_props(now_s, quiet=True)
+        except FetchError:
+            return False
+        return True
 
     def _props_fresh(self, now_s: float, max_age_s: float) -> bool:
         """Whether the last /props answer is younger than `max_age_s` and says the server is awake."""
