@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +26,6 @@ from trayapp.config.settings import EndpointConfig, Settings
 from trayapp.core.loopback import same_server
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
-    Baseline,
     FinishedRequest,
     HardwareProfile,
     HardwareSnapshot,
@@ -37,11 +34,13 @@ from trayapp.core.model import (
     is_active,
 )
 from trayapp.core.peers import PeerBand, band_with_causes
-from trayapp.core.pipeline import Pipeline, Priors, TickOutput, hardware_label
+from trayapp.core.pipeline import Pipeline, Priors, TickOutput
 from trayapp.core.probe import ServerProbe
 from trayapp.core.proxied_streams import with_proxied_streams
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
+from trayapp.services.poll_thread import PollThread, safe_poll
+from trayapp.services.priors import stored_baselines, stored_bench_priors
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources import secrets
 from trayapp.sources.discovery import Discovery, Endpoint, make_probe
@@ -99,7 +98,7 @@ class Monitor:
         self._ram_keeper: RamBandwidthKeeper | None = None  # None: the bandwidth is given, or not measured
         if measure_ram and self._profile().ram_bandwidth_gbps is None:
             self._measure_ram_bandwidth()
-        self._polls: dict[str, _PollThread] = {}  # by server URL
+        self._polls: dict[str, PollThread] = {}  # by server URL
         self._last_reading: dict[str, tuple[ServerReading, float]] = {}
         self._store: Store | None = None
         self._record_bug: str | None = None  # the last tick's store bug, shown as the store error
@@ -257,8 +256,13 @@ class Monitor:
         readings = self._with_proxy_records(self._poll_all(probes, now_mono, budget_s), self._clock())
         hardware = self._read_hardware()
         machines, default_machine = self._machines(hardware)
-        baselines, plain = self._baselines(machines, default_machine)
-        calibrations, bench_rates = self._benched(machines, default_machine)
+        now_wall_s = self._wall()
+        baselines, plain = stored_baselines(
+            self._store, self.last_snapshot, machines, default_machine, now_wall_s, self._bugs
+        )
+        calibrations, bench_rates = stored_bench_priors(
+            self._store, self.last_snapshot, machines, default_machine, now_wall_s, self._bugs
+        )
         priors = Priors(
             baselines=baselines,
             plain_baselines=plain,
@@ -360,9 +364,9 @@ class Monitor:
         for probe in probes:
             thread = self._polls.get(probe.url)
             if thread is None:
-                thread = self._polls[probe.url] = _PollThread(probe.url)
+                thread = self._polls[probe.url] = PollThread(probe.url)
             if not thread.running():
-                poll = functools.partial(_safe_poll, probe, now_mono, self._clock, self._bugs)
+                poll = functools.partial(safe_poll, probe, now_mono, self._clock, self._bugs)
                 thread.start(poll, now_mono)
         deadline_s = time.monotonic() + budget_s
         for probe in probes:
@@ -373,7 +377,7 @@ class Monitor:
             thread = self._polls[probe.url]
             if not thread.running():
                 reading = thread.reading
-                if reading is None:  # _safe_poll returns one unless something beyond Exception ended it
+                if reading is None:  # safe_poll returns one unless something beyond Exception ended it
                     raise RuntimeError(f"the poll of {redact_url(probe.url)} ended without a reading")
                 self._last_reading[probe.url] = (reading, now)
                 readings.append(reading)
@@ -446,80 +450,6 @@ class Monitor:
         else:
             self._record_bug = None
 
-    def _baselines(
-        self, machines: dict[str, Machine], default: Machine
-    ) -> tuple[dict[tuple[str, str], Baseline], dict[tuple[str, str], Baseline]]:
-        """The store's baselines of every model that was decoding at the last tick (the store caches
-        them): the comparable one (same speculative decoding) and, for a model decoding with
-        speculative decoding, the plain-decode one its speed-up is measured against."""
-        comparable: dict[tuple[str, str], Baseline] = {}
-        plain: dict[tuple[str, str], Baseline] = {}
-        if self._store is None or self.last_snapshot is None:
-            return comparable, plain
-        for server, model in self.last_snapshot.models():
-            if model.phase != "decoding" or model.session_id is None or server.machine is not None:
-                continue
-            key = (server.url, model.name)
-            label = hardware_label(machines.get(server.url, default))
-            kinds = (model.spec_type, None) if model.spec_type else (None,)
-            for spec_type in kinds:
-                try:
-                    baseline = self._store.baseline(
-                        model=model.name,
-                        quantization=model.quantization,
-                        hardware=label,
-                        context_tokens=model.context_tokens,
-                        before_wall_s=self._wall(),
-                        exclude_session=model.session_id,
-                        spec_type=spec_type,
-                    )
-                except sqlite3.Error as exc:  # a store problem must not stop monitoring
-                    log.warning("baseline lookup failed: %s", exc)
-                    continue
-                except Exception as exc:
-                    self._bugs.report(exc, "store: baseline lookup")
-                    continue
-                if baseline is None:
-                    continue
-                if spec_type == model.spec_type:
-                    comparable[key] = baseline
-                if spec_type is None:
-                    plain[key] = baseline
-        return comparable, plain
-
-    def _benched(
-        self, machines: dict[str, Machine], default: Machine
-    ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
-        """Every local model's calibration (its benched efficiency on this hardware) and bench
-        decode rate at depth 0, where it was benched: the dashboard's band and bench line, and
-        `low_efficiency`'s floor. The store caches them."""
-        calibrations: dict[tuple[str, str], float] = {}
-        rates: dict[tuple[str, str], float] = {}
-        if self._store is None or self.last_snapshot is None:
-            return calibrations, rates
-        for server, model in self.last_snapshot.models():
-            if server.machine is not None:
-                continue
-            key = (server.url, model.name)
-            label = hardware_label(machines.get(server.url, default))
-            now = self._wall()
-            try:
-                calibration = self._store.calibration(model=model.name, hardware=label, before_wall_s=now)
-                rate = self._store.bench_rate(
-                    model=model.name, quantization=model.quantization, hardware=label, before_wall_s=now
-                )
-            except sqlite3.Error as exc:  # a store problem must not stop monitoring
-                log.warning("bench lookup failed: %s", exc)
-                continue
-            except Exception as exc:
-                self._bugs.report(exc, "store: bench lookup")
-                continue
-            if calibration is not None:
-                calibrations[key] = calibration
-            if rate is not None:
-                rates[key] = rate
-        return calibrations, rates
-
     def _peer_bands(
         self, readings: Sequence[ServerReading], machines: dict[str, Machine], hardware: HardwareSnapshot
     ) -> dict[tuple[str, str], PeerBand]:
@@ -554,56 +484,3 @@ class Monitor:
                 detail = f" ({server.reason})" if server.reason and server.status != "ok" else ""
                 log.info("%s %s: %s → %s%s", server.kind, server.url, before or "new", server.status, detail)
                 self._last_status[server.url] = server.status
-
-
-class _PollThread:
-    """One server's polls, on a thread of its own that waits for the next one.
-
-    Handing a poll over and waiting for it takes a queue and a lock here: ThreadPoolExecutor's submit
-    and wait cost ~0.2 ms of CPU a tick more (issue #26). A poll that never returns holds its own
-    thread only (a daemon: it does not hold up the exit either).
-    """
-
-    def __init__(self, url: str) -> None:
-        self._polls: queue.SimpleQueue[Callable[[], ServerReading] | None] = queue.SimpleQueue()
-        self._running = threading.Lock()  # held from start() until the poll returns
-        self.reading: ServerReading | None = None  # the last poll's
-        self.started_s = 0.0  # when the last poll was started (the monitor's clock)
-        name = f"llm-tray-poll {redact_url(url)}"
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def start(self, poll: Callable[[], ServerReading], now_s: float) -> None:
-        """Run `poll` on this thread (not while `running()`)."""
-        self._running.acquire()
-        self.reading, self.started_s = None, now_s
-        self._polls.put(poll)
-
-    def running(self) -> bool:
-        return self._running.locked()
-
-    def wait(self, timeout_s: float) -> None:
-        """Until the poll returns, or at most `timeout_s`."""
-        if self._running.acquire(timeout=max(timeout_s, 0.0)):
-            self._running.release()
-
-    def stop(self) -> None:
-        """End the thread once its poll (if any) returns."""
-        self._polls.put(None)
-
-    def _run(self) -> None:
-        while (poll := self._polls.get()) is not None:
-            try:
-                self.reading = poll()
-            finally:
-                self._running.release()
-
-
-def _safe_poll(
-    probe: ServerProbe, now_mono: float, clock: Callable[[], float], bugs: BugLog
-) -> ServerReading:
-    try:
-        reading = probe.poll(now_mono)
-        return replace(reading, t_mono_s=clock())
-    except Exception as exc:  # probes must not raise; if one does, it is a bug we report, not a crash
-        reason = bugs.report(exc, f"probe {probe.url}")
-        return ServerReading(kind=probe.kind, url=probe.url, status="error", reason=reason)
