@@ -10,7 +10,8 @@ from pytestqt.qtbot import QtBot
 from tests.support.memory_keyring import MemoryKeyring
 from trayapp.app.tray_app import settings_services
 from trayapp.config.agents import AgentConfig
-from trayapp.config.settings import Settings, load_settings, save_settings
+from trayapp.config.settings import Settings
+from trayapp.config.settings_file import load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog
 
 TOKEN = "tok-3f9a1c7e5b2d4a6c8e0f"
@@ -126,7 +127,7 @@ def test_a_machine_line_leaves_out_a_memory_it_does_not_know() -> None:
 
     from tests.support import snapshots as s
     from trayapp.core.model import RemoteMachine
-    from trayapp.ui.tray import machine_line
+    from trayapp.ui.menu_text import machine_line
 
     gpu = replace(s.HW.gpus[0], vram_used_bytes=None)
     box = RemoteMachine("gpu-box", "http://gpu-box:9465", "ok", hardware=replace(s.HW, gpus=(gpu, gpu)))

@@ -16,7 +16,8 @@ from trayapp.core.diagnostics import diagnostics_text
 from trayapp.core.glance import IconState
 from trayapp.core.model import Snapshot
 from trayapp.core.thresholds import Thresholds
-from trayapp.ui.tray import TrayController, server_line, settings_summary
+from trayapp.ui.menu_text import server_line, settings_summary
+from trayapp.ui.tray import TrayController
 
 
 class FakeWorker:

@@ -49,9 +49,10 @@ from trayapp.sinks.snapshot_server import SnapshotServer
 from trayapp.sources.malloc import release_free_memory
 from trayapp.ui.dashboard import LazyDashboard as Dashboard  # the real window loads when first opened
 from trayapp.ui.icons import app_icon
+from trayapp.ui.menu_text import settings_summary
 from trayapp.ui.notifier import Notifier
 from trayapp.ui.qtcompat import apply_workarounds, stop_source_caching
-from trayapp.ui.tray import TrayController, settings_summary
+from trayapp.ui.tray import TrayController
 from trayapp.ui.worker import MonitorLike, WorkerThread, run_in_background
 
 if TYPE_CHECKING:  # windows a user rarely opens load when first opened (their Qt classes: ~2 MiB)
