@@ -31,7 +31,8 @@ from tests.support.llama import LlamaServer, free_port, generate_in_background
 from tests.support.memory_keyring import SEED_ENV, SeededMemoryKeyring
 from tests.support.proxy import running_proxy
 from trayapp.config import paths
-from trayapp.config.settings import Settings, load_settings
+from trayapp.config.settings import Settings
+from trayapp.config.settings_file import load_settings
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.services.proxy.inbox import RecordInbox

@@ -22,7 +22,8 @@ from pytestqt.qtbot import QtBot
 from tests.support.fake_streaming import Capture, FakeStreamingUpstream
 from trayapp.app import tray_app as app_module
 from trayapp.app.tray_app import settings_services
-from trayapp.config.settings import HardwareConfig, MonitorConfig, ProxyConfig, Settings, load_settings
+from trayapp.config.settings import HardwareConfig, MonitorConfig, ProxyConfig, Settings
+from trayapp.config.settings_file import load_settings
 from trayapp.core.model import RequestRecord, Snapshot
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.ui.qtcompat import apply_workarounds

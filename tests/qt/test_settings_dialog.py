@@ -14,7 +14,8 @@ from pytestqt.qtbot import QtBot
 
 from tests.support.memory_keyring import MemoryKeyring
 from trayapp.app.tray_app import settings_services, store_api_key
-from trayapp.config.settings import EndpointConfig, NotificationConfig, Settings, load_settings, save_settings
+from trayapp.config.settings import EndpointConfig, NotificationConfig, Settings
+from trayapp.config.settings_file import load_settings, save_settings
 from trayapp.ui.settings_dialog import SettingsDialog, SettingsServices
 
 REAL = settings_services()  # the app's: real HTTP identify, the real keyring module

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from trayapp.config import paths
-from trayapp.config.settings import EndpointConfig, Settings, load_settings, parse_settings, save_settings
+from trayapp.config.settings import EndpointConfig, Settings, parse_settings
+from trayapp.config.settings_file import load_settings, save_settings
 from trayapp.core.thresholds import Thresholds
 
 

@@ -14,7 +14,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from trayapp.config.agents import AgentConfig, agent_keyring_user
-from trayapp.config.settings import Settings, load_settings, parse_settings, save_settings
+from trayapp.config.settings import Settings, parse_settings
+from trayapp.config.settings_file import load_settings, save_settings
 
 
 def agents_of(toml: str) -> tuple[tuple[AgentConfig, ...], list[str]]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.config.settings import Settings, load_settings
+from trayapp.config.settings import Settings
+from trayapp.config.settings_file import load_settings
 
 
 @pytest.mark.parametrize(

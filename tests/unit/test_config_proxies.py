@@ -11,13 +11,11 @@ from trayapp.config.settings import (
     EndpointConfig,
     ProxyConfig,
     Settings,
-    load_settings,
     parse_settings,
     proxy_token,
-    save_settings,
-    settings_to_toml,
     watched_settings,
 )
+from trayapp.config.settings_file import load_settings, save_settings, settings_to_toml
 
 OLLAMA = {"listen": "127.0.0.1:11435", "upstream": "http://127.0.0.1:11434", "kind": "ollama"}
 

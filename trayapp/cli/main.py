@@ -100,7 +100,7 @@ def add_hardware_options(parser: argparse.ArgumentParser, sub: bool = True) -> N
 
 def _endpoint(text: str) -> str:
     """`[KIND=]URL`, checked at parse time: a bad URL or kind is a usage error (exit 2)."""
-    from trayapp.config.settings import endpoint_arg  # loaded only when --endpoint is given (a fast --help)
+    from trayapp.config.settings import endpoint_arg  # loaded only when --endpoint is given (a fast --help
 
     return endpoint_arg(text)
 
@@ -234,7 +234,7 @@ def _profile(args: argparse.Namespace) -> HardwareProfile:
 
 
 def _load_settings() -> Settings:
-    from trayapp.config.settings import load_settings
+    from trayapp.config.settings_file import load_settings
 
     result = load_settings()
     for error in result.errors:
@@ -482,7 +482,7 @@ def run_tray(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"llm-tray: the tray needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
         return 1
-    from trayapp.config.settings import load_settings
+    from trayapp.config.settings_file import load_settings
 
     loaded = load_settings()
     warnings = [f"config: {error}" for error in loaded.errors]

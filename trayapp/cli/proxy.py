@@ -41,7 +41,7 @@ TOKEN_FILE = "proxy-token"
 
 def _upstream(text: str) -> str:
     """`[KIND=]URL`, checked at parse time: a bad URL or kind is a usage error (exit 2)."""
-    from trayapp.config.settings import endpoint_arg  # loaded only when the flag is given (a fast --help)
+    from trayapp.config.settings import endpoint_arg  # loaded only when the flag is given (a fast --help
 
     return endpoint_arg(text)
 
@@ -199,7 +199,8 @@ def _sampler_for_records() -> tuple[SamplerInfo | None, str | None]:
 
 
 def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) -> int:
-    from trayapp.config.settings import endpoint_from_arg, load_settings
+    from trayapp.config.settings import endpoint_from_arg
+    from trayapp.config.settings_file import load_settings
     from trayapp.services.monitor import Monitor
     from trayapp.services.proxy.inbox import RecordInbox
     from trayapp.services.proxy.runner import ProxyThread

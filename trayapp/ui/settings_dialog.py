@@ -42,9 +42,8 @@ from trayapp.config.settings import (
     Settings,
     StoreConfig,
     parse_settings,
-    save_settings,
-    settings_to_toml,
 )
+from trayapp.config.settings_file import save_settings, settings_to_toml
 from trayapp.core.alert_kinds import ALERT_KINDS
 from trayapp.core.server_kinds import USER_SERVER_KINDS, server_label
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds
