@@ -26,17 +26,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from trayapp.core.model import FinishedRequest
+from trayapp.services.proxy.json_scan import JsonScan, merge_found, scan_line, wants_model
 from trayapp.services.proxy.recorder_parse import (
-    JsonScan,
     build_record,
     estimated_tokens,
     max_tokens_of,
-    merge_found,
     overflow_from_error,
     prompt_chars_of,
-    scan_line,
     stop_reason_of,
-    wants_model,
 )
 
 log = logging.getLogger(__name__)
