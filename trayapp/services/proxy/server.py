@@ -16,13 +16,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
 from trayapp.services.proxy.clients import Named, NamedRecords
+from trayapp.services.proxy.exchange import Cut, Exchange, Upstream, UpstreamFailed, drain, open_upstream
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -43,45 +43,6 @@ log = logging.getLogger(__name__)
 
 
 RecordSink = Callable[[Route, FinishedRequest], None]
-
-
-@dataclass
-class _Upstream:
-    reader: Reader
-    writer: asyncio.StreamWriter
-    idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
-    answers: int = 0  # requests it has answered
-
-    def usable(self) -> bool:
-        """Open, and idle for less than the servers' keep-alive timeouts: a connection the server is
-        closing as the next request goes out answers nothing (a 502 seen with llama-server)."""
-        fresh = time.monotonic() - self.idle_since_s < limits.UPSTREAM_REUSE_IDLE_S
-        fresh = fresh and self.answers < limits.UPSTREAM_REUSE_MAX_ANSWERS
-        return fresh and not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class _Cut(Exception):
-    """The response was cut short: the client hung up, or the upstream closed mid-body."""
-
-
-@dataclass
-class _Exchange:
-    """What one request's pump has done so far."""
-
-    status: int | None = None  # the response status forwarded to the client
-    complete: bool = False  # the whole response reached the client
-    held: int = 0  # request body bytes the recorder holds (counted against the listener's budget)
-    over_budget: bool = False
-    parsed: asyncio.Future[None] | None = None  # a big body being read off the loop
-    bad_body: str | None = None  # why the request body was refused (malformed chunked framing)
-    own_status: int | None = None  # the status of an answer the proxy wrote itself (400, 502)
-
-
-class _UpstreamFailed(Exception):
-    """The upstream could not be reached, or closed before answering."""
 
 
 class ProxyServer:
@@ -181,7 +142,7 @@ class ProxyServer:
         client = Reader(reader)
         sock = writer.get_extra_info("socket")
         fileno = sock.fileno() if sock is not None else -1
-        upstream: _Upstream | None = None
+        upstream: Upstream | None = None
         try:
             first = True
             while True:
@@ -235,19 +196,9 @@ class ProxyServer:
             self._said.add(key)
             log.warning(message, *args, exc_info=exc_info)
 
-    async def _open_upstream(self) -> _Upstream:
-        try:  # `within`, not asyncio.wait_for (a task of its own per connect on Python < 3.12)
-            reader, writer = await within(
-                asyncio.open_connection(self.route.upstream_host, self.route.upstream_port, limit=READ_BYTES),
-                limits.CONNECT_TIMEOUT_S,
-            )
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise _UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
-        return _Upstream(Reader(reader), writer, time.monotonic())
-
     async def _serve(
-        self, head: Head, client: Reader, writer: asyncio.StreamWriter, upstream: _Upstream | None
-    ) -> tuple[bool, _Upstream | None]:
+        self, head: Head, client: Reader, writer: asyncio.StreamWriter, upstream: Upstream | None
+    ) -> tuple[bool, Upstream | None]:
         """One request → (keep the client connection, the upstream connection to reuse)."""
         try:
             line = RequestLine.of(head)
@@ -279,8 +230,8 @@ class ProxyServer:
             if upstream is not None:
                 upstream.close()
             try:
-                upstream = await self._open_upstream()
-            except _UpstreamFailed as exc:
+                upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+            except UpstreamFailed as exc:
                 upstream_name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {upstream_name} unreachable ({exc})"
                 writer.write(
@@ -295,7 +246,7 @@ class ProxyServer:
         held_head = forwarded.raw if client.pending and not framer.done else b""
         if not held_head:
             upstream.writer.write(forwarded.raw)
-        exchange = _Exchange()
+        exchange = Exchange()
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
@@ -313,12 +264,12 @@ class ProxyServer:
             else:
                 keep = await response
                 exchange.complete = True
-        except (_Cut, ConnectionError):
+        except (Cut, ConnectionError):
             pass
         except asyncio.CancelledError:  # the listener closes (or evicts): the upstream socket too
             upstream.close()
             raise
-        except _UpstreamFailed as exc:
+        except UpstreamFailed as exc:
             if exchange.status is None:
                 name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {name} {exc}"
@@ -388,10 +339,10 @@ class ProxyServer:
         self,
         client: Reader,
         framer: BodyFramer,
-        upstream: _Upstream,
+        upstream: Upstream,
         tap: RequestTap,
         auth: str | None,
-        exchange: _Exchange,
+        exchange: Exchange,
         held_head: bytes = b"",
     ) -> str:
         """Forward the request body (after `held_head`, the request head when it waits to go up with
@@ -430,7 +381,7 @@ class ProxyServer:
         client.unread(data)
         return "more"
 
-    def _hold(self, tap: RequestTap, payload: bytes, exchange: _Exchange) -> None:
+    def _hold(self, tap: RequestTap, payload: bytes, exchange: Exchange) -> None:
         """Give the recorder a piece of the request body while the listener's budget for held bodies
         allows; past it the recorder gets nothing more of this body (the request is still forwarded)."""
         if exchange.over_budget:
@@ -448,11 +399,11 @@ class ProxyServer:
         exchange.held += len(payload)
         self._feed(tap.request_body, payload)
 
-    def _release(self, exchange: _Exchange) -> None:
+    def _release(self, exchange: Exchange) -> None:
         self.held.give(exchange.held)
         exchange.held = 0
 
-    async def _parse_off_loop(self, tap: RequestTap, exchange: _Exchange) -> None:
+    async def _parse_off_loop(self, tap: RequestTap, exchange: Exchange) -> None:
         """Read a big request body on a worker thread, one at a time: the streams never wait on it."""
         if self._parse_gate is None:
             self._parse_gate = asyncio.Semaphore(1)
@@ -471,31 +422,31 @@ class ProxyServer:
 
     async def _pump_response(
         self,
-        upstream: _Upstream,
+        upstream: Upstream,
         writer: asyncio.StreamWriter,
         tap: RequestTap,
         method: str,
-        exchange: _Exchange,
+        exchange: Exchange,
     ) -> bool:
         """Forward one response; True when the upstream connection may carry another request."""
         while True:
             try:
                 head = await upstream.reader.read_head()
             except FramingError as exc:
-                raise _UpstreamFailed(f"sent a malformed response ({exc})") from exc
+                raise UpstreamFailed(f"sent a malformed response ({exc})") from exc
             except ConnectionError as exc:
-                raise _UpstreamFailed(f"closed the connection ({exc})") from exc
+                raise UpstreamFailed(f"closed the connection ({exc})") from exc
             if head is None:
-                raise _UpstreamFailed("closed the connection without answering")
+                raise UpstreamFailed("closed the connection without answering")
             try:
                 status = status_of(head)
                 framer = response_body(head, method)  # checked before a byte reaches the client
             except FramingError as exc:
-                raise _UpstreamFailed(f"sent a malformed response ({exc})") from exc
+                raise UpstreamFailed(f"sent a malformed response ({exc})") from exc
             writer.write(head.raw)
             exchange.status = status
             if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): forward, read the next
-                await self._drain(writer)
+                await drain(writer)
                 continue
             break
         headers = {name.lower(): value for name, value in head.headers}
@@ -503,7 +454,7 @@ class ProxyServer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(exchange.parsed)
         self._feed(tap.response_head, status, headers, time.monotonic())
-        await self._drain(writer)
+        await drain(writer)
         while not framer.done:
             try:
                 data = await upstream.reader.read_some()
@@ -513,7 +464,7 @@ class ProxyServer:
             if not data:
                 if framer.until_close:
                     return False
-                raise _Cut("upstream closed mid-response")  # the client sees the cut at once: we close too
+                raise Cut("upstream closed mid-response")  # the client sees the cut at once: we close too
             try:
                 used, payload = framer.feed(data)
             except FramingError as exc:  # a malformed chunk after the head went out: cut the response
@@ -523,26 +474,11 @@ class ProxyServer:
                     redact_url(self.route.upstream_url),
                     exc,
                 )
-                raise _Cut(str(exc)) from exc
+                raise Cut(str(exc)) from exc
             writer.write(data[:used] if used < len(data) else data)
             if payload:
                 self._feed(tap.response_body, payload, received_mono_s)
                 if self._prompts.pending and tap.first_text_mono_s is not None:
                     self._prompts.prompt_read(tap)
-            await self._drain(writer)
+            await drain(writer)
         return head.keep_alive()
-
-    @staticmethod
-    async def _drain(writer: asyncio.StreamWriter) -> None:
-        transport = writer.transport
-        if not transport.get_write_buffer_size() and not transport.is_closing():
-            return  # all sent (the usual case for a token): nothing to wait for, nothing failed
-        try:
-            if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
-                await writer.drain()  # not paused: returns at once (no timer needed)
-            else:
-                await within(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
-        except ConnectionError as exc:
-            raise _Cut(str(exc)) from exc
-        except asyncio.TimeoutError as exc:
-            raise _Cut("the client read nothing for too long") from exc

@@ -1,0 +1,79 @@
+"""One proxied exchange's parts: the upstream connection (opened, kept, judged reusable), what the
+pump has done so far, how a response ends early, and a drain that waits only when it must."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from trayapp.services.proxy import limits
+from trayapp.services.proxy.limits import READ_BYTES
+from trayapp.services.proxy.reading import Reader, within
+
+
+@dataclass
+class Upstream:
+    reader: Reader
+    writer: asyncio.StreamWriter
+    idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
+    answers: int = 0  # requests it has answered
+
+    def usable(self) -> bool:
+        """Open, and idle for less than the servers' keep-alive timeouts: a connection the server is
+        closing as the next request goes out answers nothing (a 502 seen with llama-server)."""
+        fresh = time.monotonic() - self.idle_since_s < limits.UPSTREAM_REUSE_IDLE_S
+        fresh = fresh and self.answers < limits.UPSTREAM_REUSE_MAX_ANSWERS
+        return fresh and not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Cut(Exception):
+    """The response was cut short: the client hung up, or the upstream closed mid-body."""
+
+
+@dataclass
+class Exchange:
+    """What one request's pump has done so far."""
+
+    status: int | None = None  # the response status forwarded to the client
+    complete: bool = False  # the whole response reached the client
+    held: int = 0  # request body bytes the recorder holds (counted against the listener's budget)
+    over_budget: bool = False
+    parsed: asyncio.Future[None] | None = None  # a big body being read off the loop
+    bad_body: str | None = None  # why the request body was refused (malformed chunked framing)
+    own_status: int | None = None  # the status of an answer the proxy wrote itself (400, 502)
+
+
+class UpstreamFailed(Exception):
+    """The upstream could not be reached, or closed before answering."""
+
+
+async def open_upstream(host: str, port: int) -> Upstream:
+    """A new connection to the upstream; UpstreamFailed saying why when it cannot be opened."""
+    try:  # `within`, not asyncio.wait_for (a task of its own per connect on Python < 3.12)
+        reader, writer = await within(
+            asyncio.open_connection(host, port, limit=READ_BYTES),
+            limits.CONNECT_TIMEOUT_S,
+        )
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
+    return Upstream(Reader(reader), writer, time.monotonic())
+
+
+async def drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until `writer` may take more; Cut when the client is gone or reads nothing for too long."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size() and not transport.is_closing():
+        return  # all sent (the usual case for a token): nothing to wait for, nothing failed
+    try:
+        if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
+            await writer.drain()  # not paused: returns at once (no timer needed)
+        else:
+            await within(writer.drain(), limits.SEND_STALL_TIMEOUT_S)
+    except ConnectionError as exc:
+        raise Cut(str(exc)) from exc
+    except asyncio.TimeoutError as exc:
+        raise Cut("the client read nothing for too long") from exc
