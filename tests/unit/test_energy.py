@@ -272,6 +272,37 @@ def test_rapl_unreadable_without_permission_says_how_to_allow_it(tmp_path: Path)
     assert out.energy_decode_j is None and RAPL_PERMISSION in (out.energy_reason or "")
 
 
+def test_rapl_zones_are_listed_once_a_minute_and_again_when_one_goes(tmp_path: Path) -> None:
+    now_s = [0.0]
+    looked: list[str] = []
+
+    def read_text(path: Path) -> str:
+        looked.append(f"{path.parent.name}/{path.name}")
+        return path.read_text().strip()
+
+    probe = RaplProbe(tmp_path, read_text=read_text, clock=lambda: now_s[0])
+    assert probe.read() == () and probe.reason == NO_RAPL  # no powercap tree yet
+    counter = rapl_tree(tmp_path, 2_000_000)
+    now_s[0] = 59.0
+    assert probe.read() == ()  # listed at 0 s: seen at the next listing
+    now_s[0] = 60.0
+    (reading,) = probe.read()
+    assert (reading.domain, reading.counter_j, reading.wrap_j) == ("package-0", 2.0, 262_143.32885)
+    looked.clear()
+    counter.write_text("5000000\n")
+    now_s[0] = 61.0
+    (reading,) = probe.read()
+    assert reading.counter_j == 5.0
+    assert looked == ["intel-rapl:0/energy_uj"]  # a tick reads the counter alone
+    for name in ("energy_uj", "name", "max_energy_range_uj"):
+        (counter.parent / name).unlink()
+    counter.parent.rmdir()  # the module unloaded: gone at once, listed again at the next read
+    assert probe.read() == () and probe.reason == NO_RAPL
+    looked.clear()
+    assert probe.read() == ()
+    assert "intel-rapl:1/name" in looked  # listed again
+
+
 def test_no_powercap_tree_is_a_reason(tmp_path: Path) -> None:
     probe = HostEnergyProbe(RaplProbe(tmp_path), MacmonProbe(platform="linux"))
     assert probe.read() == ()

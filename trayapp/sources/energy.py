@@ -26,11 +26,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from trayapp.config.bugs import BugLog
 from trayapp.core.energy_types import EnergyReading
+from trayapp.sources.relisted import Relisted
 
 log = logging.getLogger(__name__)
 
@@ -50,43 +52,74 @@ def _read_text(path: Path) -> str:
     return path.read_text(encoding="ascii").strip()
 
 
-class RaplProbe:
-    """The package domains of Linux RAPL under `root`/class/powercap (injectable for tests)."""
+@dataclass(frozen=True)
+class RaplPackage:
+    """A package zone as listed: its folder, name and counter range (J; None when unreadable)."""
 
-    def __init__(self, root: Path = Path("/sys"), read_text: ReadText = _read_text) -> None:
+    zone: Path
+    name: str
+    wrap_j: float | None
+
+
+class RaplProbe:
+    """The package domains of Linux RAPL under `root`/class/powercap (injectable for tests).
+
+    The zones, their names and ranges are listed every STATIC_REFRESH_S (issue #26: a tick reads
+    only each package's `energy_uj`); a zone that goes away is listed again at the next read.
+    """
+
+    def __init__(
+        self,
+        root: Path = Path("/sys"),
+        read_text: ReadText = _read_text,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._powercap = root / "class" / "powercap"
         self._read_text = read_text
+        self._packages = Relisted(self._list_packages, clock)
         self.reason: str | None = None
 
     def read(self) -> tuple[EnergyReading, ...]:
         readings: list[EnergyReading] = []
-        for zone in self._zones():
-            name = self._text(zone / "name")
-            if name is None or not name.startswith("package"):
-                continue  # psys and sub-zones overlap the packages
-            readings.append(self._reading(zone, name))
+        for package in self._packages.get():
+            reading = self._reading(package)
+            if reading is None:  # gone since it was listed: list them again at the next read
+                self._packages.expire()
+                continue
+            readings.append(reading)
         self.reason = None if readings else NO_RAPL
         return tuple(readings)
 
     def close(self) -> None:
         pass
 
-    def _zones(self) -> list[Path]:
+    def _list_packages(self) -> tuple[RaplPackage, ...]:
         try:
-            return sorted(p for p in self._powercap.iterdir() if _ZONE.fullmatch(p.name))
+            zones = sorted(p for p in self._powercap.iterdir() if _ZONE.fullmatch(p.name))
         except OSError:
-            return []
+            return ()
+        packages: list[RaplPackage] = []
+        for zone in zones:
+            name = self._text(zone / "name")
+            if name is None or not name.startswith("package"):
+                continue  # psys and sub-zones overlap the packages
+            range_text = self._text(zone / "max_energy_range_uj")
+            wrap_j = int(range_text) / 1e6 if range_text and range_text.isdigit() else None
+            packages.append(RaplPackage(zone, name, wrap_j))
+        return tuple(packages)
 
-    def _reading(self, zone: Path, name: str) -> EnergyReading:
+    def _reading(self, package: RaplPackage) -> EnergyReading | None:
+        """The package's counter now; None when its zone has gone."""
+        zone, name = package.zone, package.name
         try:
             energy_uj = int(self._read_text(zone / "energy_uj"))
+        except FileNotFoundError:
+            return None
         except PermissionError:
             return EnergyReading(name, "rapl", reason=RAPL_PERMISSION)
         except (OSError, ValueError) as exc:
             return EnergyReading(name, "rapl", reason=f"{zone.name}/energy_uj unreadable: {exc}")
-        range_text = self._text(zone / "max_energy_range_uj")
-        wrap_j = int(range_text) / 1e6 if range_text and range_text.isdigit() else None
-        return EnergyReading(name, "rapl", counter_j=energy_uj / 1e6, wrap_j=wrap_j)
+        return EnergyReading(name, "rapl", counter_j=energy_uj / 1e6, wrap_j=package.wrap_j)
 
     def _text(self, path: Path) -> str | None:
         try:
