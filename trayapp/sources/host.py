@@ -97,7 +97,8 @@ class HostProbe:
 
     What hardly ever changes (the core count, the thermal zones, the CPU frequency policies) is
     looked up again every STATIC_REFRESH_S, not every tick (issue #26): a CPU brought online shows at
-    most that much later.
+    most that much later. So is the clock of a Linux CPU without cpufreq policies (a VM): it has no
+    maximum, so it cannot show throttling, and /proc/cpuinfo is the dearest file a tick would read.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -105,6 +106,7 @@ class HostProbe:
         self._cpu_count = Relisted(lambda: psutil.cpu_count(logical=True), clock)
         self._zones = Relisted(thermal_zones, clock)
         self._freq_policies = Relisted(cpu_freq_policies, clock) if _LINUX else None
+        self._freq_without_policies = Relisted(lambda: cpu_frequency_mhz([]), clock)
 
     def read(
         self,
@@ -117,7 +119,10 @@ class HostProbe:
         total_bytes, available_bytes = ram_bytes()
         known = bool(ram_bandwidth_gbps)
         policies = self._freq_policies.get() if self._freq_policies is not None else None
-        freq_mhz, freq_max_mhz = cpu_frequency_mhz(policies)
+        if policies is not None and not policies:
+            freq_mhz, freq_max_mhz = self._freq_without_policies.get()
+        else:
+            freq_mhz, freq_max_mhz = cpu_frequency_mhz(policies)
         return HostReading(
             ram_total_bytes=total_bytes,
             ram_available_bytes=available_bytes,
