@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.paths import FIXTURES_DIR
 from trayapp.config.settings import Settings, parse_settings
+from trayapp.sources import log_tail
 from trayapp.sources.ollama_log import (
     ENV_VAR,
     FileTail,
@@ -234,6 +235,26 @@ def test_starts_at_the_end_and_reads_what_comes(tmp_path: Path) -> None:
     lines, reason = tail.read()
     assert prompts(lines) == [5000, 6000] and reason is None
     assert tail.read() == ([], None)
+
+
+def test_a_file_that_did_not_grow_is_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(GIN)
+    tail = FileTail(log)
+    tail.read()
+    opened: list[object] = []
+    real_open = open
+
+    def counting_open(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args[0])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(log_tail, "open", counting_open, raising=False)
+    assert tail.read() == ([], None)
+    assert opened == []  # same size as at the last read: only its size was looked at
+    append(log, warning(2050, 5000))
+    assert prompts(tail.read()[0]) == [5000]
+    assert opened == [log]
 
 
 def test_a_line_written_in_two_parts(tmp_path: Path) -> None:

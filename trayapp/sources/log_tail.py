@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -109,6 +110,8 @@ class FileTail:
         elif st.st_size < (self._pos or 0):
             self._pos, self._partial, self._dropping = 0, b"", False
         self._ident = ident
+        if st.st_size == self._pos and stat.S_ISREG(st.st_mode):
+            return lines, None  # nothing appended: not opened and read (most polls, issue #26)
         try:
             lines += self._read_from(self.path, st.st_size)
         except OSError as exc:
