@@ -57,12 +57,18 @@ class ModelFactsLoader:
             info = os.stat(path)
         except OSError:
             return None, f"model file not readable here: {path}"
-        if not stat.S_ISREG(info.st_mode) or not os.access(path, os.R_OK):
+        if not stat.S_ISREG(info.st_mode):
             return None, f"model file not readable here: {path}"
         version = (info.st_size, info.st_mtime_ns)
         with self._lock:
             entry = self._entries.get(path)
             if entry is not None and entry.version == version:
+                return entry.result  # this version was readable: not asked again each poll (#26)
+        if not os.access(path, os.R_OK):
+            return None, f"model file not readable here: {path}"
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None and entry.version == version:  # another thread started it meanwhile
                 return entry.result
             entry = self._entries[path] = _Entry(version)
         threading.Thread(target=self._load, args=(path, entry), name="model-facts", daemon=True).start()
