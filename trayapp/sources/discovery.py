@@ -323,7 +323,8 @@ class Discovery:
 
     def _identify(self, endpoint: Endpoint) -> tuple[str | None, str]:
         """What answers at the endpoint. A plain-http server on this machine (every default port) is
-        asked over `http.client`: no httpx client, and no TLS set-up kept in a tray's memory."""
+        asked through a `LoopbackGetter` (HTTP/1.1 on a plain socket): no httpx client, and no TLS
+        set-up kept in a tray's memory."""
         getter = LoopbackGetter.for_url(endpoint.url, IDENTIFY_TIMEOUT)
         if getter is not None:
             try:

@@ -29,6 +29,7 @@ import httpx
 
 from trayapp.core.json_limits import json_problem
 from trayapp.core.loopback import is_loopback_url
+from trayapp.sources.http_wire import BodyTooLarge, get_request, read_body, read_head
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=1.0, read=2.0, write=2.0, pool=1.0)
 MAX_BODY_BYTES = 8 * 1024 * 1024  # no monitoring payload is anywhere near this
@@ -178,7 +179,6 @@ def _answer(
     raise FetchError("error", f"HTTP {status} on {path}{detail}", status)
 
 
-_READ_CHUNK_BYTES = 64 * 1024
 _CLOSED_ERRORS = (
     http.client.RemoteDisconnected,
     ConnectionResetError,
@@ -188,10 +188,12 @@ _CLOSED_ERRORS = (
 
 
 class LoopbackGetter:
-    """GETs to one plain-HTTP server on this machine over one kept-alive `http.client` connection:
-    the same limits, headers and failure reasons as `fetch`, for a sixth of its CPU (about 0.05 ms
-    a request instead of 0.3: the sampler's largest cost per tick, issue #26). `for_url` makes one
-    only for an `http://` loopback URL without credentials or query (no proxy applies to it).
+    """GETs to one plain-HTTP server on this machine over one kept-alive connection: the same limits,
+    headers and failure reasons as `fetch`, for a fraction of its CPU (issue #26: the sampler's
+    largest cost per tick). The request is written and the answer read on the socket itself
+    (`sources/http_wire.py`: http.client's rules without its objects; a GET on a fresh connection
+    ~0.25 ms of CPU here, ~0.5 through http.client). `for_url` makes one only for an `http://`
+    loopback URL without credentials or query (no proxy applies to it).
 
     A kept connection the server closed meanwhile (cpp-httplib closes idle ones after 5 s) is
     replaced before it is used, and a GET that finds it closed is sent once more on a new one.
@@ -203,7 +205,7 @@ class LoopbackGetter:
         self._base_path = base_path
         self._connect_timeout_s = timeout.connect if timeout.connect is not None else 1.0
         self._read_timeout_s = timeout.read if timeout.read is not None else 2.0
-        self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -231,21 +233,24 @@ class LoopbackGetter:
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            request_headers = {
-                "Host": self._host_header,
-                "User-Agent": USER_AGENT,
-                "Accept": "*/*",
-                "Accept-Encoding": "identity",
-                **(headers or {}),
-            }
-            reused = self._conn is not None and not self._stale()
+            request = get_request(
+                self._base_path + path,
+                {
+                    "Host": self._host_header,
+                    "User-Agent": USER_AGENT,
+                    "Accept": "*/*",
+                    "Accept-Encoding": "identity",
+                    **(headers or {}),
+                },
+            )
+            reused = self._sock is not None and not self._stale()
             try:
-                return self._get(path, request_headers, max_bytes, ok_statuses)
+                return self._get(path, request, max_bytes, ok_statuses)
             except _CLOSED_ERRORS:
                 if not reused:
                     raise
                 self.close()  # closed while it waited: a GET is safe to send again
-                return self._get(path, request_headers, max_bytes, ok_statuses)
+                return self._get(path, request, max_bytes, ok_statuses)
         except (*_CLOSED_ERRORS, http.client.IncompleteRead) as exc:
             self.close()
             raise FetchError("error", f"{path}: server closed the connection ({_short(exc)})") from exc
@@ -262,16 +267,14 @@ class LoopbackGetter:
             self._lock.release()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
 
     def _stale(self) -> bool:
         """Whether the kept connection was closed by the server (or holds bytes nobody asked for)."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
+        sock = self._sock
         if sock is None:
-            self.close()
             return True
         readable, _, _ = select.select([sock], [], [], 0)
         if readable:
@@ -279,9 +282,9 @@ class LoopbackGetter:
             return True
         return False
 
-    def _connection(self, path: str) -> http.client.HTTPConnection:
-        if self._conn is not None:
-            return self._conn
+    def _connection(self, path: str) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
         try:
             sock = socket.create_connection(self._address, timeout=self._connect_timeout_s)
         except TimeoutError as exc:
@@ -290,46 +293,23 @@ class LoopbackGetter:
             raise FetchError("unreachable", f"connection refused or unreachable ({_short(exc)})") from exc
         sock.settimeout(self._read_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = http.client.HTTPConnection(*self._address, timeout=self._read_timeout_s)
-        conn.sock = sock
-        self._conn = conn
-        return conn
+        self._sock = sock
+        return sock
 
-    def _get(
-        self,
-        path: str,
-        headers: dict[str, str],
-        max_bytes: int,
-        ok_statuses: tuple[int, ...],
-    ) -> Response:
-        conn = self._connection(path)
-        conn.request("GET", self._base_path + path, headers=headers)
-        resp = conn.getresponse()
+    def _get(self, path: str, request: bytes, max_bytes: int, ok_statuses: tuple[int, ...]) -> Response:
+        sock = self._connection(path)
+        sock.sendall(request)
+        reader, status, http11, headers = read_head(sock)
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise FetchError("error", f"{path}: a compressed answer ({encoding}) though none was asked for")
         try:
-            encoding = (resp.getheader("Content-Encoding") or "identity").strip().lower()
-            if encoding not in ("", "identity"):
-                raise FetchError(
-                    "error", f"{path}: a compressed answer ({encoding}) though none was asked for"
-                )
-            chunks: list[bytes] = []
-            size = 0
-            while chunk := resp.read(_READ_CHUNK_BYTES):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise FetchError("error", f"{path}: response larger than {max_bytes // 1024} KiB")
-                chunks.append(chunk)
-            if resp.length:  # http.client ends a body cut short by a close without a word
-                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
-            if resp.will_close:
-                self.close()
-            resp_headers: dict[str, str] = {}
-            for key, value in resp.getheaders():
-                key = key.lower()
-                resp_headers[key] = f"{resp_headers[key]}, {value}" if key in resp_headers else value
-            body = b"".join(chunks).decode("utf-8", errors="replace")
-        finally:
-            resp.close()  # a body not read to its end holds the socket until closed
-        return _answer(path, resp.status, body, resp_headers, ok_statuses)
+            body, keep_alive = read_body(reader, status, http11, headers, max_bytes)
+        except BodyTooLarge as exc:
+            raise FetchError("error", f"{path}: response larger than {max_bytes // 1024} KiB") from exc
+        if not keep_alive:
+            self.close()
+        return _answer(path, status, body.decode("utf-8", errors="replace"), headers, ok_statuses)
 
 
 def _read_timeout(client: httpx.Client) -> str:
