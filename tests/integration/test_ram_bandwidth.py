@@ -343,14 +343,21 @@ def cpu_hogs(count: int, limit_s: float = 120.0) -> Iterator[list[subprocess.Pop
             hog.wait(timeout=10)
 
 
-def _quiet_measurement(deadline_s: float) -> BenchResult | None:
-    """A real benchmark on a quiet machine, trying until `deadline_s` (other work may be running)."""
+def _references_until_one_agrees(gbps: float, tolerance: float, deadline_s: float) -> list[float]:
+    """Real benchmarks on a quiet machine (GB/s), until one agrees with `gbps` to `tolerance` or
+    `deadline_s` passes. "Quiet" allows neighbours up to BUSY_CPU_PCT of the cores, and within that the
+    figure moves with them (20 vs 34 GB/s on a 2-core host, a neighbour at 19 % of its cores): one
+    reference taken at a busier moment than the monitor's run proves nothing either way, while a wrong
+    figure agrees with none of them. Empty when the machine was never quiet."""
+    references: list[float] = []
     while time.monotonic() < deadline_s:
         result = run_rambench(skip_if_busy_pct=BUSY_CPU_PCT)
         if result.gbps is not None:
-            return result
+            references.append(result.gbps)
+            if abs(gbps - result.gbps) <= tolerance * result.gbps:
+                break
         time.sleep(2)
-    return None
+    return references
 
 
 def test_busy_first_measurement_is_provisional_and_recovers_when_quiet() -> None:
@@ -383,15 +390,18 @@ def test_busy_first_measurement_is_provisional_and_recovers_when_quiet() -> None
             host = monitor.tick().hardware.host
         if host.ram_bandwidth_confidence != "quiet":
             pytest.skip("other processes kept this machine busy for a minute: no quiet measurement")
-        clean = _quiet_measurement(time.monotonic() + 60)
-        if clean is None or clean.gbps is None:
+        recovered = host.ram_bandwidth_gbps
+        assert recovered is not None
+        references = _references_until_one_agrees(recovered, 0.30, time.monotonic() + 60)
+        if not references:
             pytest.skip("other processes kept this machine busy: no clean reference measurement")
     finally:
         monitor.close()
-    recovered = host.ram_bandwidth_gbps
     # best-of (#24): the quiet figure replaces the provisional one only when higher
-    assert recovered is not None and recovered >= provisional_gbps
-    assert abs(recovered - clean.gbps) <= 0.30 * clean.gbps
+    assert recovered >= provisional_gbps
+    assert abs(recovered - references[-1]) <= 0.30 * references[-1], (
+        f"no quiet reference within 60 s agrees with the recovered {recovered:.1f} GB/s to 30 %: {references}"
+    )
     assert host.ram_bandwidth_measured_wall_s is not None
     if recovered > provisional_gbps:  # raised: measured by the quiet run, and the snapshot says so
         assert host.ram_bandwidth_measured_wall_s > (first.ram_bandwidth_measured_wall_s or 0)
