@@ -21,7 +21,8 @@ from tests.support.llama import LlamaServer
 from tests.support.load import cpu_hog
 from tests.support.proxy import running_proxy
 
-pytestmark = pytest.mark.llamacpp
+# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
+pytestmark = [pytest.mark.llamacpp, pytest.mark.xdist_group("test_proxy_llamacpp")]
 
 VOLATILE = ("id", "created", "timings", "system_fingerprint")
 CHAT = {
