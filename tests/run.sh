@@ -17,12 +17,12 @@ if [ "${LLM_TRAY_TEST_HOG:-0}" -gt 0 ]; then
   echo "run.sh: $LLM_TRAY_TEST_HOG busy-loop process(es) beside the suite (pid $hog_pid)"
 fi
 # Two pytest workers (LLM_TRAY_TEST_WORKERS=0: one process): most real-server tests wait on a
-# one-thread llama-server, so two run at once on two cores. A module with module-scoped fixtures
-# stays on one worker (its xdist_group); tests marked `alone` (a quiet-machine measurement) run
-# afterwards, by themselves. "No tests collected" (5) in either part is no failure.
+# one-thread llama-server, so two run at once on two cores. Each test file runs whole on one worker
+# (its module- and session-scoped fixtures start once); tests marked `alone` (a quiet-machine
+# measurement) run afterwards, by themselves. "No tests collected" (5) in either part is no failure.
 workers="${LLM_TRAY_TEST_WORKERS:-2}"
 status=0
-.venv/bin/python -m pytest -n "$workers" --dist loadgroup -m "not alone" "$@" || status=$?
+.venv/bin/python -m pytest -n "$workers" --dist loadfile -m "not alone" "$@" || status=$?
 [ "$status" -eq 5 ] && status=0
 alone=0
 .venv/bin/python -m pytest -m alone "$@" || alone=$?

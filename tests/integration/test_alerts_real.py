@@ -42,8 +42,7 @@ from trayapp.services.monitor import Monitor
 from trayapp.sources.gpu import NvmlProbe
 from trayapp.sources.hardware import HardwareProbe
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = [pytest.mark.llamacpp, pytest.mark.xdist_group("test_alerts_real")]
+pytestmark = pytest.mark.llamacpp
 
 FLOOR_TOK_S = Thresholds().below_floor_tok_s  # 3 tok/s, the default
 STOP_S = 0.3  # one SIGSTOP: far under the probe's 2 s read timeout, so it never reads as server_down

@@ -34,9 +34,6 @@ import pytest
 
 from tests.support.llama import LlamaServer, free_port, generate_in_background
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = pytest.mark.xdist_group("test_fleet_prometheus")
-
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "resources" / "grafana" / "llm-tray-dashboard.json"
 MODEL = "gemma-3-270m-q4_k_m.gguf"

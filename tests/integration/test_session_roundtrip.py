@@ -131,9 +131,7 @@ def test_watch_recording_comes_back_from_export_with_the_same_numbers(
         assert line is not None and line["t"] < finished_at + 20, "watch never saw the server go idle"
         if line["t"] > finished_at and (_model(line) or {}).get("phase") == "idle":
             break
-    watch.process.send_signal(signal.SIGINT)  # Ctrl-C: watch closes its store and exits 0
-    watch.drain()
-    assert watch.process.wait(timeout=30) == 0, watch.stderr()
+    assert watch.ctrl_c() == 0, watch.stderr()  # Ctrl-C: watch closes its store and exits 0
 
     lines = watch.lines
     models = [(line, _model(line)) for line in lines]

@@ -17,6 +17,7 @@ import pytest
 
 T = TypeVar("T")
 LINE_TIMEOUT_S = 30.0  # `watch` prints one line a second; this long without one is a failure
+CTRL_C_LINES = 10  # lines `watch` may still print after Ctrl-C (the tick under way, a slow host)
 
 
 def run_cli(
@@ -70,6 +71,18 @@ class Watch:
     def drain(self) -> None:
         while self.next_line() is not None:
             pass
+
+    def ctrl_c(self) -> int:
+        """Ctrl-C (SIGINT), then the lines it still prints until it exits; its exit code. Fails with
+        its stderr when it prints CTRL_C_LINES more: a watch that lost the Ctrl-C runs on to its
+        --duration (seen once in CI, on a loaded host)."""
+        self.process.send_signal(signal.SIGINT)
+        for _ in range(CTRL_C_LINES):
+            if self.next_line() is None:
+                return self.process.wait(timeout=30)
+        self.process.kill()
+        self.process.wait(timeout=30)
+        pytest.fail(f"watch printed {CTRL_C_LINES} lines after Ctrl-C; stderr:\n{self.stderr()[-3000:]}")
 
     def stop(self) -> None:
         if self.process.poll() is None:

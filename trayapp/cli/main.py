@@ -11,10 +11,13 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from trayapp import __version__
 from trayapp.config.log_format import RedactingFormatter
@@ -335,28 +338,56 @@ def run_watch(args: argparse.Namespace) -> int:
         print(f"llm-tray: {warning}", file=sys.stderr)
     start = time.monotonic()
     next_at = start
+    ctrl_c = _CtrlC()
     try:
-        while True:
-            snapshot = monitor.tick(budget_s=max(0.2, args.interval * 0.8))
-            if args.json:
-                print(json.dumps(snapshot_json(snapshot)), flush=True)
-            else:
-                print(terminal_safe(format_watch_line(snapshot)), flush=True)
-            if monitor.store_error:
-                print(f"llm-tray: store: {monitor.store_error}", file=sys.stderr)
-            next_at += args.interval
-            now = time.monotonic()
-            if args.duration is not None and now - start >= args.duration:
-                break
-            if next_at > now:
-                time.sleep(next_at - now)
-            else:
-                next_at = now  # fell behind (slow tick): don't try to catch up in a burst
+        with ctrl_c:
+            while not ctrl_c.pressed:
+                snapshot = monitor.tick(budget_s=max(0.2, args.interval * 0.8))
+                if args.json:
+                    print(json.dumps(snapshot_json(snapshot)), flush=True)
+                else:
+                    print(terminal_safe(format_watch_line(snapshot)), flush=True)
+                if monitor.store_error:
+                    print(f"llm-tray: store: {monitor.store_error}", file=sys.stderr)
+                next_at += args.interval
+                now = time.monotonic()
+                if args.duration is not None and now - start >= args.duration:
+                    break
+                if next_at > now:
+                    time.sleep(next_at - now)
+                else:
+                    next_at = now  # fell behind (slow tick): don't try to catch up in a burst
     except KeyboardInterrupt:
         pass
     finally:
         monitor.close()
     return 0
+
+
+class _CtrlC:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual and is also remembered (`pressed`), which a
+    loop checks each round: a KeyboardInterrupt raised while a finaliser runs is lost (Python prints
+    "Exception ignored" and goes on), and `watch` then ran on to its --duration (seen in CI on a loaded
+    host). Off the main thread no handler can be set, and `pressed` stays False."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+        self._installed = False
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
+
+    def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
 
 
 def _run_bar(args: argparse.Namespace) -> int:
