@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,12 @@ import keyring
 import pytest
 
 pytest.register_assert_rewrite("tests.support")  # helpers' asserts explain themselves, as in tests
+
+# A suite started in the background by a script (`.ci/run &`, bash without job control) inherits
+# SIGINT ignored, and so would every child it starts: the tests that press Ctrl-C on `watch`, the
+# proxy, the agent or the tray would see it ignored, as no terminal ever delivers it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support.llama import LlamaServer, llama_server_binary, test_model_path  # noqa: E402
 from tests.support.memory_keyring import MemoryKeyring  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +48,24 @@ def test_ctrl_c_outside_a_finaliser_still_interrupts_at_once() -> None:
         except KeyboardInterrupt:
             interrupted = True
     assert interrupted and ctrl_c.pressed
+
+
+def test_where_sigint_is_ignored_it_stays_ignored() -> None:
+    """`llm-tray watch &` in a script starts with SIGINT ignored, as the shell meant: no handler."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _CtrlC() as ctrl_c:
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)  # ignored by the kernel: nothing runs
+        assert not ctrl_c.pressed
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_suites_children_get_ctrl_c_as_from_a_terminal() -> None:
+    """Started in the background by a script, the suite inherits SIGINT ignored; tests/conftest.py
+    restores it, so the CLI children the tests press Ctrl-C on can hear it."""
+    code = "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"

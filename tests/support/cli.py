@@ -74,8 +74,8 @@ class Watch:
 
     def ctrl_c(self) -> int:
         """Ctrl-C (SIGINT), then the lines it still prints until it exits; its exit code. Fails with
-        its stderr when it prints CTRL_C_LINES more: a watch that lost the Ctrl-C runs on to its
-        --duration (seen once in CI, on a loaded host)."""
+        its stderr when it prints CTRL_C_LINES more: a watch that never got the Ctrl-C runs on to
+        its --duration (seen in CI, where the suite inherited SIGINT ignored: tests/conftest.py)."""
         self.process.send_signal(signal.SIGINT)
         for _ in range(CTRL_C_LINES):
             if self.next_line() is None:

@@ -367,8 +367,9 @@ def run_watch(args: argparse.Namespace) -> int:
 class _CtrlC:
     """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual and is also remembered (`pressed`), which a
     loop checks each round: a KeyboardInterrupt raised while a finaliser runs is lost (Python prints
-    "Exception ignored" and goes on), and `watch` then ran on to its --duration (seen in CI on a loaded
-    host). Off the main thread no handler can be set, and `pressed` stays False."""
+    "Exception ignored" and goes on), and `watch` would run on to its --duration. Where SIGINT is
+    ignored (started in the background by a script) it stays ignored; off the main thread no handler
+    can be set. In both cases `pressed` stays False."""
 
     def __init__(self) -> None:
         self.pressed = False
@@ -376,7 +377,8 @@ class _CtrlC:
         self._installed = False
 
     def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is threading.main_thread():
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # `watch &` in a script
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
             self._installed = True
         return self
