@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -75,7 +76,10 @@ def test_watch_keeps_its_cadence_while_a_server_hangs(bad_servers: dict[str, Fak
     stamps = [json.loads(line)["t"] for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(stamps) >= 7
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert max(gaps[1:]) < 1.8, f"watch lost its cadence: gaps {gaps}"  # the first tick includes discovery
+    # Waiting on the hung server would make every tick last its 2 s read timeout; one late tick on a
+    # busy host is followed by a short one (watch keeps its schedule), so the mean tells, not the max.
+    # The first gap includes discovery.
+    assert statistics.mean(gaps[1:]) < 1.5, f"watch lost its cadence: gaps {gaps}"
     last = json.loads(result.stdout.splitlines()[-1])
     hung = next(s for s in last["servers"] if s["url"] == bad_servers["hung"].url)
     assert hung["status"] == "error"

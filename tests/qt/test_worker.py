@@ -86,8 +86,9 @@ def test_gui_stays_responsive_while_a_tick_blocks_2_s(qtbot: QtBot, made: list[S
     assert snapshot.servers[0].models[0].decode_tok_s == 41.0
     assert len(gaps) > 100  # ~2 s of 10 ms beats happened *during* the blocking tick
     # the tick blocks 2 s: a GUI thread waiting on it would miss a 2 s stretch of beats; a busy host
-    # may delay one beat by a scheduler slice or two (203 ms seen beside other work), never by 2 s
-    assert max(gaps) < 0.5, f"GUI event loop stalled {max(gaps) * 1000:.0f} ms"
+    # may delay one beat by a scheduler slice or two (203 ms seen beside other work; the suite runs two
+    # workers), never by 2 s: half of it is the bound
+    assert max(gaps) < 1.0, f"GUI event loop stalled {max(gaps) * 1000:.0f} ms"
     gui = threading.get_ident()
     monitor = made[0]
     assert monitor.built_on != gui and monitor.tick_threads == {monitor.built_on}
