@@ -255,3 +255,35 @@ def test_stored_benches_list_their_engine_and_build(db: Path) -> None:
         got = rows(store, "bench")
     assert format_bench(got).splitlines()[1].endswith("Ollama 0.30.1")
     assert format_bench([{**got[0], "server_kind": None}]).splitlines()[1].endswith(" 0.30.1")
+
+
+def test_schema_10_drops_a_measured_ram_bandwidth_from_cpu_labels_and_keeps_the_rest(db: Path) -> None:
+    """Rows a schema 9 store kept under "CPU (system RAM) @ 20 GB/s" are found under the label the
+    monitor asks for now ("CPU (system RAM)"); a GPU's label, whose bandwidth is a spec, is left."""
+    raw = sqlite3.connect(db)
+    for migration in store_mod.MIGRATIONS[:9]:
+        migration(raw)
+    raw.execute("PRAGMA user_version = 9")
+    old_cpu, gpu = "CPU (system RAM) @ 20 GB/s", "NVIDIA GeForce RTX 4090 @ 1008 GB/s"
+    for sid, label in (("cpu", old_cpu), ("gpu", gpu)):
+        raw.execute(
+            "INSERT INTO sessions (session_id, server, server_kind, model, started_wall_s, hardware) "
+            "VALUES (?, 'http://127.0.0.1:8080', 'llamacpp', 'qwen3:8b', ?, ?)",
+            (sid, T0, label),
+        )
+    raw.execute(
+        "INSERT INTO bench (started_wall_s, finished_wall_s, model, quantization, hardware, depth_tokens, "
+        "decode_tok_s, runs) VALUES (?, ?, 'qwen3:8b', 'Q4_K_M', ?, 0, 27.5, 3)",
+        (T0, T0 + 30, old_cpu),
+    )
+    raw.commit()
+    raw.close()
+    with Store(db) as store:
+        assert {r["session_id"]: r["hardware"] for r in rows(store, "sessions")} == {
+            "cpu": "CPU (system RAM)",
+            "gpu": gpu,
+        }
+        rate = store.bench_rate(
+            model="qwen3:8b", quantization="Q4_K_M", hardware="CPU (system RAM)", before_wall_s=T0 + 60
+        )
+        assert rate == 27.5

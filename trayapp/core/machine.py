@@ -18,6 +18,8 @@ from trayapp.core.model import HardwareProfile, HardwareSnapshot, RamBandwidthCh
 
 GpuLookup = Callable[[str], "tuple[float, int | None] | None"]  # name -> (bandwidth_gbps, vram_bytes)
 
+CPU_ONLY_LABEL = "CPU (system RAM)"  # a machine without a GPU: the weights live in system RAM
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -122,7 +124,7 @@ def resolve_machine(
     sources["bandwidth"] = sources.get("ram_bandwidth", "unknown")
     sources["capacity"] = "given" if profile.vram_bytes is not None else "psutil"
     return Machine(
-        label="CPU (system RAM)",
+        label=CPU_ONLY_LABEL,
         fast_bandwidth_gbps=ram_bw,
         fast_capacity_bytes=capacity,
         ram_bandwidth_gbps=ram_bw,

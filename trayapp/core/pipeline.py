@@ -327,9 +327,12 @@ def _queued(model: ModelReading) -> int | None:
 
 
 def hardware_label(machine: Machine) -> str:
-    """A short, stable description of the hardware, used to compare sessions."""
+    """A short, stable description of the hardware, used to compare sessions and benches. A
+    bandwidth from a spec, a table or the user is part of it; a measured one is not: a later,
+    better measurement (a quieter moment, another process's figure) describes the same machine,
+    and must not orphan every baseline and bench recorded under the earlier figure."""
     parts = [machine.label]
-    if machine.fast_bandwidth_gbps:
+    if machine.fast_bandwidth_gbps and machine.sources.get("bandwidth") != "measured":
         parts.append(f"{machine.fast_bandwidth_gbps:.0f} GB/s")
     return " @ ".join(parts)
 

@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from trayapp.core.machine import CPU_ONLY_LABEL
+
 log = logging.getLogger(__name__)
 
 TABLES = ("samples", "requests", "sessions", "hardware", "alerts", "bench")
@@ -254,6 +256,17 @@ def _migration_9(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE bench ADD COLUMN server_kind TEXT")
 
 
+def _migration_10(conn: sqlite3.Connection) -> None:
+    """A CPU-only machine's hardware label no longer carries its measured RAM bandwidth
+    ("CPU (system RAM) @ 20 GB/s" -> "CPU (system RAM)"): a re-measurement changed the label and
+    orphaned every session and bench recorded under the earlier figure."""
+    for table in ("sessions", "bench"):
+        conn.execute(
+            f"UPDATE {table} SET hardware = ? WHERE hardware LIKE ?",
+            (CPU_ONLY_LABEL, f"{CPU_ONLY_LABEL} @ % GB/s"),
+        )
+
+
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = [
     _migration_1,
@@ -265,6 +278,7 @@ MIGRATIONS: list[Migration] = [
     _migration_7,
     _migration_8,
     _migration_9,
+    _migration_10,
 ]
 
 
