@@ -27,7 +27,7 @@ from tests.support.agent import Agent
 from tests.support.bar_formats import check_polybar, check_swiftbar, check_tmux, check_waybar
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
-from tests.support.llama import LlamaServer, generate, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, generate_in_background, tokens_lasting
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import EndpointConfig, HardwareConfig, MonitorConfig, Settings
 from trayapp.ui.qtcompat import apply_workarounds
@@ -187,7 +187,7 @@ def test_the_tray_app_publishes_for_bar_and_status(
 @pytest.mark.llamacpp
 def test_waybar_follows_the_real_servers_live_rate(llama_server: LlamaServer, tmp_path: Path) -> None:
     """idle → decoding (the live rate in the text) → idle, one line per change, from a real llama-server."""
-    generate(llama_server.url, "Count slowly:", 8)  # warm-up
+    tokens = tokens_lasting(decode_rate(llama_server.url), 8.0)  # several live lines on any host; a warm-up
     agent = Agent(tmp_path, llama_server.url, kind="llamacpp", poll_s=0.3, gpu=None)
     follow: Follow | None = None
     try:
@@ -195,7 +195,7 @@ def test_waybar_follows_the_real_servers_live_rate(llama_server: LlamaServer, tm
         follow = Follow(agent.env, tmp_path, "--format", "waybar", "--max-width", "0")
         first = check_waybar(follow.wait_lines(1)[0])
         assert first["class"] == "idle" and first["text"].endswith(" idle"), first
-        reply = generate_in_background(llama_server.url, "Tell me about the sea.", 400, ignore_eos=True)
+        reply = generate_in_background(llama_server.url, "Tell me about the sea.", tokens, ignore_eos=True)
         lines_of = follow.lines
 
         def seen(pattern: str, after: int = 0) -> int | None:

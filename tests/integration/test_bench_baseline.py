@@ -31,6 +31,7 @@ from tests.support.llama import (
     generate_in_background,
     monitor_for,
     tick_until_done,
+    tokens_lasting,
 )
 from trayapp.config import paths
 from trayapp.core.bench import BASELINE_MAX_CV
@@ -154,6 +155,8 @@ def test_a_slower_session_regresses_against_the_stored_bench(
 
     assert second_server.pid is not None
     run_s = STOP_S * SLOW_SHARE / (1 - SLOW_SHARE)
+    # ~10 s at the slowed rate: enough polled rates for the estimate (96 tokens lasted ~2 s on a fast host)
+    tokens = tokens_lasting(bench["decode_tok_s"] * SLOW_SHARE, 10.0)
     monitor = monitor_for(second_server.url, record=True)
     try:
         assert not [w for w in monitor.warnings if "not recording" in w], monitor.warnings
@@ -161,7 +164,9 @@ def test_a_slower_session_regresses_against_the_stored_bench(
         model = first.servers[0].models[0]
         assert model.name == bench["model"] and model.spec_type is None
         with duty_cycle(second_server.pid, stop_s=STOP_S, run_s=run_s):
-            future = generate_in_background(second_server.url, "Describe the harbour.", 96, ignore_eos=True)
+            future = generate_in_background(
+                second_server.url, "Describe the harbour.", tokens, ignore_eos=True
+            )
             snapshots = tick_until_done(monitor, future)
     finally:
         monitor.close()

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.llama import LlamaServer, free_port, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, free_port, generate_in_background, tokens_lasting
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "resources" / "grafana" / "llm-tray-dashboard.json"
@@ -40,7 +40,7 @@ MODEL = "gemma-3-270m-q4_k_m.gguf"
 READY_TIMEOUT_S = 60.0
 STORED_TIMEOUT_S = 120.0
 MAX_GENERATIONS = 4  # bounded: more requests only if a generation ended before both agents were stored
-N_PREDICT = 500
+GENERATION_S = 15.0  # each request decodes ~15 s at the server's own speed (500 tokens: 6 s on a fast host)
 TEMPLATE_VARIABLES = ("instance", "server", "model")
 # Series every agent exports while the model decodes on this CPU-only machine: a dashboard query
 # reading only these must return data. (GPU share, VRAM, TTFT and alerts are legitimately empty here.)
@@ -243,10 +243,11 @@ def _generate_until_stored(fleet: Fleet, processes: Processes) -> None:
     deadline = time.monotonic() + STORED_TIMEOUT_S
     decode: set[str] = set()
     ceiling: set[str] = set()
+    tokens = tokens_lasting(decode_rate(fleet.server_url), GENERATION_S)
     for _ in range(MAX_GENERATIONS):
         started = time.time()
         future: Future[dict[str, Any]] = generate_in_background(
-            fleet.server_url, "Write a long story about a lighthouse keeper.", N_PREDICT, ignore_eos=True
+            fleet.server_url, "Write a long story about a lighthouse keeper.", tokens, ignore_eos=True
         )
         stored_at = None
         while not future.done() and time.monotonic() < deadline:

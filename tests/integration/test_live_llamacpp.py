@@ -20,11 +20,13 @@ import pytest
 from tests.support.cli import Watch, run_cli
 from tests.support.llama import (
     LlamaServer,
+    decode_rate,
     generate,
     generate_in_background,
     monitor_for,
     tick_until,
     tick_until_done,
+    tokens_lasting,
 )
 from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.thresholds import Thresholds
@@ -56,12 +58,14 @@ def test_measured_decode_never_exceeds_the_ceiling(llama_server: LlamaServer, mo
 
 def test_watch_reports_the_servers_own_decode_rate(llama_server: LlamaServer) -> None:
     """`watch --json` runs until the request has finished and the server is idle again (waited on,
-    never a fixed duration: a slow host only makes it longer). About 15–30 s."""
+    never a fixed duration: a slow host only makes it longer). The request decodes ~12 s at the server's
+    own speed now (400 tokens lasted 4 s on a fast host: 7 lines). About 15–30 s."""
+    tokens = tokens_lasting(decode_rate(llama_server.url), 12.0)
     watch = Watch("--interval", "1", "--duration", "300", "--endpoint", llama_server.url, "--no-discover")
     try:
         assert watch.next_line() is not None  # watching before the request starts
         future = generate_in_background(
-            llama_server.url, "Write a long story about a lighthouse.", 400, ignore_eos=True
+            llama_server.url, "Write a long story about a lighthouse.", tokens, ignore_eos=True
         )
         while not future.done():
             assert watch.next_line() is not None, "watch ended before the request did"
@@ -96,11 +100,12 @@ def own_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> Iterator
 
 
 def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> None:
+    tokens = tokens_lasting(decode_rate(own_server.url), 6.0)  # several 1 s polls on any host
     monitor = monitor_for(own_server.url)
     try:
         assert monitor.tick().servers[0].status == "ok"
         snapshots = tick_until_done(
-            monitor, generate_in_background(own_server.url, "Hello", 250, ignore_eos=True)
+            monitor, generate_in_background(own_server.url, "Hello", tokens, ignore_eos=True)
         )
         assert any(m.decode_tok_s for s in snapshots for _, m in s.models())
 
@@ -110,7 +115,7 @@ def test_monitoring_recovers_after_a_server_restart(own_server: LlamaServer) -> 
         assert down.servers[0].reason
 
         own_server.restart()
-        future = generate_in_background(own_server.url, "Hello again", 250, ignore_eos=True)
+        future = generate_in_background(own_server.url, "Hello again", tokens, ignore_eos=True)
         after = tick_until_done(monitor, future)
         assert after[-1].servers[0].status == "ok"
         rates = [m.decode_tok_s for s in after for _, m in s.models() if m.decode_tok_s is not None]
@@ -193,12 +198,13 @@ def test_long_context_raises_kv_slowdown_matching_server_timings(full_kv_server:
 def test_a_finished_request_gets_the_servers_own_rate_at_once(llama_server: LlamaServer) -> None:
     """The probe scrapes /metrics in the poll that sees a request end (not only every 10 s): the
     model's last rate is then the server's own tokens ÷ seconds of that request, exact."""
+    # Long enough that polls every 0.25 s see it running on the fastest host (32 tokens once
+    # finished between two 1 s polls on a quick CPU), short enough for a slow one.
+    tokens = tokens_lasting(decode_rate(llama_server.url), 3.0)
     monitor = monitor_for(llama_server.url)
     try:
         monitor.tick()  # the first scrape: counters before the request
-        # Long enough that polls every 0.25 s see it running on the fastest host (32 tokens once
-        # finished between two 1 s polls on a quick CPU), short enough for a slow one.
-        future = generate_in_background(llama_server.url, "Name a river.", 160, ignore_eos=True)
+        future = generate_in_background(llama_server.url, "Name a river.", tokens, ignore_eos=True)
         snapshots = tick_until_done(monitor, future, interval_s=0.25)
     finally:
         monitor.close()
@@ -221,10 +227,11 @@ def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_serv
     then `unreachable`), yet the request's session goes on when it answers again (it used to end,
     and the rest of the request began a new session, losing the conversation's KV trend). ~30 s."""
     assert llama_server.pid is not None
+    tokens = tokens_lasting(decode_rate(llama_server.url), 8.0)  # still decoding when it is stopped
     monitor = monitor_for(llama_server.url, settings=Settings(monitor=MonitorConfig(session_idle_gap_s=6.0)))
     try:
         monitor.tick()
-        future = generate_in_background(llama_server.url, "Tell me a long story.", 400, ignore_eos=True)
+        future = generate_in_background(llama_server.url, "Tell me a long story.", tokens, ignore_eos=True)
         before = tick_until(
             monitor, lambda s: any(m.phase == "decoding" for _, m in s.models()), limit_s=120, interval_s=0.25
         )
@@ -239,7 +246,7 @@ def test_a_server_silent_in_the_middle_of_a_request_keeps_its_session(llama_serv
     finally:
         monitor.close()
     assert {s.servers[0].status for s in silent} & {"error", "unreachable"}  # no answer in time
-    assert future.result()["timings"]["predicted_n"] == 400  # the request went on after the pause
+    assert future.result()["timings"]["predicted_n"] == tokens  # the request went on after the pause
     sessions = {m.session_id for s in before + silent + after for _, m in s.models() if m.session_id}
     seen = [
         (s.servers[0].status, s.servers[0].reason, [(m.name, m.phase, m.session_id) for _, m in s.models()])

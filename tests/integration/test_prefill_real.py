@@ -19,14 +19,19 @@ import httpx
 import pytest
 
 from tests.support.cli import WatchToFile
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, generate, generate_in_background, tokens_lasting
 
 pytestmark = pytest.mark.llamacpp
 
 BATCH_TOKENS = 64
-PROMPT_SENTENCES = 140  # 14 tokens each (+ BOS): ~1,960 tokens, ~10-30 s of prefill on 2 shared cores
+SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "  # 14 tokens
+# The prompt is sized from the server's own prompt rate here, to ~PREFILL_S of prefill: 140 sentences
+# (~1,960 tokens) took 10-30 s on a busy 2-core host and a few seconds on a fast one, where the
+# first prefill poll (every 5 s while idle) can come too late to see three steps.
+PREFILL_S = 12.0
+SENTENCES_RANGE = (140, 500)  # ~1,960 to ~7,000 tokens, inside the 8,192-token context
 PREFILL_LIMIT_S = 150.0  # generous: measured ~83 prompt tok/s on a busy 2-core host (25 s)
-N_PREDICT = 120  # enough decoding (a few seconds) for a watch line to see phase "decoding"
+DECODE_S = 5.0  # enough decoding at the server's own rate for a watch line to see phase "decoding"
 RAM_GBPS = "54"  # given, so that no RAM benchmark competes with the server for the 2 cores
 # The live rate is (tokens now − tokens at the first prefill poll) ÷ the seconds between those
 # polls, while the server's prompt_per_second is the whole prompt over its own compute time. They
@@ -54,15 +59,18 @@ def test_watch_shows_prefill_progress_before_the_first_token(
     llama_binary: Path, model_path: Path, tmp_path: Path
 ) -> None:
     """About 30-45 s on a 2-core host: server start ~5 s, prefill ~10-30 s, decode ~5 s."""
-    prompt = "The quick brown fox jumps over the lazy dog near the river bank. " * PROMPT_SENTENCES
     server = LlamaServer(
-        model_path, binary=llama_binary, ctx_size=4096, threads=1, log_dir=tmp_path,
+        model_path, binary=llama_binary, ctx_size=8192, threads=1, log_dir=tmp_path,
         extra_args=["-b", str(BATCH_TOKENS), "-ub", str(BATCH_TOKENS)],
     )  # fmt: skip
     with server, httpx.Client(trust_env=False, timeout=30.0) as client:
+        probe = generate(server.url, SENTENCE * 30, 1, cache_prompt=False, timeout_s=PREFILL_LIMIT_S)
+        sentences = round(probe["timings"]["prompt_per_second"] * PREFILL_S / 14)
+        prompt = SENTENCE * max(SENTENCES_RANGE[0], min(SENTENCES_RANGE[1], sentences))
+        n_predict = tokens_lasting(decode_rate(server.url), DECODE_S)
         tokens = client.post(server.url + "/tokenize", json={"content": prompt, "add_special": True})
         prompt_tokens = len(tokens.json()["tokens"])
-        assert 1500 <= prompt_tokens <= 2500, prompt_tokens
+        assert 14 * SENTENCES_RANGE[0] <= prompt_tokens <= 14 * SENTENCES_RANGE[1] + 1, prompt_tokens
         watch = WatchToFile(
             tmp_path, "--endpoint", server.url, "--no-discover", "--ram-bandwidth-gbps", RAM_GBPS,
             "--interval", "1", "--duration", "300",
@@ -73,7 +81,7 @@ def test_watch_shows_prefill_progress_before_the_first_token(
             request = generate_in_background(
                 server.url,
                 prompt,
-                N_PREDICT,
+                n_predict,
                 ignore_eos=True,
                 cache_prompt=False,
                 timeout_s=PREFILL_LIMIT_S + 60,

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.agent import Agent
 from tests.support.fake_servers import FakeOllama, wait_until
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, generate_in_background, tokens_lasting
 from tests.support.memory_keyring import MemoryKeyring
 from trayapp.config.agents import AgentConfig
 from trayapp.config.settings import EndpointConfig, MonitorConfig, Settings
@@ -161,8 +161,9 @@ def test_two_machines_in_one_tray(
         [AgentConfig(box_a.url, "box-a", token_env="BOX_A_TOKEN"), AgentConfig(box_b.url, "box-b")], local.url
     )
     try:
+        tokens = tokens_lasting(decode_rate(llama_server.url), 10.0)  # seen through two pollers
         reply = generate_in_background(
-            llama_server.url, "Count slowly from one to a thousand:", 400, ignore_eos=True
+            llama_server.url, "Count slowly from one to a thousand:", tokens, ignore_eos=True
         )
 
         def decoding_on_a(snapshot: Snapshot) -> bool:

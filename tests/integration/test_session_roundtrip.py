@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import Watch
-from tests.support.llama import LlamaServer, generate, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, generate_in_background, tokens_lasting
 from trayapp.config import paths
 from trayapp.sinks.store import Store
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.llamacpp
 
 MODEL = "gemma-3-270m-q4_k_m.gguf"
 REQUESTS = 3
-N_PREDICT = 200
+REQUEST_S = 4.0  # each request decodes ~4 s at the server's own speed (200 tokens: 2 s on a fast host)
 T_TOLERANCE_S = 0.0006  # watch prints `t` rounded to the millisecond
 
 
@@ -111,7 +111,7 @@ def _rounded(value: float | None, digits: int = 2) -> float | None:
 def test_watch_recording_comes_back_from_export_with_the_same_numbers(
     llama_server: LlamaServer, watch_processes: list[Watch]
 ) -> None:
-    generate(llama_server.url, "Warm up.", 8)  # the first request after start is slower
+    tokens = tokens_lasting(decode_rate(llama_server.url), REQUEST_S)  # also the warm-up: a first is slower
     watch = Watch("--interval", "1", "--duration", "90", "--endpoint", llama_server.url, "--no-discover")
     watch_processes.append(watch)
     first = watch.next_line()
@@ -120,7 +120,7 @@ def test_watch_recording_comes_back_from_export_with_the_same_numbers(
     timings = []
     for i in range(REQUESTS):  # a separate client, one request after the other
         future = generate_in_background(
-            llama_server.url, f"Describe harbour number {i}.", N_PREDICT, ignore_eos=True
+            llama_server.url, f"Describe harbour number {i}.", tokens, ignore_eos=True
         )
         while not future.done():
             assert watch.next_line() is not None, "watch ended before the requests did"
@@ -183,7 +183,7 @@ def test_watch_recording_comes_back_from_export_with_the_same_numbers(
             printed_rates,
         )
         assert row["decode_tok_s"] == pytest.approx(server_timings["predicted_per_second"], rel=0.2)
-        assert 0 < row["decode_tokens"] <= N_PREDICT
+        assert 0 < row["decode_tokens"] <= tokens
         previous_finish = row["finished_wall_s"]
 
     # --- sessions: the one session watch showed, with its request count

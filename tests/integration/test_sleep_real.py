@@ -22,7 +22,14 @@ import httpx
 import pytest
 
 from tests.support.cli import WatchToFile, wait_for
-from tests.support.llama import LlamaServer, generate, generate_in_background, monitor_for
+from tests.support.llama import (
+    LlamaServer,
+    decode_rate,
+    generate,
+    generate_in_background,
+    monitor_for,
+    tokens_lasting,
+)
 from trayapp.config.settings import Settings
 from trayapp.core.model import HardwareProfile, Snapshot
 
@@ -120,15 +127,17 @@ def test_watch_lets_the_server_sleep_shows_it_and_follows_the_wake(
     Without `--metrics` the server process's CPU use is the only sign of work the probe has.
     """
     with _sleepy_server(tmp_path, 5, metrics=metrics) as server:
+        # Long enough (~5 s at the server's own speed now) for polls once a second to see it decode:
+        # 120 tokens lasted ~1.5 s on a fast host, and without --metrics no poll saw them.
+        tokens = tokens_lasting(decode_rate(server.url), 5.0)
         watch = WatchToFile(
             tmp_path, "--endpoint", server.url, "--no-discover", "--ram-bandwidth-gbps", RAM_GBPS,
             "--interval", "1", "--duration", "300",
         )  # fmt: skip
         try:
             watch.wait_line(lambda line: bool(line["servers"]), 60.0, "watch's first line")
-            # Long enough (several seconds) for polls once a second to see it decode.
-            first = generate(server.url, "Tell me about the sea.", 120, ignore_eos=True)
-            assert first["timings"]["predicted_n"] == 120
+            first = generate(server.url, "Tell me about the sea.", tokens, ignore_eos=True)
+            assert first["timings"]["predicted_n"] == tokens
             watch.wait_line(
                 lambda line: bool(_model(line)["last_decode_tok_s"]), 30.0, "watch to see the request"
             )

@@ -27,7 +27,7 @@ from tests.support import snapshots as s
 from tests.support.agent import Agent
 from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
-from tests.support.llama import LlamaServer, generate_in_background
+from tests.support.llama import LlamaServer, decode_rate, generate_in_background, tokens_lasting
 from trayapp.core.jsonview import snapshot_json
 from trayapp.sinks.snapshot_server import SnapshotServer
 
@@ -304,10 +304,11 @@ def test_no_prompt_generated_text_or_api_key_reaches_the_endpoint(
     endpoint = f'[[endpoints]]\nurl = "{llama_server.url}"\nkind = "llamacpp"\napi_key_env = "CANARY_KEY"\n'
     agent = Agent(tmp_path, "", config=endpoint, env={"CANARY_KEY": key}, gpu=None)
     raw = bytearray()
+    tokens = tokens_lasting(decode_rate(llama_server.url), 4.0)  # long enough for the stream to see it
     try:
         info = agent.wait_ready()
         with httpx.stream("GET", info["url"] + "/v1/events", timeout=httpx.Timeout(5, read=30)) as events:
-            reply = generate_in_background(llama_server.url, prompt, 160, ignore_eos=True)
+            reply = generate_in_background(llama_server.url, prompt, tokens, ignore_eos=True)
             done_at: int | None = None  # snapshots seen when the request had ended
             for chunk in events.iter_bytes():
                 raw += chunk

@@ -246,6 +246,21 @@ def generate(
         return last
 
 
+def decode_rate(url: str, **params: Any) -> float:
+    """The server's own decode rate now (tok/s), from the `timings` of a short request: what a test
+    sizes its requests from, since the same model decodes at 25 tok/s on one CI host, 100 on another
+    and a tenth of either beside a busy neighbour. `params` go to the request (e.g. `model`)."""
+    timings = generate(url, "Count slowly:", 24, ignore_eos=True, **params)["timings"]
+    return float(timings["predicted_per_second"])
+
+
+def tokens_lasting(rate_tok_s: float, seconds: float, *, low: int = 32, high: int = 2000) -> int:
+    """A request size (`n_predict`) that decodes for about `seconds` at `rate_tok_s` (a server's own
+    rate on this host, see `decode_rate`), within [low, high]: long enough for a monitor polling once
+    a second to see it on a fast host, never minutes on a slow one."""
+    return max(low, min(high, round(rate_tok_s * seconds)))
+
+
 def generate_in_background(url: str, prompt: str, n_predict: int, **kwargs: Any) -> Future[dict[str, Any]]:
     """`generate` in a daemon thread; the future holds the response (or the exception)."""
     future: Future[dict[str, Any]] = Future()
