@@ -23,7 +23,6 @@ import argparse
 import logging
 import os
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trayapp.cli.stop_signals import event_setter, on_stop_signals
 from trayapp.config import paths
 from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text, read_secret_file
 from trayapp.core.loopback import is_loopback
@@ -233,48 +233,44 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
     print(f"llm-tray agent: metrics on {exporter.url}", file=sys.stderr, flush=True)
 
     stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _on_signal)
-
     started = time.monotonic()
     owner = snapshots.machine_sampler if snapshots is not None else None
     failing: str | None = None  # the tick's failure now (logged once per episode)
-    try:
-        while not stop.is_set():
-            try:
-                snapshot = monitor.tick()
-            except Exception as exc:  # e.g. OSError EMFILE at the fd limit: the agent waits and tries again
-                what = f"{type(exc).__name__}: {exc}"
-                if what != failing:
-                    failing = what
-                    log.warning("agent: a tick failed (%s); serving on, trying again", what, exc_info=exc)
-                    print(
-                        f"llm-tray agent: a tick failed ({what}); trying again", file=sys.stderr, flush=True
-                    )
-                stop.wait(TICK_RETRY_S)
-                continue
-            if failing is not None:
-                failing = None
-                log.info("agent: ticking again")
-                print("llm-tray agent: ticking again", file=sys.stderr, flush=True)
-            state.observe(snapshot)
+    with on_stop_signals(event_setter(stop)):
+        try:
+            while not stop.is_set():
+                try:
+                    snapshot = monitor.tick()
+                except Exception as exc:  # e.g. EMFILE at the fd limit: wait, then try again
+                    what = f"{type(exc).__name__}: {exc}"
+                    if what != failing:
+                        failing = what
+                        log.warning("agent: a tick failed (%s); serving on, trying again", what, exc_info=exc)
+                        print(
+                            f"llm-tray agent: a tick failed ({what}); trying again",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    stop.wait(TICK_RETRY_S)
+                    continue
+                if failing is not None:
+                    failing = None
+                    log.info("agent: ticking again")
+                    print("llm-tray agent: ticking again", file=sys.stderr, flush=True)
+                state.observe(snapshot)
+                if snapshots is not None:
+                    snapshots.publish(snapshot)
+                    if snapshots.machine_sampler != owner:  # re-claimed on its builder thread
+                        owner = snapshots.machine_sampler
+                        _say_sampler(snapshots)
+                if monitor.store_error:
+                    log.warning("store: %s", monitor.store_error)
+                if args.duration is not None and time.monotonic() - started >= args.duration:
+                    break
+                stop.wait(monitor.next_interval_s())
+        finally:
             if snapshots is not None:
-                snapshots.publish(snapshot)
-                if snapshots.machine_sampler != owner:  # re-claimed on its builder thread
-                    owner = snapshots.machine_sampler
-                    _say_sampler(snapshots)
-            if monitor.store_error:
-                log.warning("store: %s", monitor.store_error)
-            if args.duration is not None and time.monotonic() - started >= args.duration:
-                break
-            stop.wait(monitor.next_interval_s())
-    finally:
-        if snapshots is not None:
-            snapshots.stop(2.0)  # and its sampler file
-        exporter.stop()
-        monitor.close()
+                snapshots.stop(2.0)  # and its sampler file
+            exporter.stop()
+            monitor.close()
     return 0

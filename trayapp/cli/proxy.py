@@ -16,12 +16,12 @@ import logging
 import os
 import queue
 import secrets
-import signal
 import sys
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from trayapp.cli.stop_signals import on_stop_signals
 from trayapp.config import paths
 from trayapp.config.files import read_secret_file
 from trayapp.core.model import QUEUE_WAIT_NOTED_S, FinishedRequest, HardwareProfile
@@ -267,27 +267,26 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
     # A plain flag, not an Event: a handler that sets an Event can deadlock on the lock of the
     # Event's own wait, which the main thread may hold when the signal comes (seen with wait(0)).
     stopping: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     started = time.monotonic()
     said: set[str] = set()
-    try:
-        next_tick = 0.0
-        while not stopping:
-            if monitor is not None and time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + _tick(monitor, said)
+    with on_stop_signals(stopping.append):
+        try:
+            next_tick = 0.0
+            while not stopping:
+                if monitor is not None and time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + _tick(monitor, said)
+                _print_records(printed, args.json)
+                if args.duration is not None and time.monotonic() - started >= args.duration:
+                    break
+                time.sleep(0.2 if monitor is None else min(0.2, max(0.01, next_tick - time.monotonic())))
+        finally:
+            proxies.stop()
             _print_records(printed, args.json)
-            if args.duration is not None and time.monotonic() - started >= args.duration:
-                break
-            time.sleep(0.2 if monitor is None else min(0.2, max(0.01, next_tick - time.monotonic())))
-    finally:
-        proxies.stop()
-        _print_records(printed, args.json)
-        if forwarder is not None:
-            forwarder.close()  # the last records reach the sampler, and the lease ends
-        if monitor is not None:
-            _tick(monitor, said)  # the last records reach the store
-            monitor.close()
+            if forwarder is not None:
+                forwarder.close()  # the last records reach the sampler, and the lease ends
+            if monitor is not None:
+                _tick(monitor, said)  # the last records reach the store
+                monitor.close()
     return 0
 
 
