@@ -30,6 +30,7 @@ from tests.support.llama import (
     duty_cycle,
     generate_in_background,
     monitor_for,
+    tick_until,
     tick_until_done,
     tokens_lasting,
 )
@@ -211,13 +212,21 @@ def test_the_bench_stays_this_machines_after_its_ram_bandwidth_is_measured_again
     monitor = monitor_for(llama_server.url, record=True)
     try:
         first = [monitor.tick(), monitor.tick()]  # the second tick has the first's models to look up
-        better_gbps = round(before.gbps * 2, 1)  # a quieter moment, measured by another process
+        better_gbps = round(before.gbps * 3, 1)  # a quieter moment, measured by another process
         now_s = time.time()
         write_cached(cache, RamBandwidth(better_gbps, now_s, "quiet", 0.0, 20, now_s))
-        adopted = [monitor.tick(), monitor.tick()]  # the first adopts it at its end; the second uses it
+        # Adopted at the end of a tick, once the monitor's own re-measurement of a busy (provisional)
+        # figure, if one runs, has ended: a few seconds on a busy host.
+        adopted = tick_until(
+            monitor,
+            lambda s: (s.hardware.host.ram_bandwidth_gbps or 0) >= better_gbps,
+            limit_s=60,
+            interval_s=0.5,
+        )
     finally:
         monitor.close()
     assert first[0].hardware.host.ram_bandwidth_gbps == pytest.approx(before.gbps)
-    assert adopted[-1].hardware.host.ram_bandwidth_gbps == pytest.approx(better_gbps)
+    # the better figure (or a still better one the monitor measured itself: the cache keeps the best)
+    assert (adopted[-1].hardware.host.ram_bandwidth_gbps or 0) >= better_gbps
     benched = [m.bench_decode_tok_s for m in (first[-1].servers[0].models + adopted[-1].servers[0].models)]
     assert benched == [pytest.approx(bench["decode_tok_s"], abs=0.001)] * 2, benched

@@ -99,14 +99,17 @@ def test_the_record_holds_the_servers_own_timings(proxied: Any, busy: bool) -> N
             started = time.monotonic()
             first_content_s = None
             last: dict[str, Any] = {}
+            lines: list[str] = []
             with client.stream("POST", proxied.url + "/completion", json=body) as response:
                 for line in response.iter_lines():
+                    lines.append(line)
                     if not line.startswith("data: "):
                         continue
                     obj = json.loads(line[6:])
                     if obj.get("content") and first_content_s is None:
                         first_content_s = time.monotonic() - started
                     last = obj
+            assert "timings" in last, (response.status_code, len(lines), lines[-4:])  # the final object
             finals.append((last["timings"], first_content_s))
     records = proxied.records.wait_for(before + 2)[before:]
     for record, (timings, client_ttft_s) in zip(records, finals, strict=True):
