@@ -7,7 +7,8 @@ at the given interval, keeps the server busy with a bounded series of requests f
 separate client for half of the window (and to the end of the request running then) and
 idle for the other half (from 2 s after that request ended), and reports the watcher's own
 CPU (% of one core) and peak RSS in steady state (from a warm-up after its first reading):
-over both, while generating, and while idle (the issue #26 target: idle real server).
+over both, while generating, and while idle (the issue #26 target: idle real server). CPU is
+read as in `--fake` (below): the process CPU clock on Linux, not 10 ms ticks.
 
 `--src` (repeatable) names llm-tray source trees to compare (this checkout, a `git archive`
 of an earlier commit): each round measures one window of each, in rotating order, against
@@ -137,13 +138,12 @@ def measure(
     def phase(until: Callable[[float], bool]) -> tuple[float, float]:
         """(CPU seconds the watcher used, seconds) until `until(seconds so far)`."""
         nonlocal peak_rss
-        cpu0 = proc.cpu_times()
+        cpu0_s = _cpu_s(watcher.pid)
         t0 = time.monotonic()
         while not until(time.monotonic() - t0):
             time.sleep(0.25)
             peak_rss = max(peak_rss, proc.memory_info().rss)
-        cpu1 = proc.cpu_times()
-        return (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), time.monotonic() - t0
+        return _cpu_s(watcher.pid) - cpu0_s, time.monotonic() - t0
 
     # Generating: the half window, and on to the end of the request running then.
     busy_used_s, busy_spent_s = phase(lambda _: not worker.is_alive())
