@@ -155,13 +155,13 @@ def test_two_machines_in_one_tray(
     boxes.append(box_b)
     monkeypatch.setenv("BOX_A_TOKEN", box_a.token)  # one token from an environment variable,
     store_agent_token(box_b.url, box_b.token)  # the other from the OS keyring
+    tokens = tokens_lasting(decode_rate(llama_server.url), 10.0)  # seen through two pollers
     local = FakeOllama()
     local.load("llama3.1:8b")
     monitor = tray_monitor(
         [AgentConfig(box_a.url, "box-a", token_env="BOX_A_TOKEN"), AgentConfig(box_b.url, "box-b")], local.url
     )
     try:
-        tokens = tokens_lasting(decode_rate(llama_server.url), 10.0)  # seen through two pollers
         reply = generate_in_background(
             llama_server.url, "Count slowly from one to a thousand:", tokens, ignore_eos=True
         )
