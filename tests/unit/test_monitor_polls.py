@@ -42,8 +42,10 @@ class FakeProbe:
         pass
 
 
-def _poll_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("llm-tray-poll")]
+def _poll_threads(*urls: str) -> list[str]:
+    """The poll threads of these servers: another test's monitor (its threads still ending, on the
+    same pytest worker) is not this one's business (counting every poll thread failed once so)."""
+    return [t.name for t in threading.enumerate() if t.name in {f"llm-tray-poll {url}" for url in urls}]
 
 
 def _wait_for(predicate: object, timeout_s: float = 10.0) -> None:
@@ -96,12 +98,12 @@ def test_servers_are_polled_at_once_and_a_slow_one_repeats_then_is_hung(monitor:
 
 
 def test_no_poll_thread_outlives_its_server_or_the_monitor(monitor: Monitor) -> None:
-    before = len(_poll_threads())
     one, two = FakeProbe("http://127.0.0.1:9011"), FakeProbe("http://127.0.0.1:9012")
+    assert _poll_threads(one.url, two.url) == []
     monitor._poll_all([one, two], 1000.0, BUDGET_S)
-    assert len(_poll_threads()) == before + 2
+    assert sorted(_poll_threads(one.url, two.url)) == [f"llm-tray-poll {one.url}", f"llm-tray-poll {two.url}"]
     monitor._poll_all([one], 1001.0, BUDGET_S)  # the second server is no longer watched
-    _wait_for(lambda: len(_poll_threads()) == before + 1)
+    _wait_for(lambda: _poll_threads(one.url, two.url) == [f"llm-tray-poll {one.url}"])
     assert one.polls == 2 and two.polls == 1
     monitor.close()
-    _wait_for(lambda: len(_poll_threads()) == before)
+    _wait_for(lambda: _poll_threads(one.url, two.url) == [])
