@@ -26,12 +26,14 @@ from tests.support.fake_nvml import FakeNvml, rtx_4090
 from tests.support.llama import (
     LlamaServer,
     alerts_of,
+    decode_rate,
     duty_cycle,
     generate,
     generate_in_background,
     monitor_for,
     tick_until,
     tick_until_done,
+    tokens_lasting,
 )
 from trayapp.config import paths
 from trayapp.core.diagnose import ESTIMATE_MARGIN_PCT
@@ -259,9 +261,7 @@ def slow_run(llama_binary: Path, model_path: Path, tmp_path_factory: pytest.Temp
     ):
         env.setenv("LLM_TRAY_HOME", str(log_dir / "llm-tray-home"))
         assert server.pid is not None
-        plain_tok_s = generate(server.url, "Count to ten.", 32, ignore_eos=True)["timings"][
-            "predicted_per_second"
-        ]
+        plain_tok_s = decode_rate(server.url)
         nvml = FakeNvml([rtx_4090(compute=[(server.pid, 100 * 2**20)])])  # 100 MiB of a ~300 MB model
         plain = monitor_for(server.url)
         offloaded = monitor_for(server.url, hardware_probe=HardwareProbe(nvml_probe=NvmlProbe(nvml)))
@@ -318,7 +318,7 @@ def _session(
     server = start(**flags)
     assert server.pid is not None
     # the server's own speed on this host now, from a short request before the session
-    plain = generate(server.url, "Count to ten.", 24, ignore_eos=True)["timings"]["predicted_per_second"]
+    plain = decode_rate(server.url)
     slowed: AbstractContextManager[None] = nullcontext()
     target_tok_s = slow_to_tok_s
     if slow_share is not None:
@@ -328,7 +328,7 @@ def _session(
     # sized from the speed the request should run at: a target taken from earlier sessions can be a
     # tenth of this host's speed now, and a request sized from `plain` then ran past any timeout
     expected_tok_s = plain if target_tok_s is None else min(plain, target_tok_s)
-    n_predict = max(48, min(1500, round(expected_tok_s * seconds)))
+    n_predict = tokens_lasting(expected_tok_s, seconds, low=48, high=1500)
     monitor = monitor_for(server.url, record=True)
     try:
         assert not [w for w in monitor.warnings if "not recording" in w], monitor.warnings

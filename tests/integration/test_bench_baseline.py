@@ -38,6 +38,7 @@ from trayapp.config import paths
 from trayapp.core.bench import BASELINE_MAX_CV
 from trayapp.core.thresholds import Thresholds
 from trayapp.sinks.store import Store
+from trayapp.sources.ram_bandwidth import RamBandwidth, load_cached, write_cached
 
 pytestmark = pytest.mark.llamacpp
 
@@ -203,8 +204,6 @@ def test_the_bench_stays_this_machines_after_its_ram_bandwidth_is_measured_again
     runs on a busy host lost it so: the label carried the figure, and the bench line and `regression`
     went silent. The figure itself does change (the ceiling follows it). The real bench, store and
     monitor; the expected rate is the bench's own JSON."""
-    from trayapp.sources.ram_bandwidth import RamBandwidth, load_cached, write_cached
-
     bench = _stable_bench(llama_server.url)
     cache = paths.cache_dir() / "ram_bandwidth.json"
     before = load_cached(cache)

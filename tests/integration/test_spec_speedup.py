@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.llama import LlamaServer, generate, generate_in_background, monitor_for, tick_until_done
+from tests.support.llama import (
+    LlamaServer,
+    decode_rate,
+    generate_in_background,
+    monitor_for,
+    tick_until_done,
+    tokens_lasting,
+)
 from trayapp.core.model import HardwareProfile, Snapshot
 from trayapp.core.thresholds import Thresholds
 
@@ -42,8 +49,7 @@ def test_a_drafter_that_slows_decode_is_measured_against_the_plain_session(
 ) -> None:
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path) as plain_server:
         # sized from the server's own speed here: a 1.5 s request on a fast host left too few rates
-        warm = generate(plain_server.url, PROMPT, 24, ignore_eos=True)["timings"]["predicted_per_second"]
-        tokens = max(48, min(1000, round(warm * DECODE_S)))
+        tokens = tokens_lasting(decode_rate(plain_server.url), DECODE_S, low=48, high=1000)
         _, plain_tok_s = _run(plain_server, drafted=False, tokens=tokens)
     drafter = ["-md", str(model_path), "--spec-type", "draft-simple", "--spec-synth-rates", "0.3,0.1,0.05"]
     with LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path, extra_args=drafter) as spec_server:
