@@ -67,10 +67,11 @@ def test_watch_shows_prefill_progress_before_the_first_token(
         probe = generate(server.url, SENTENCE * 30, 1, cache_prompt=False, timeout_s=PREFILL_LIMIT_S)
         sentences = round(probe["timings"]["prompt_per_second"] * PREFILL_S / 14)
         prompt = SENTENCE * max(SENTENCES_RANGE[0], min(SENTENCES_RANGE[1], sentences))
-        n_predict = tokens_lasting(decode_rate(server.url), DECODE_S)
         tokens = client.post(server.url + "/tokenize", json={"content": prompt, "add_special": True})
         prompt_tokens = len(tokens.json()["tokens"])
         assert 14 * SENTENCES_RANGE[0] <= prompt_tokens <= 14 * SENTENCES_RANGE[1] + 1, prompt_tokens
+        room = server.ctx_size - prompt_tokens - 64  # the answer stays inside the context
+        n_predict = tokens_lasting(decode_rate(server.url), DECODE_S, high=room)
         watch = WatchToFile(
             tmp_path, "--endpoint", server.url, "--no-discover", "--ram-bandwidth-gbps", RAM_GBPS,
             "--interval", "1", "--duration", "300",

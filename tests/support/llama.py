@@ -254,10 +254,11 @@ def decode_rate(url: str, **params: Any) -> float:
     return float(timings["predicted_per_second"])
 
 
-def tokens_lasting(rate_tok_s: float, seconds: float, *, low: int = 32, high: int = 2000) -> int:
+def tokens_lasting(rate_tok_s: float, seconds: float, *, low: int = 32, high: int = 6000) -> int:
     """A request size (`n_predict`) that decodes for about `seconds` at `rate_tok_s` (a server's own
     rate on this host, see `decode_rate`), within [low, high]: long enough for a monitor polling once
-    a second to see it on a fast host, never minutes on a slow one."""
+    a second to see it on a fast host, never minutes on a slow one. `high` stays inside the default
+    8,192-token context with a short prompt (15 s at 400 tok/s); pass less beside a long prompt."""
     return max(low, min(high, round(rate_tok_s * seconds)))
 
 
