@@ -42,6 +42,11 @@ class Records:
 class RunningProxy:
     url: str
     records: Records
+    thread: ProxyThread
+
+    def held_bytes(self) -> int:
+        """Request bytes the listener holds now (recorder pieces, prompt-count and replay copies)."""
+        return self.thread.servers[0].held.held_bytes
 
 
 @contextmanager
@@ -64,6 +69,6 @@ def running_proxy(
     thread = ProxyThread([Route("127.0.0.1", 0, upstream_url, kind, token)], sink, prompts or inbox)
     (url,) = thread.start()
     try:
-        yield RunningProxy(url, records)
+        yield RunningProxy(url, records, thread)
     finally:
         thread.stop()

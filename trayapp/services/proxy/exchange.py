@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.limits import READ_BYTES
@@ -45,10 +45,18 @@ class Exchange:
     parsed: asyncio.Future[None] | None = None  # a big body being read off the loop
     bad_body: str | None = None  # why the request body was refused (malformed chunked framing)
     own_status: int | None = None  # the status of an answer the proxy wrote itself (400, 502)
+    replay: bytearray | None = field(default_factory=bytearray)  # the request as sent upstream, kept
+    #   (under limits.REPLAY_KEPT_BYTES) until the answer starts; None: too large, or no longer needed
+    replayed: bool = False  # sent a second time, on a new connection
 
 
 class UpstreamFailed(Exception):
-    """The upstream could not be reached, or closed before answering."""
+    """The upstream could not be reached, or closed before answering. `answered_nothing`: it closed
+    (or reset) a connection the request had gone up on before a byte of its answer reached the client."""
+
+    def __init__(self, message: str, answered_nothing: bool = False) -> None:
+        super().__init__(message)
+        self.answered_nothing = answered_nothing
 
 
 async def open_upstream(host: str, port: int) -> Upstream:

@@ -40,6 +40,10 @@ ACCEPT_BACKLOG = 64  # the listen queue, and so the most sockets asyncio accepts
 REQUEST_BODY_KEPT_BYTES = 16 * 1024 * 1024  # one body: larger ones are forwarded, read for nothing
 REQUEST_BODIES_HELD_BYTES = 64 * 1024 * 1024  # all bodies held at once, per listener: past it, a
 #                                               new body is forwarded without being read
+REPLAY_KEPT_BYTES = 1024 * 1024  # a request (head and body, as sent upstream) up to this size is kept
+#                                  until its answer begins: when the upstream closes the connection
+#                                  without a byte of answer, it is sent once more on a new connection
+#                                  (a generation request is safe to send twice: it changes nothing)
 PARSE_OFF_LOOP_BYTES = 256 * 1024  # a body larger than this is parsed on a worker thread (one at a
 #                                    time), never on the event loop that forwards the streams
 

@@ -85,6 +85,11 @@ class ProxyThread:
         self._servers: list[ProxyServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)
 
+    @property
+    def servers(self) -> tuple[ProxyServer, ...]:
+        """The listeners, once started."""
+        return tuple(self._servers)
+
     def start(self, timeout_s: float = 10.0) -> list[str]:
         """Bind every route and return their listen URLs; OSError (port taken…) when one cannot bind."""
         self._thread.start()

@@ -247,6 +247,7 @@ class ProxyServer:
         if not held_head:
             upstream.writer.write(forwarded.raw)
         exchange = Exchange()
+        self._keep_for_replay(exchange, forwarded.raw)
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
@@ -254,16 +255,30 @@ class ProxyServer:
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, line.method, exchange))
         keep = False
         try:
-            await asyncio.wait({client_side, response}, return_when=asyncio.FIRST_COMPLETED)
-            if (
-                not response.done()
-                and client_side.done()
-                and client_side.result() in ("gone", "stalled", "bad")
-            ):
-                response.cancel()  # the client hung up first: closing the upstream stops the server
-            else:
-                keep = await response
+            while True:
+                await asyncio.wait({client_side, response}, return_when=asyncio.FIRST_COMPLETED)
+                if (
+                    not response.done()
+                    and client_side.done()
+                    and client_side.result() in ("gone", "stalled", "bad")
+                ):
+                    response.cancel()  # the client hung up first: closing the upstream stops the server
+                    break
+                try:
+                    keep = await response
+                except UpstreamFailed as exc:
+                    replay = self._replay_after(exc, exchange, framer)
+                    if replay is None:
+                        raise
+                    upstream.close()  # it answered nothing: the request goes once more, on a new one
+                    upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+                    upstream.writer.write(replay)
+                    response = asyncio.create_task(
+                        self._pump_response(upstream, writer, tap, line.method, exchange)
+                    )
+                    continue
                 exchange.complete = True
+                break
         except (Cut, ConnectionError):
             pass
         except asyncio.CancelledError:  # the listener closes (or evicts): the upstream socket too
@@ -272,11 +287,13 @@ class ProxyServer:
         except UpstreamFailed as exc:
             if exchange.status is None:
                 name = redact_url(self.route.upstream_url)
-                message = f"llm-tray proxy: upstream {name} {exc}"
+                retried = " (tried twice, the second time on a new connection)" if exchange.replayed else ""
+                message = f"llm-tray proxy: upstream {name} {exc}{retried}"
                 writer.write(error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
                 exchange.status = exchange.own_status = 502
         finally:
             self._release(exchange)
+            self._forget_replay(exchange)
             if not client_side.done():
                 client_side.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -362,6 +379,7 @@ class ProxyServer:
                 exchange.bad_body = str(exc)
                 return "bad"
             piece = data[:used] if used < len(data) else data
+            self._keep_for_replay(exchange, piece)
             if held_head:
                 upstream.writer.writelines((held_head, piece))
                 held_head = b""
@@ -403,6 +421,38 @@ class ProxyServer:
         self.held.give(exchange.held)
         exchange.held = 0
 
+    def _keep_for_replay(self, exchange: Exchange, data: bytes) -> None:
+        """Keep a copy of what went upstream, under limits.REPLAY_KEPT_BYTES and the listener's budget
+        for held bodies: a request that got no byte of answer is sent once more on a new connection."""
+        replay = exchange.replay
+        if replay is None:
+            return
+        if len(replay) + len(data) > limits.REPLAY_KEPT_BYTES or not self.held.take(len(data)):
+            self._forget_replay(exchange)
+            return
+        replay += data
+
+    def _forget_replay(self, exchange: Exchange) -> None:
+        if exchange.replay is not None:
+            self.held.give(len(exchange.replay))
+            exchange.replay = None
+
+    def _replay_after(self, failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer) -> bytes | None:
+        """The request's bytes to send again when the upstream closed the connection without a byte of
+        answer (a kept-alive connection the server was closing as the request went up): once, only
+        for a request sent whole and kept whole. None: the failure is the client's answer (502)."""
+        replay = exchange.replay
+        if exchange.replayed or replay is None or not failure.answered_nothing or not framer.done:
+            return None
+        exchange.replayed = True
+        self._say_once(
+            "replay",
+            "proxy: upstream %s closed a connection without answering: the request was sent again on "
+            "a new connection",
+            redact_url(self.route.upstream_url),
+        )
+        return bytes(replay)
+
     async def _parse_off_loop(self, tap: RequestTap, exchange: Exchange) -> None:
         """Read a big request body on a worker thread, one at a time: the streams never wait on it."""
         if self._parse_gate is None:
@@ -435,9 +485,10 @@ class ProxyServer:
             except FramingError as exc:
                 raise UpstreamFailed(f"sent a malformed response ({exc})") from exc
             except ConnectionError as exc:
-                raise UpstreamFailed(f"closed the connection ({exc})") from exc
+                raise UpstreamFailed(f"closed the connection ({exc})", exchange.status is None) from exc
             if head is None:
-                raise UpstreamFailed("closed the connection without answering")
+                raise UpstreamFailed("closed the connection without answering", exchange.status is None)
+            self._forget_replay(exchange)  # an answer has begun: it is never sent again
             try:
                 status = status_of(head)
                 framer = response_body(head, method)  # checked before a byte reaches the client

@@ -1,0 +1,208 @@
+"""The proxy sends a request once more, on a new connection, when the upstream closed the one it went
+up on without a byte of answer — llama-server closing a kept-alive connection just as a request
+arrived gave the client a 502 beside a busy loop (cc31, cc37). Never twice more, never once an answer
+has begun, never for a request too large to keep; the copy is given back either way.
+
+The upstream is a loopback HTTP/1.1 server that does, for each request in the order they arrive, what
+its script says; nothing real can be made to close a connection at that instant on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from tests.support.proxy import RunningProxy, running_proxy
+from trayapp.services.proxy import limits
+
+ANSWER = b'{"content":"ok"}'
+TIMEOUT = httpx.Timeout(10.0)
+
+
+@dataclass
+class ScriptedUpstream:
+    """Reads each request whole (Content-Length framing), keeps its bytes, then does what `script`
+    says for it: "answer" (200, kept alive), "close" (closes, no byte sent), "reset" (closes with an
+    RST), "half-head" (part of a head, then closes), "cut-body" (a head and half the body, then
+    closes). Requests past the end of the script are answered."""
+
+    script: list[str]
+    requests: list[bytes] = field(default_factory=list)
+    connections: int = 0
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with self._lock:
+                self.connections += 1
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        buffer = b""
+        with conn:
+            while True:
+                request, buffer = _read_request(conn, buffer)
+                if request is None:
+                    return
+                with self._lock:
+                    self.requests.append(request)
+                    action = self.script.pop(0) if self.script else "answer"
+                if action == "answer":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))  # fmt: skip
+                    continue
+                if action == "reset":
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                elif action == "half-head":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Ty")
+                elif action == "cut-body":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(ANSWER), ANSWER[:5]))  # fmt: skip
+                return  # "close" and the rest: the connection ends here
+
+    def close(self) -> None:
+        self._stop.set()
+        self._accepting.join(5)
+        self._sock.close()
+        for thread in self._threads:
+            thread.join(5)
+
+
+def _read_request(conn: socket.socket, buffer: bytes) -> tuple[bytes | None, bytes]:
+    """One whole request from `conn` (after `buffer`), and what was read past it; None at the end."""
+    while b"\r\n\r\n" not in buffer:
+        try:
+            data = conn.recv(65536)
+        except OSError:
+            return None, b""
+        if not data:
+            return None, b""
+        buffer += data
+    head, rest = buffer.split(b"\r\n\r\n", 1)
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        data = conn.recv(65536)
+        if not data:
+            return None, b""
+        rest += data
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+
+@contextmanager
+def scripted(*script: str) -> Iterator[tuple[ScriptedUpstream, RunningProxy]]:
+    upstream = ScriptedUpstream(list(script))
+    try:
+        with running_proxy(upstream.url, "llamacpp") as proxy:
+            yield upstream, proxy
+    finally:
+        upstream.close()
+
+
+BODY = {"prompt": "Name three colours.", "n_predict": 8}
+
+
+@pytest.mark.parametrize("drop", ["close", "reset"])
+def test_a_request_answered_with_nothing_is_sent_again_on_a_new_connection(
+    drop: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING), scripted(drop) as (upstream, proxy):
+        response = httpx.post(proxy.url + "/completion", json=BODY, timeout=TIMEOUT)
+        (record,) = proxy.records.wait_for(1)
+        held_after = proxy.held_bytes()
+    assert (response.status_code, response.content) == (200, ANSWER)
+    assert upstream.connections == 2
+    first, second = upstream.requests
+    assert first == second and json.loads(first.split(b"\r\n\r\n", 1)[1]) == BODY  # the same bytes again
+    assert record.http_status == 200 and not record.aborted
+    assert held_after == 0  # the copy was given back to the listener's budget
+    said = [r.getMessage() for r in caplog.records if "sent again on a new connection" in r.getMessage()]
+    assert len(said) == 1 and upstream.url in said[0]
+
+
+def test_a_kept_alive_connection_closed_under_the_next_request_costs_the_client_nothing() -> None:
+    with scripted("answer", "close") as (upstream, proxy), httpx.Client(timeout=TIMEOUT) as client:
+        answers = [client.post(proxy.url + "/completion", json=BODY) for _ in range(3)]
+        records = proxy.records.wait_for(3)
+        held_after = proxy.held_bytes()
+    assert [(a.status_code, a.content) for a in answers] == [(200, ANSWER)] * 3
+    # The first request on connection 1; the second went up on it too, got nothing, and was sent
+    # again on connection 2, which the third reused.
+    assert upstream.connections == 2 and len(upstream.requests) == 4
+    assert [r.http_status for r in records] == [200, 200, 200]
+    assert held_after == 0
+
+
+def test_nothing_twice_is_a_502_that_says_it_tried_twice() -> None:
+    with scripted("close", "close") as (upstream, proxy):
+        response = httpx.post(proxy.url + "/completion", json=BODY, timeout=TIMEOUT)
+        (record,) = proxy.records.wait_for(1)
+        held_after = proxy.held_bytes()
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["type"] == "upstream_failed"
+    assert "without answering (tried twice, the second time on a new connection)" in error["message"]
+    assert upstream.connections == 2 and len(upstream.requests) == 2  # never a third time
+    assert record.http_status == 502 and held_after == 0
+
+
+@pytest.mark.parametrize("begun", ["half-head", "cut-body"])
+def test_an_answer_that_has_begun_is_never_sent_again(begun: str) -> None:
+    with scripted(begun) as (upstream, proxy):
+        response: httpx.Response | None
+        try:
+            response = httpx.post(proxy.url + "/completion", json=BODY, timeout=TIMEOUT)
+        except httpx.RemoteProtocolError:  # the body was cut after the head reached the client
+            response = None
+        proxy.records.wait_for(1)
+        held_after = proxy.held_bytes()
+    if begun == "half-head":  # the client never saw a byte of it: the proxy's own 502 says why
+        assert response is not None and response.status_code == 502
+        assert "malformed response" in response.json()["error"]["message"]
+    else:  # the head had reached the client: it sees the body cut, as the upstream cut it
+        assert response is None
+    assert upstream.connections == 1 and len(upstream.requests) == 1
+    assert held_after == 0
+
+
+def test_a_request_too_large_to_keep_is_not_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "REPLAY_KEPT_BYTES", 4096)
+    body = {"prompt": "word " * 2000, "n_predict": 8}  # ~10 KB: over the (lowered) limit
+    with scripted("close") as (upstream, proxy):
+        response = httpx.post(proxy.url + "/completion", json=body, timeout=TIMEOUT)
+        proxy.records.wait_for(1)
+        held_after = proxy.held_bytes()
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert "closed the connection without answering" in message and "tried twice" not in message
+    assert upstream.connections == 1 and len(upstream.requests) == 1
+    assert held_after == 0
