@@ -16,6 +16,8 @@ Streaming `POST /v1/chat/completions`, a fresh TCP connection per request, from 
 - relay (with `--relay`): the floor of any Python hop — a byte relay on asyncio's transports (no HTTP
   read, parsed or recorded; a fresh upstream connection per client, TCP_NODELAY both sides), its own
   process, on the event loop `ours` uses (uvloop where installed);
+- native-relay (with `--native-relay`): the floor of any hop on this machine — HAProxy (C, one
+  thread) relaying TCP, nothing parsed, a fresh upstream connection per client;
 - litellm (unless `--no-litellm`): LiteLLM's proxy from PyPI in its own venv
   (`bench/requirements-litellm.txt`), started with `LITELLM_LOCAL_MODEL_COST_MAP=True`, the upstream
   as an openai-compatible model, every internet request pointed at a closed local port.
@@ -39,6 +41,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -273,6 +276,7 @@ def _serve_relay(port_file: Path, upstream_url: str) -> int:
     """The relay variant's process: what a Python hop costs with nothing done but moving bytes."""
     from urllib.parse import urlsplit
 
+    from trayapp.services.proxy.exchange import read_small
     from trayapp.services.proxy.runner import new_loop
 
     parts = urlsplit(upstream_url)
@@ -285,6 +289,7 @@ def _serve_relay(port_file: Path, upstream_url: str) -> int:
 
         def connection_made(self, transport: Any) -> None:
             self.transport = transport
+            read_small(transport)  # as the proxy's transports: no fresh 256 KiB buffer per read
             if self.peer is None:  # the client's side: connect upstream, hold bytes until then
                 asyncio.get_running_loop().create_task(self._connect())
             else:
@@ -332,6 +337,32 @@ def relay_proxy(log_dir: Path, upstream_url: str) -> Iterator[Proxy]:
         ready = lambda: port_file.exists() and bool(port_file.read_text())  # noqa: E731
         _wait("relay", ready, proc, log_dir / "relay.err")
         yield Proxy("relay", int(port_file.read_text()), proc)
+    finally:
+        _stop(proc)
+
+
+@contextlib.contextmanager
+def native_relay(log_dir: Path, upstream_url: str) -> Iterator[Proxy]:
+    """The floor of any hop on this machine: HAProxy (C, event-driven, one thread) relaying TCP with
+    nothing parsed, `apt install haproxy`; as the Python relay, a fresh upstream connection per client."""
+    from urllib.parse import urlsplit
+
+    binary = shutil.which("haproxy")
+    if binary is None:
+        raise RuntimeError("--native-relay needs haproxy on PATH (apt install haproxy)")
+    parts = urlsplit(upstream_url)
+    port = free_port()
+    config = log_dir / "haproxy.cfg"
+    config.write_text(
+        "global\n  nbthread 1\n  maxconn 1024\n"
+        "defaults\n  mode tcp\n  timeout connect 10s\n  timeout client 600s\n  timeout server 600s\n"
+        f"frontend hop\n  bind 127.0.0.1:{port}\n  default_backend upstream\n"
+        f"backend upstream\n  server up {parts.hostname}:{parts.port}\n"
+    )
+    proc = _spawn([binary, "-db", "-f", str(config)], log_dir, "native-relay", dict(os.environ))
+    try:
+        _wait("native-relay", lambda: _port_open(port), proc, log_dir / "native-relay.err")
+        yield Proxy("native-relay", port, proc)
     finally:
         _stop(proc)
 
@@ -616,6 +647,8 @@ def all_proxies(
             proxies[name] = Proxy(name, proxy.port, proxy.proc)
         if a.relay:
             proxies["relay"] = stack.enter_context(relay_proxy(log_dir, upstream_url))
+        if a.native_relay:
+            proxies["native-relay"] = stack.enter_context(native_relay(log_dir, upstream_url))
         if not a.no_litellm:
             proxies["litellm"] = stack.enter_context(litellm_proxy(log_dir, a.litellm_venv, upstream_url))
         yield proxies
@@ -625,7 +658,7 @@ def _proxy_spec(text: str) -> tuple[str, Path, str | None]:
     """`NAME=SRC[@KIND]` → (name, source tree, upstream kind against the fake)."""
     name, _, rest = text.partition("=")
     src, _, kind = rest.partition("@")
-    if not name or not src or name in ("direct", "ours", "litellm", "relay"):
+    if not name or not src or name in ("direct", "ours", "litellm", "relay", "native-relay"):
         raise argparse.ArgumentTypeError(f"--proxy NAME=SRC[@KIND], a new name: {text!r}")
     return name, Path(src).resolve(), kind or None
 
@@ -644,6 +677,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-llama", action="store_true")
     p.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no venv needed)")
     p.add_argument("--relay", action="store_true", help="add the floor: a Python byte relay, nothing parsed")
+    native = "add the floor of any hop: HAProxy relaying TCP (C), nothing parsed"
+    p.add_argument("--native-relay", action="store_true", help=native)
     another = "another llm-tray proxy: its source tree and the upstream kind told (fake only)"
     p.add_argument(
         "--proxy", type=_proxy_spec, action="append", default=[], metavar="NAME=SRC[@KIND]", help=another

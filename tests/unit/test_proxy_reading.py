@@ -8,7 +8,9 @@ import asyncio
 
 import pytest
 
+from trayapp.services.proxy.exchange import open_upstream
 from trayapp.services.proxy.http1 import FramingError
+from trayapp.services.proxy.limits import READ_BYTES
 from trayapp.services.proxy.reading import Reader
 
 PAD = b"X-Pad: " + b"p" * 3000 + b"\r\n"
@@ -51,3 +53,23 @@ def test_a_head_never_ended_is_refused_past_its_limit_and_a_cut_one_is_malformed
     with pytest.raises(FramingError, match="middle of a head"):
         _read(HEAD[:-1], 1)
     assert _read(b"", 1) == (None, b"")
+
+
+def test_both_sides_of_a_proxied_connection_read_at_most_64_kib_at_a_time() -> None:
+    """asyncio's transports read 256 KiB at a time by default: a fresh buffer at glibc's mmap threshold
+    (sources/malloc.py) for every token of a stream. The proxy's transports read READ_BYTES."""
+
+    async def main() -> int:
+        accepted: asyncio.Queue[asyncio.StreamWriter] = asyncio.Queue()
+        server = await asyncio.start_server(lambda _r, w: accepted.put_nowait(w), "127.0.0.1", 0)
+        upstream = await open_upstream("127.0.0.1", server.sockets[0].getsockname()[1])
+        size: int = upstream.writer.transport.max_size  # type: ignore[attr-defined]
+        other_end = await asyncio.wait_for(accepted.get(), 10)
+        for writer in (upstream.writer, other_end):
+            writer.close()
+            await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return size
+
+    assert asyncio.run(main()) == READ_BYTES

@@ -21,6 +21,9 @@ CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
 UPSTREAM_REUSE_IDLE_S = 2.0  # an upstream connection idle longer is not reused: servers close idle
 #                              keep-alive connections (llama-server's cpp-httplib after 5 s), and one
 #                              closing just as a request goes out answers nothing
+EARLY_UPSTREAM_HOLD_S = 0.25  # a new client connection opens its upstream connection at once, while
+#                               its first head arrives (listeners without a token only); unused this
+#                               long (no head), it is closed, and opened again when a request comes
 UPSTREAM_REUSE_MAX_ANSWERS = 4  # nor after this many answers: cpp-httplib (llama-server) closes a
 #                                 connection after its 5th request (keep_alive_max_count)
 

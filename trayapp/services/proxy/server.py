@@ -22,11 +22,21 @@ from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
 from trayapp.services.proxy.clients import Named, NamedRecords
-from trayapp.services.proxy.exchange import Cut, Exchange, Upstream, UpstreamFailed, drain, open_upstream
+from trayapp.services.proxy.exchange import (
+    Cut,
+    EarlyUpstream,
+    Exchange,
+    Upstream,
+    UpstreamFailed,
+    drain,
+    open_upstream,
+    read_small,
+)
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
     Head,
+    LengthBody,
     RequestLine,
     normalised,
     request_body,
@@ -139,10 +149,14 @@ class ProxyServer:
                 "proxy at its connection cap (%d): closing idle connections to make room",
                 self.slots.cap,
             )
+        read_small(writer.transport)
         client = Reader(reader)
         sock = writer.get_extra_info("socket")
         fileno = sock.fileno() if sock is not None else -1
         upstream: Upstream | None = None
+        early = None  # a listener with a token opens nothing upstream for a client not yet authorized
+        if self.route.token is None:
+            early = EarlyUpstream(self.route.upstream_host, self.route.upstream_port)
         try:
             first = True
             while True:
@@ -168,7 +182,10 @@ class ProxyServer:
                 first = False
                 if head is None:
                     break
-                keep, upstream = await self._serve(head, client, writer, upstream)
+                keep, upstream = await self._serve(head, client, writer, upstream, early)
+                if early is not None:  # taken by the request, or not needed (a refused request)
+                    early.drop()
+                    early = None
                 if not keep:
                     break
         except (ConnectionError, asyncio.CancelledError):
@@ -183,6 +200,8 @@ class ProxyServer:
             )
         finally:
             self.slots.release(task)
+            if early is not None:
+                early.drop()
             if upstream is not None:
                 upstream.close()
             writer.close()  # before any await: a cancel arriving now must not leave a socket open
@@ -197,9 +216,15 @@ class ProxyServer:
             log.warning(message, *args, exc_info=exc_info)
 
     async def _serve(
-        self, head: Head, client: Reader, writer: asyncio.StreamWriter, upstream: Upstream | None
+        self,
+        head: Head,
+        client: Reader,
+        writer: asyncio.StreamWriter,
+        upstream: Upstream | None,
+        early: EarlyUpstream | None = None,
     ) -> tuple[bool, Upstream | None]:
-        """One request → (keep the client connection, the upstream connection to reuse)."""
+        """One request → (keep the client connection, the upstream connection to reuse). `early`: the
+        connection opened as the client connected, used when no kept one is."""
         try:
             line = RequestLine.of(head)
             framer = request_body(head)
@@ -215,22 +240,14 @@ class ProxyServer:
             )
             return False, upstream
         forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
-        tap = self._tap(line)
-        naming = (
-            self._clients.lookup(
-                writer.get_extra_info("peername"),
-                self.port,
-                head.get("user-agent"),
-                writer.get_extra_info("sockname"),
-            )
-            if tap.active
-            else None
-        )  # begun now, while the client's socket is open; forwarding never waits on it
+        started_mono_s, started_wall_s = time.monotonic(), time.time()  # when the request began
         if upstream is None or not upstream.usable():
             if upstream is not None:
                 upstream.close()
             try:
-                upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+                upstream = await early.take() if early is not None else None
+                if upstream is None:
+                    upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
             except UpstreamFailed as exc:
                 upstream_name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {upstream_name} unreachable ({exc})"
@@ -239,16 +256,31 @@ class ProxyServer:
                         502, "Bad Gateway", message, "upstream_unreachable", upstream=upstream_name
                     )
                 )
-                self._record(tap, naming, status=502, aborted=False)
+                tap = self._tap(line, started_mono_s, started_wall_s)
+                self._record(tap, self._name_client(tap, head, writer), status=502, aborted=False)
                 return False, None
-        # The head goes up at once, or with the body's first bytes where they came with it (one send:
-        # one packet, one wake of the upstream); never held for a body still to come (Expect: 100-continue).
-        held_head = forwarded.raw if client.pending and not framer.done else b""
-        if not held_head:
-            upstream.writer.write(forwarded.raw)
         exchange = Exchange()
         self._keep_for_replay(exchange, forwarded.raw)
+        # The head goes up first, with the body's first bytes where they came with it (one send: one
+        # packet, one wake of the upstream), and never held for a body still to come (Expect:
+        # 100-continue); a chunked body is read by the client side, which refuses a malformed one
+        # before a byte of it goes up. The record and the client's name are begun after the send.
+        held_head = b""
+        first_payload = b""
+        if client.pending and not framer.done and isinstance(framer, LengthBody):
+            first_bytes, client.pending = client.pending, b""
+            first_payload = self._send_body_piece(
+                first_bytes, client, framer, upstream, exchange, forwarded.raw
+            )
+        elif client.pending and not framer.done:
+            held_head = forwarded.raw
+        else:
+            upstream.writer.write(forwarded.raw)
+        tap = self._tap(line, started_mono_s, started_wall_s)
+        naming = self._name_client(tap, head, writer)  # forwarding never waits on it
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
+        if first_payload:
+            self._tell_recorder(tap, first_payload, framer, auth, exchange)
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
         )
@@ -315,15 +347,24 @@ class ProxyServer:
         upstream.answers += 1
         return head.keep_alive(), upstream
 
-    def _tap(self, line: RequestLine) -> RequestTap:
+    def _tap(self, line: RequestLine, started_mono_s: float, started_wall_s: float) -> RequestTap:
         return RequestTap(
             server_kind=self.route.server_kind,
             method=line.method,
             path=line.path,
-            started_mono_s=time.monotonic(),
-            started_wall_s=time.time(),
+            started_mono_s=started_mono_s,
+            started_wall_s=started_wall_s,
             request_body_limit_bytes=limits.REQUEST_BODY_KEPT_BYTES,
         )
+
+    def _name_client(
+        self, tap: RequestTap, head: Head, writer: asyncio.StreamWriter
+    ) -> asyncio.Future[Named] | None:
+        """Begin looking up who sent a recorded request, while its socket is open."""
+        if not tap.active:
+            return None
+        peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
+        return self._clients.lookup(peer, self.port, head.get("user-agent"), local)
 
     def _record(
         self, tap: RequestTap, naming: asyncio.Future[Named] | None, *, status: int | None, aborted: bool
@@ -374,30 +415,52 @@ class ProxyServer:
             if not data:
                 return "gone"
             try:
-                used, payload = framer.feed(data)
+                payload = self._send_body_piece(data, client, framer, upstream, exchange, held_head)
             except FramingError as exc:  # none of these bytes goes up; the upstream is closed
                 exchange.bad_body = str(exc)
                 return "bad"
-            piece = data[:used] if used < len(data) else data
-            self._keep_for_replay(exchange, piece)
-            if held_head:
-                upstream.writer.writelines((held_head, piece))
-                held_head = b""
-            else:
-                upstream.writer.write(piece)
-            client.unread(data[used:])
-            if payload and tap.active:
-                self._hold(tap, payload, exchange)
-            if framer.done:  # before the drain: the response head (which ends the copy) may come then
-                self._feed(self._prompts.request_sent, tap, auth)
-                if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
-                    exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
+            held_head = b""
+            self._tell_recorder(tap, payload, framer, auth, exchange)
             await upstream.writer.drain()
         data = await client.read_some()
         if not data:
             return "gone"
         client.unread(data)
         return "more"
+
+    def _send_body_piece(
+        self,
+        data: bytes,
+        client: Reader,
+        framer: BodyFramer,
+        upstream: Upstream,
+        exchange: Exchange,
+        held_head: bytes,
+    ) -> bytes:
+        """Send what of `data` belongs to the body (after `held_head`, in one send), push back the rest
+        (the next request), keep a copy for a replay; the body's payload among it. FramingError: a
+        malformed body, of which nothing was sent."""
+        used, payload = framer.feed(data)
+        piece = data[:used] if used < len(data) else data
+        self._keep_for_replay(exchange, piece)
+        if held_head:
+            upstream.writer.writelines((held_head, piece))
+        else:
+            upstream.writer.write(piece)
+        client.unread(data[used:])
+        return payload
+
+    def _tell_recorder(
+        self, tap: RequestTap, payload: bytes, framer: BodyFramer, auth: str | None, exchange: Exchange
+    ) -> None:
+        """The recorder's part of a body piece that went up: the payload held; once the body is whole,
+        the prompt counted (the response head, which ends the copy, may come at the next drain)."""
+        if payload and tap.active:
+            self._hold(tap, payload, exchange)
+        if framer.done:
+            self._feed(self._prompts.request_sent, tap, auth)
+            if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
+                exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
 
     def _hold(self, tap: RequestTap, payload: bytes, exchange: Exchange) -> None:
         """Give the recorder a piece of the request body while the listener's budget for held bodies

@@ -1,7 +1,13 @@
-"""The proxy sends a request once more, on a new connection, when the upstream closed the one it went
-up on without a byte of answer — llama-server closing a kept-alive connection just as a request
-arrived gave the client a 502 beside a busy loop (cc31, cc37). Never twice more, never once an answer
-has begun, never for a request too large to keep; the copy is given back either way.
+"""The proxy's upstream connections.
+
+A request is sent once more, on a new connection, when the upstream closed the one it went up on
+without a byte of answer — llama-server closing a kept-alive connection just as a request arrived gave
+the client a 502 beside a busy loop (cc31, cc37). Never twice more, never once an answer has begun,
+never for a request too large to keep; the copy is given back either way.
+
+A client's upstream connection is opened as the client connects (while its head arrives), closed
+unused when no head comes within limits.EARLY_UPSTREAM_HOLD_S, and never opened before a request on a
+listener that needs a token.
 
 The upstream is a loopback HTTP/1.1 server that does, for each request in the order they arrive, what
 its script says; nothing real can be made to close a connection at that instant on demand.
@@ -14,7 +20,8 @@ import logging
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -37,7 +44,8 @@ class ScriptedUpstream:
 
     script: list[str]
     requests: list[bytes] = field(default_factory=list)
-    connections: int = 0
+    connections: int = 0  # accepted
+    ended: int = 0  # of which this many have ended
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +71,19 @@ class ScriptedUpstream:
             thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._answer(conn)
+        finally:
+            with self._lock:
+                self.ended += 1
+
+    def wait_until(self, ready: Callable[[], bool], timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert time.monotonic() < deadline, f"not within {timeout_s} s: {self.connections=} {self.ended=}"
+            time.sleep(0.01)
+
+    def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(5)
         buffer = b""
         with conn:
@@ -119,10 +140,10 @@ def _read_request(conn: socket.socket, buffer: bytes) -> tuple[bytes | None, byt
 
 
 @contextmanager
-def scripted(*script: str) -> Iterator[tuple[ScriptedUpstream, RunningProxy]]:
+def scripted(*script: str, token: str | None = None) -> Iterator[tuple[ScriptedUpstream, RunningProxy]]:
     upstream = ScriptedUpstream(list(script))
     try:
-        with running_proxy(upstream.url, "llamacpp") as proxy:
+        with running_proxy(upstream.url, "llamacpp", token=token) as proxy:
             yield upstream, proxy
     finally:
         upstream.close()
@@ -206,3 +227,74 @@ def test_a_request_too_large_to_keep_is_not_sent_again(monkeypatch: pytest.Monke
     assert "closed the connection without answering" in message and "tried twice" not in message
     assert upstream.connections == 1 and len(upstream.requests) == 1
     assert held_after == 0
+
+
+def _raw_post(body: dict[str, object], *headers: str) -> bytes:
+    data = json.dumps(body).encode()
+    head = ["POST /completion HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+            f"Content-Length: {len(data)}", *headers]  # fmt: skip
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+def _read_answer(sock: socket.socket) -> bytes:
+    """One answer with a Content-Length body, whole."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        data = sock.recv(65536)
+        assert data, f"closed after {received!r}"
+        received += data
+    head, rest = received.split(b"\r\n\r\n", 1)
+    fields = dict(line.partition(b":")[::2] for line in head.split(b"\r\n")[1:])
+    length = int({name.lower(): value for name, value in fields.items()}[b"content-length"])
+    while len(rest) < length:
+        data = sock.recv(65536)
+        assert data, f"closed after {received + rest!r}"
+        rest += data
+    return head + b"\r\n\r\n" + rest
+
+
+def test_the_upstream_connection_opens_as_the_client_connects_and_carries_its_request() -> None:
+    with scripted() as (upstream, proxy):
+        with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+            upstream.wait_until(lambda: upstream.connections == 1)  # before a byte of the request
+            sock.sendall(_raw_post(BODY))
+            answer = _read_answer(sock)
+        proxy.records.wait_for(1)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(ANSWER)
+    assert upstream.connections == 1 and len(upstream.requests) == 1
+
+
+def test_a_client_that_sends_nothing_holds_its_upstream_connection_briefly() -> None:
+    """Unused for limits.EARLY_UPSTREAM_HOLD_S, the early connection is closed (a server thread of
+    llama-server is not held); a request that comes later opens a new one and is answered."""
+    with scripted() as (upstream, proxy):
+        with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+            opened_s = time.monotonic()
+            upstream.wait_until(lambda: upstream.ended == 1)
+            held_s = time.monotonic() - opened_s
+            sock.sendall(_raw_post(BODY))
+            answer = _read_answer(sock)
+        proxy.records.wait_for(1)
+    assert held_s >= limits.EARLY_UPSTREAM_HOLD_S * 0.9  # closed by its hold, not at once
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(ANSWER)
+    assert upstream.connections == 2 and len(upstream.requests) == 1
+
+
+def test_a_listener_with_a_token_opens_nothing_for_a_client_not_yet_authorized() -> None:
+    with scripted(token="s3cret") as (upstream, proxy):
+        with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+            sock.sendall(_raw_post(BODY))  # no token
+            refused = _read_answer(sock)
+        with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+            sock.sendall(_raw_post(BODY, "Authorization: Bearer s3cret"))
+            answer = _read_answer(sock)
+        proxy.records.wait_for(1)
+    assert refused.startswith(b"HTTP/1.1 401") and answer.startswith(b"HTTP/1.1 200")
+    # Accepted in the order they connected: an early connection for the refused client would be
+    # counted before the authorized request's.
+    assert upstream.connections == 1 and len(upstream.requests) == 1
+
+
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
