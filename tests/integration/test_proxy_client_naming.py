@@ -7,7 +7,10 @@ import asyncio
 import os
 import socket
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psutil
 import pytest
@@ -19,8 +22,11 @@ from trayapp.services.proxy.clients import ClientNamer
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
 def test_a_burst_of_connections_is_named_in_one_pass_over_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     """20 clients connecting at once (this process) are each named this process; their lookups go
-    together: at most two passes over the processes' descriptors (the first alone, the rest in one),
-    not 20 (issue #26: one each was a fifth of the proxy's CPU at 50 streams, holding the GIL)."""
+    together: at most two passes over the processes' descriptors on a worker thread (the first alone,
+    the rest in one), not 20 (issue #26: one each was a fifth of the proxy's CPU at 50 streams,
+    holding the GIL). The next burst from the same process (now the last client) is named on the
+    event loop from that process's descriptors alone: no thread, no pass over /proc."""
+    monkeypatch.setattr(clients, "_RECENT_PIDS", {})  # this process has never been a client
     passes: list[int] = []
     real_holders = clients._holders
 
@@ -29,11 +35,49 @@ def test_a_burst_of_connections_is_named_in_one_pass_over_proc(monkeypatch: pyte
         return real_holders(inodes, first_pids)
 
     monkeypatch.setattr(clients, "_holders", counted)
-    with socket.socket() as listener:
+    first = _name_a_burst(20)
+    after_first = list(passes)
+    second = _name_a_burst(20)
+    me = (psutil.Process().name(), os.getpid())
+    assert first.names == second.names == [me] * 20
+    assert sum(after_first) == 20 and len(after_first) <= 2, after_first
+    assert passes == after_first  # the second burst: no pass over /proc
+    assert second.threads == {second.loop_thread}  # its descriptors read on the event loop
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_last_client_with_many_descriptors_is_looked_up_on_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event loop reads at most QUICK_LOOKUP_MAX_FDS of the last client's descriptors: past that the
+    lookup goes to a worker thread, as for a new client."""
+    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
+    monkeypatch.setattr(clients, "QUICK_LOOKUP_MAX_FDS", 1)  # it has more descriptors than that
+    burst = _name_a_burst(5)
+    assert burst.names == [(psutil.Process().name(), os.getpid())] * 5
+    assert burst.threads and burst.loop_thread not in burst.threads
+
+
+@dataclass
+class _Burst:
+    names: list[clients.Named]
+    threads: set[int]  # the threads that read a process's descriptors for these names
+    loop_thread: int
+
+
+def _name_a_burst(count: int) -> _Burst:
+    threads: set[int] = set()
+    real_sockets_among = clients._sockets_among
+
+    def watched(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
+        threads.add(threading.get_ident())
+        return real_sockets_among(pid, fds, wanted)
+
+    with socket.socket() as listener, _patched(clients, "_sockets_among", watched):
         listener.bind(("127.0.0.1", 0))
-        listener.listen(32)
+        listener.listen(64)
         local = listener.getsockname()
-        conns = [socket.create_connection(local) for _ in range(20)]
+        conns = [socket.create_connection(local) for _ in range(count)]
         try:
             if clients._inode_of(conns[0].getsockname(), local) is None:
                 pytest.skip("sock_diag refused here")
@@ -43,10 +87,18 @@ def test_a_burst_of_connections_is_named_in_one_pass_over_proc(monkeypatch: pyte
                 asks = [namer.name(conn.getsockname(), local[1], "curl/8.5", local) for conn in conns]
                 return list(await asyncio.gather(*asks))
 
-            named = asyncio.run(name_all())
+            names = asyncio.run(name_all())
         finally:
             for conn in conns:
                 conn.close()
-    me = psutil.Process().name()
-    assert named == [(me, os.getpid())] * 20
-    assert sum(passes) == 20 and len(passes) <= 2, passes
+    return _Burst(names, threads, threading.get_ident())
+
+
+@contextmanager
+def _patched(owner: object, name: str, value: object) -> Iterator[None]:
+    real = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, real)
