@@ -46,7 +46,7 @@ class RunningProxy:
 
     def held_bytes(self) -> int:
         """Request bytes the listener holds now (recorder pieces, prompt-count and replay copies)."""
-        return self.thread.servers[0].held.held_bytes
+        return self.thread.servers[0].recording.held.held_bytes
 
 
 @contextmanager

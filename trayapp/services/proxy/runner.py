@@ -9,8 +9,9 @@ import threading
 from collections.abc import Sequence
 
 from trayapp.services.proxy.prompt_length import PromptBoard
+from trayapp.services.proxy.recording import RecordSink
 from trayapp.services.proxy.route import Route
-from trayapp.services.proxy.server import ProxyServer, RecordSink
+from trayapp.services.proxy.server import ProxyServer
 from trayapp.sources.malloc import return_big_buffers_to_the_os
 
 log = logging.getLogger(__name__)

@@ -15,13 +15,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 
-from trayapp.core.model import FinishedRequest
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
-from trayapp.services.proxy.admission import HeldBytes, Slots, fd_soft_limit
-from trayapp.services.proxy.clients import Named, NamedRecords
+from trayapp.services.proxy.admission import Slots, fd_soft_limit
 from trayapp.services.proxy.exchange import (
     Cut,
     EarlyUpstream,
@@ -44,15 +41,13 @@ from trayapp.services.proxy.http1 import (
     status_of,
 )
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
-from trayapp.services.proxy.prompt_length import PromptBoard, PromptCounter
+from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.reading import Idle, Reader, SlowHead, error_response, within
 from trayapp.services.proxy.recorder import RequestTap
+from trayapp.services.proxy.recording import Recording, RecordSink
 from trayapp.services.proxy.route import Route
 
 log = logging.getLogger(__name__)
-
-
-RecordSink = Callable[[Route, FinishedRequest], None]
 
 
 class ProxyServer:
@@ -67,18 +62,11 @@ class ProxyServer:
         listeners: int = 1,
     ) -> None:
         self.route = route
-        self.on_record = on_record
-        self.held = HeldBytes(limits.REQUEST_BODIES_HELD_BYTES)  # request bodies held now (all connections)
-        self._prompts = PromptCounter(
-            prompts, route.upstream_url, route.server_kind, self.held, limits.COUNT_PROMPT_FROM_BYTES
-        )
+        self.recording = Recording(route, on_record, prompts)
         self._server: asyncio.Server | None = None
-        self._recorder_failed = False
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
-        self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
-        self._clients = NamedRecords(self._emit)  # who sent each recorded request
 
     @property
     def listen_url(self) -> str:
@@ -121,8 +109,7 @@ class ProxyServer:
             await asyncio.wait(self.slots.held, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
-        await self._clients.close()  # records still waiting for their client's name: out, named or not
-        await self._prompts.close()
+        await self.recording.close()
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -256,8 +243,9 @@ class ProxyServer:
                         502, "Bad Gateway", message, "upstream_unreachable", upstream=upstream_name
                     )
                 )
-                tap = self._tap(line, started_mono_s, started_wall_s)
-                self._record(tap, self._name_client(tap, head, writer), status=502, aborted=False)
+                tap = self.recording.tap(line, started_mono_s, started_wall_s)
+                naming = self.recording.name_client(tap, head, writer, self.port)
+                self.recording.record(tap, naming, status=502, aborted=False)
                 return False, None
         exchange = Exchange()
         self._keep_for_replay(exchange, forwarded.raw)
@@ -276,11 +264,11 @@ class ProxyServer:
             held_head = forwarded.raw
         else:
             upstream.writer.write(forwarded.raw)
-        tap = self._tap(line, started_mono_s, started_wall_s)
-        naming = self._name_client(tap, head, writer)  # forwarding never waits on it
+        tap = self.recording.tap(line, started_mono_s, started_wall_s)
+        naming = self.recording.name_client(tap, head, writer, self.port)  # forwarding never waits on it
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
         if first_payload:
-            self._tell_recorder(tap, first_payload, framer, auth, exchange)
+            self.recording.body_sent(tap, first_payload, framer, auth, exchange)
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
         )
@@ -324,7 +312,7 @@ class ProxyServer:
                 writer.write(error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
                 exchange.status = exchange.own_status = 502
         finally:
-            self._release(exchange)
+            self.recording.release(exchange)
             self._forget_replay(exchange)
             if not client_side.done():
                 client_side.cancel()
@@ -339,59 +327,13 @@ class ProxyServer:
             exchange.status = exchange.own_status = 400
         # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
         # (a 400 refusal with its numbers) was read by the recorder as it passed.
-        self._record(tap, naming, status=exchange.own_status, aborted=not exchange.complete)
+        self.recording.record(tap, naming, status=exchange.own_status, aborted=not exchange.complete)
         if not (exchange.complete and keep and framer.done):
             upstream.close()
             return False, None
         upstream.idle_since_s = time.monotonic()
         upstream.answers += 1
         return head.keep_alive(), upstream
-
-    def _tap(self, line: RequestLine, started_mono_s: float, started_wall_s: float) -> RequestTap:
-        return RequestTap(
-            server_kind=self.route.server_kind,
-            method=line.method,
-            path=line.path,
-            started_mono_s=started_mono_s,
-            started_wall_s=started_wall_s,
-            request_body_limit_bytes=limits.REQUEST_BODY_KEPT_BYTES,
-        )
-
-    def _name_client(
-        self, tap: RequestTap, head: Head, writer: asyncio.StreamWriter
-    ) -> asyncio.Future[Named] | None:
-        """Begin looking up who sent a recorded request, while its socket is open."""
-        if not tap.active:
-            return None
-        peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
-        return self._clients.lookup(peer, self.port, head.get("user-agent"), local)
-
-    def _record(
-        self, tap: RequestTap, naming: asyncio.Future[Named] | None, *, status: int | None, aborted: bool
-    ) -> None:
-        if not tap.active:
-            return
-        self._prompts.request_ended(tap)
-        try:
-            if status is not None:
-                tap.response_head(status, {}, time.monotonic())
-            record = tap.finish(now_mono_s=time.monotonic(), now_wall_s=time.time(), aborted=aborted)
-        except Exception:
-            self._recorder_bug()
-            return
-        if record is not None:
-            self._clients.hand_on(record, naming)  # named when the name comes; the connection goes on
-
-    def _emit(self, record: FinishedRequest) -> None:
-        try:
-            self.on_record(self.route, record)
-        except Exception:
-            self._recorder_bug()
-
-    def _recorder_bug(self) -> None:
-        if not self._recorder_failed:
-            self._recorder_failed = True
-            log.exception("proxy recorder failed (the stream is forwarded unrecorded)")
 
     async def _client_side(
         self,
@@ -420,7 +362,7 @@ class ProxyServer:
                 exchange.bad_body = str(exc)
                 return "bad"
             held_head = b""
-            self._tell_recorder(tap, payload, framer, auth, exchange)
+            self.recording.body_sent(tap, payload, framer, auth, exchange)
             await upstream.writer.drain()
         data = await client.read_some()
         if not data:
@@ -450,54 +392,20 @@ class ProxyServer:
         client.unread(data[used:])
         return payload
 
-    def _tell_recorder(
-        self, tap: RequestTap, payload: bytes, framer: BodyFramer, auth: str | None, exchange: Exchange
-    ) -> None:
-        """The recorder's part of a body piece that went up: the payload held; once the body is whole,
-        the prompt counted (the response head, which ends the copy, may come at the next drain)."""
-        if payload and tap.active:
-            self._hold(tap, payload, exchange)
-        if framer.done:
-            self._feed(self._prompts.request_sent, tap, auth)
-            if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
-                exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
-
-    def _hold(self, tap: RequestTap, payload: bytes, exchange: Exchange) -> None:
-        """Give the recorder a piece of the request body while the listener's budget for held bodies
-        allows; past it the recorder gets nothing more of this body (the request is still forwarded)."""
-        if exchange.over_budget:
-            return
-        if not self.held.take(len(payload)):
-            exchange.over_budget = True
-            self._feed(tap.drop_request)
-            self._release(exchange)
-            self._say_once(
-                "budget",
-                "proxy: request bodies held past %d MiB: a body is forwarded unread",
-                limits.REQUEST_BODIES_HELD_BYTES >> 20,
-            )
-            return
-        exchange.held += len(payload)
-        self._feed(tap.request_body, payload)
-
-    def _release(self, exchange: Exchange) -> None:
-        self.held.give(exchange.held)
-        exchange.held = 0
-
     def _keep_for_replay(self, exchange: Exchange, data: bytes) -> None:
         """Keep a copy of what went upstream, under limits.REPLAY_KEPT_BYTES and the listener's budget
         for held bodies: a request that got no byte of answer is sent once more on a new connection."""
         replay = exchange.replay
         if replay is None:
             return
-        if len(replay) + len(data) > limits.REPLAY_KEPT_BYTES or not self.held.take(len(data)):
+        if len(replay) + len(data) > limits.REPLAY_KEPT_BYTES or not self.recording.held.take(len(data)):
             self._forget_replay(exchange)
             return
         replay += data
 
     def _forget_replay(self, exchange: Exchange) -> None:
         if exchange.replay is not None:
-            self.held.give(len(exchange.replay))
+            self.recording.held.give(len(exchange.replay))
             exchange.replay = None
 
     def _replay_after(self, failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer) -> bytes | None:
@@ -515,23 +423,6 @@ class ProxyServer:
             redact_url(self.route.upstream_url),
         )
         return bytes(replay)
-
-    async def _parse_off_loop(self, tap: RequestTap, exchange: Exchange) -> None:
-        """Read a big request body on a worker thread, one at a time: the streams never wait on it."""
-        if self._parse_gate is None:
-            self._parse_gate = asyncio.Semaphore(1)
-        async with self._parse_gate:
-            try:
-                await asyncio.to_thread(tap.read_request)
-            except Exception:
-                self._recorder_bug()
-        self._release(exchange)
-
-    def _feed(self, method: Callable[..., None], *args: object) -> None:
-        try:
-            method(*args)
-        except Exception:
-            self._recorder_bug()
 
     async def _pump_response(
         self,
@@ -567,7 +458,7 @@ class ProxyServer:
         if exchange.parsed is not None:  # a big request body still being read off the loop
             with contextlib.suppress(Exception):
                 await asyncio.shield(exchange.parsed)
-        self._feed(tap.response_head, status, headers, time.monotonic())
+        self.recording.feed(tap.response_head, status, headers, time.monotonic())
         await drain(writer)
         while not framer.done:
             try:
@@ -591,8 +482,6 @@ class ProxyServer:
                 raise Cut(str(exc)) from exc
             writer.write(data[:used] if used < len(data) else data)
             if payload:
-                self._feed(tap.response_body, payload, received_mono_s)
-                if self._prompts.pending and tap.first_text_mono_s is not None:
-                    self._prompts.prompt_read(tap)
+                self.recording.response_body(tap, payload, received_mono_s)
             await drain(writer)
         return head.keep_alive()

@@ -1,0 +1,153 @@
+"""What one listener tells its recorder beside the forwarding: each request's tap, the request body's
+pieces under the listener's budget for held bytes, the prompt counter, the client's name, and the
+finished record handed on. The forwarding never waits on any of it, and a recorder bug is logged once
+and never breaks a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from trayapp.core.model import FinishedRequest
+from trayapp.services.proxy import limits
+from trayapp.services.proxy.admission import HeldBytes
+from trayapp.services.proxy.clients import Named, NamedRecords
+from trayapp.services.proxy.exchange import Exchange
+from trayapp.services.proxy.http1 import BodyFramer, Head, RequestLine
+from trayapp.services.proxy.prompt_length import PromptBoard, PromptCounter
+from trayapp.services.proxy.recorder import RequestTap
+from trayapp.services.proxy.route import Route
+
+log = logging.getLogger(__name__)
+
+RecordSink = Callable[[Route, FinishedRequest], None]
+
+
+class Recording:
+    """One listener's recorder side."""
+
+    def __init__(self, route: Route, on_record: RecordSink, prompts: PromptBoard | None = None) -> None:
+        self.route = route
+        self.on_record = on_record
+        self.held = HeldBytes(limits.REQUEST_BODIES_HELD_BYTES)  # request bytes held now (all connections)
+        self.prompts = PromptCounter(
+            prompts, route.upstream_url, route.server_kind, self.held, limits.COUNT_PROMPT_FROM_BYTES
+        )
+        self._clients = NamedRecords(self._emit)  # who sent each recorded request
+        self._parse_gate: asyncio.Semaphore | None = None  # one big body parsed off the loop at a time
+        self._failed = False
+        self._said_budget = False
+
+    def tap(self, line: RequestLine, started_mono_s: float, started_wall_s: float) -> RequestTap:
+        return RequestTap(
+            server_kind=self.route.server_kind,
+            method=line.method,
+            path=line.path,
+            started_mono_s=started_mono_s,
+            started_wall_s=started_wall_s,
+            request_body_limit_bytes=limits.REQUEST_BODY_KEPT_BYTES,
+        )
+
+    def name_client(
+        self, tap: RequestTap, head: Head, writer: asyncio.StreamWriter, listen_port: int
+    ) -> asyncio.Future[Named] | None:
+        """Begin looking up who sent a recorded request, while its socket is open."""
+        if not tap.active:
+            return None
+        peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
+        return self._clients.lookup(peer, listen_port, head.get("user-agent"), local)
+
+    def body_sent(
+        self, tap: RequestTap, payload: bytes, framer: BodyFramer, auth: str | None, exchange: Exchange
+    ) -> None:
+        """A piece of the request body went up: its payload held; once the body is whole, the prompt
+        counted (the response head, which ends the copy, may come at the next drain)."""
+        if payload and tap.active:
+            self._hold(tap, payload, exchange)
+        if framer.done:
+            self.feed(self.prompts.request_sent, tap, auth)
+            if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
+                exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
+
+    def response_body(self, tap: RequestTap, payload: bytes, received_mono_s: float) -> None:
+        self.feed(tap.response_body, payload, received_mono_s)
+        if self.prompts.pending and tap.first_text_mono_s is not None:
+            self.prompts.prompt_read(tap)
+
+    def record(
+        self, tap: RequestTap, naming: asyncio.Future[Named] | None, *, status: int | None, aborted: bool
+    ) -> None:
+        """The request ended: its record goes on (named when the name comes). `status`: an answer the
+        proxy wrote itself (the upstream's own head was read as it passed)."""
+        if not tap.active:
+            return
+        self.prompts.request_ended(tap)
+        try:
+            if status is not None:
+                tap.response_head(status, {}, time.monotonic())
+            record = tap.finish(now_mono_s=time.monotonic(), now_wall_s=time.time(), aborted=aborted)
+        except Exception:
+            self._bug()
+            return
+        if record is not None:
+            self._clients.hand_on(record, naming)
+
+    def release(self, exchange: Exchange) -> None:
+        """Give back the body bytes the recorder held for `exchange`."""
+        self.held.give(exchange.held)
+        exchange.held = 0
+
+    def feed(self, method: Callable[..., None], *args: object) -> None:
+        """Call a recorder method; a bug in it is logged once and the stream goes on."""
+        try:
+            method(*args)
+        except Exception:
+            self._bug()
+
+    async def close(self) -> None:
+        await self._clients.close()  # records still waiting for their client's name: out, named or not
+        await self.prompts.close()
+
+    def _hold(self, tap: RequestTap, payload: bytes, exchange: Exchange) -> None:
+        """Give the recorder a piece of the request body while the listener's budget for held bodies
+        allows; past it the recorder gets nothing more of this body (the request is still forwarded)."""
+        if exchange.over_budget:
+            return
+        if not self.held.take(len(payload)):
+            exchange.over_budget = True
+            self.feed(tap.drop_request)
+            self.release(exchange)
+            if not self._said_budget:
+                self._said_budget = True
+                log.warning(
+                    "proxy: request bodies held past %d MiB: a body is forwarded unread",
+                    limits.REQUEST_BODIES_HELD_BYTES >> 20,
+                )
+            return
+        exchange.held += len(payload)
+        self.feed(tap.request_body, payload)
+
+    async def _parse_off_loop(self, tap: RequestTap, exchange: Exchange) -> None:
+        """Read a big request body on a worker thread, one at a time: the streams never wait on it."""
+        if self._parse_gate is None:
+            self._parse_gate = asyncio.Semaphore(1)
+        async with self._parse_gate:
+            try:
+                await asyncio.to_thread(tap.read_request)
+            except Exception:
+                self._bug()
+        self.release(exchange)
+
+    def _emit(self, record: FinishedRequest) -> None:
+        try:
+            self.on_record(self.route, record)
+        except Exception:
+            self._bug()
+
+    def _bug(self) -> None:
+        if not self._failed:
+            self._failed = True
+            log.exception("proxy recorder failed (the stream is forwarded unrecorded)")
