@@ -32,9 +32,7 @@ MAX_LATE_MS = PROBE_READ_TIMEOUT_S * 1000 / 2  # 1 s: half of what one blocking 
 BENCH_TIMEOUT_S = 240.0  # app start + dashboard + 2 phases + waiting for decoding, on a shared machine
 
 
-def test_gui_thread_never_waits_on_a_server(
-    llama_binary: Path, model_path: Path, tmp_path: Path
-) -> None:
+def test_gui_thread_never_waits_on_a_server(llama_binary: Path, model_path: Path, tmp_path: Path) -> None:
     server = LlamaServer(model_path, binary=llama_binary, log_dir=tmp_path)
     with server:
         command = [sys.executable, str(REPO / "bench" / "gui_stall.py"), "--json", "--seconds", str(PHASE_S)]

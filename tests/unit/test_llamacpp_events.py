@@ -124,4 +124,3 @@ def test_an_oversized_event_ends_the_stream() -> None:
 def test_a_chunk_size_line_that_never_ends_is_refused() -> None:
     with pytest.raises(ValueError, match="chunk size"):
         SseDecoder().feed(b"f" * 100)
-

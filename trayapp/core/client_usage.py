@@ -89,4 +89,3 @@ def client_summary(usage: ClientUsage) -> str:
     if mean is not None:
         line += f", waited {mean:.1f} s on average"
     return line
-

@@ -286,9 +286,7 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def band_of(
-    rows: Iterable[PeerRow], basis: str, scope: PeerScope, group: str | None
-) -> PeerBand | None:
+def band_of(rows: Iterable[PeerRow], basis: str, scope: PeerScope, group: str | None) -> PeerBand | None:
     """The band of these rows' shares (None when there are none)."""
     shares = sorted(s for s in (bandwidth_share(r) for r in rows) if s is not None)
     if not shares:
