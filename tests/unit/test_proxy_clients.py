@@ -79,3 +79,20 @@ def test_a_bug_in_the_naming_is_logged_once_and_the_record_goes_out_unnamed(
     assert [(r.model, r.client_name) for r in emitted] == [("m", None), ("m", None)]
     bugs = [r for r in caplog.records if "proxy client naming" in r.getMessage()]
     assert len(bugs) == 1 and bugs[0].exc_info is not None
+
+
+@pytest.mark.parametrize(("kept_s", "expected"), [(30.0, ["aider", "aider"]), (-1.0, ["aider", "bash"])])
+def test_a_clients_name_is_kept_for_a_while_then_read_again(
+    monkeypatch: pytest.MonkeyPatch, kept_s: float, expected: list[str]
+) -> None:
+    """A pid's process name is cached for NAME_KEPT_S: past it, the pid may be another process's."""
+    names = iter(["aider", "bash"])
+    monkeypatch.setattr(clients, "_scan", lambda port: {51234: 4242})
+    monkeypatch.setattr(clients, "_process_name", lambda pid: next(names))
+    monkeypatch.setattr(clients, "NAME_KEPT_S", kept_s)
+    namer = ClientNamer()
+
+    async def twice() -> list[clients.Named]:
+        return [await namer.name(("127.0.0.1", 51234), 8081, None) for _ in range(2)]
+
+    assert asyncio.run(twice()) == [(name, 4242) for name in expected]

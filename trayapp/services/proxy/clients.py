@@ -37,6 +37,7 @@ from trayapp.core.model import FinishedRequest
 log = logging.getLogger(__name__)
 
 CLIENT_NAME_WAIT_S = 2.0  # a record waits at most this for its client's name after the response ends
+NAME_KEPT_S = 30.0  # a process's name is read again after this: its pid may belong to another by then
 SCAN_FRESH_S = 5.0  # a scan's answers name connections opened up to this long before another scan
 OTHER_USER = "another user's process"
 _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
@@ -337,7 +338,7 @@ class ClientNamer:
         self._ports: dict[int, int | None] = {}  # from the last scan
         self._scanned_mono_s = float("-inf")
         self._scan_task: asyncio.Task[None] | None = None
-        self._names: dict[int, str] = {}  # pid → process name
+        self._names: dict[int, tuple[str, float]] = {}  # pid → (process name, when read: monotonic s)
         self._asked: list[
             tuple[tuple[str, int], tuple[str, int], asyncio.Future[tuple[bool, int | None]]]
         ] = []
@@ -396,11 +397,15 @@ class ClientNamer:
     async def _named_pid(self, pid: int | None) -> Named:
         if pid is None:
             return OTHER_USER, None
-        if pid not in self._names:
-            self._names[pid] = await asyncio.to_thread(_process_name, pid)
+        known = self._names.get(pid)
+        if known is None or time.monotonic() - known[1] > NAME_KEPT_S:  # a pid is reused by another process
+            read_mono_s = time.monotonic()
+            known = (await asyncio.to_thread(_process_name, pid), read_mono_s)
+            self._names.pop(pid, None)
+            self._names[pid] = known
             if len(self._names) > 1024:  # pids come and go: keep the newest
                 self._names.pop(next(iter(self._names)))
-        return self._names[pid], pid
+        return known[0], pid
 
     async def _rescan(self, listen_port: int) -> None:
         if self._scan_task is None or self._scan_task.done():
