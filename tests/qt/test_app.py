@@ -256,6 +256,7 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
     assert kinds[0] == "started" and kinds[-1] == "quit", said  # failed once (cc42): last 'proxies'
     assert "no_tray" in kinds  # offscreen has no tray: it ran as a window
     assert "signal 2: quitting" in log_text and "stopped (exit code 0)" in log_text, said
+    assert "failed (the rest is stopped all the same)" not in log_text, said  # every part stopped
 
 
 def test_benchmark_this_model_opens_one_bench_window(
@@ -280,3 +281,39 @@ def test_benchmark_this_model_opens_one_bench_window(
         qapp.aboutToQuit.disconnect(tray_app.shutdown)
     shown = [e for e in _events(tmp_path / "events.jsonl") if e["event"] == "bench_shown"]
     assert shown == [{**shown[0], "model": "llama3.1:8b"}] and len(shown) == 1
+
+
+def test_a_part_that_fails_to_stop_leaves_the_rest_stopped(
+    qtbot: QtBot,
+    qapp: QApplication,
+    tmp_path: Path,
+    restore_globals: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Quitting stops every part even when one raises: the failure is logged, the sampler, the
+    snapshot endpoint and the single-instance listener after it still stop, and the app says quit."""
+    monitors: list[FakeMonitor] = []
+    tray_app = _make(qapp, tmp_path, monitors)
+    closed: list[str] = []
+
+    def broken_stop() -> None:
+        raise RuntimeError("a proxy that will not stop")
+
+    class Instance:
+        def close(self) -> None:
+            closed.append("instance")
+
+    tray_app.instance = Instance()  # type: ignore[assignment]
+    tray_app.proxies.stop = broken_stop  # type: ignore[method-assign]
+    try:
+        tray_app.start()
+        qtbot.waitUntil(lambda: bool(monitors) and tray_app.last_snapshot is not None, timeout=5000)
+    finally:
+        with caplog.at_level("ERROR"):
+            tray_app.shutdown()
+        qapp.aboutToQuit.disconnect(tray_app.shutdown)
+    assert monitors[0].closed  # the sampler, stopped before the proxies
+    assert tray_app.snapshots._closed and closed == ["instance"]  # both stopped after the failure
+    assert [e["event"] for e in _events(tmp_path / "events.jsonl")][-1] == "quit"
+    failed = [r for r in caplog.records if "stopping the proxies failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None

@@ -236,24 +236,34 @@ class TrayApp(QObject):
         self.events.emit("no_tray_window", waiting=window.waiting, text=window.text())
 
     def shutdown(self) -> None:
+        """Stop everything, each part even when one before it fails (that is logged). Called by
+        `aboutToQuit` and again after the event loop: the first call does it."""
         if self._stopped:
             return
         self._stopped = True
         log.info("stopping")
-        self._tray_timer.stop()
-        if self.no_tray_window is not None:
-            self.no_tray_window.close()
+        exporter, self._exporter = self._exporter, None
+        instance = self.instance
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("the tray's wait timer", self._tray_timer.stop),
+            ("the no-tray window", self.no_tray_window.close if self.no_tray_window else _nothing),
+            ("the sampler thread", self._stop_sampler),
+            ("the Prometheus exporter", (lambda: exporter.stop(1.0)) if exporter else _nothing),
+            ("the proxies", self.proxies.stop),
+            ("the snapshot endpoint", lambda: self.snapshots.stop(1.0)),
+            ("the single-instance listener", instance.close if instance else _nothing),
+            ("the tray icon", self.tray.hide),
+        ]
+        for what, step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("stopping %s failed (the rest is stopped all the same)", what)
+        self.events.emit("quit")
+
+    def _stop_sampler(self) -> None:
         if not self.runner.stop(5000):
             log.error("the sampler thread did not stop in time")
-        exporter, self._exporter = self._exporter, None
-        if exporter is not None:
-            exporter.stop(1.0)
-        self.proxies.stop()
-        self.snapshots.stop(1.0)
-        if self.instance is not None:
-            self.instance.close()
-        self.tray.hide()
-        self.events.emit("quit")
 
     # ------------------------------------------------------------------ snapshots
 
@@ -429,6 +439,10 @@ class TrayApp(QObject):
             )
 
         run_in_background(restart, started, failed, name="llm-tray-exporter")
+
+
+def _nothing() -> None:
+    """A step with nothing to stop."""
 
 
 def _handle_signals(app: QApplication) -> QTimer:
