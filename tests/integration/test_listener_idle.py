@@ -5,11 +5,11 @@ a stop on the GUI thread waited at most that: 20 wake-ups a second, most of an i
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler
 
 import httpx
 
+from tests.support.fake_servers import wait_until
 from trayapp.sinks.listener import GuardedServer
 
 QUIET_S = 0.5  # how long an idle listener is watched for wake-ups (the old loop woke 10 times in it)
@@ -43,12 +43,12 @@ def test_an_idle_listener_wakes_only_for_clients_and_stops_at_once() -> None:
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         assert httpx.get(url, timeout=WAIT_S).text == "ok"
-        _wait_for_turns(server, 1)
+        wait_until(lambda: server.turns >= 1, WAIT_S)  # a handler may answer before the loop counts its turn
         turns = server.turns
         threading.Event().wait(QUIET_S)  # nothing happens: a polling loop would turn ~10 times
         assert server.turns == turns
         assert httpx.get(url, timeout=WAIT_S).text == "ok"
-        _wait_for_turns(server, turns + 1)  # the accept woke the loop (and the connection's end, if seen)
+        wait_until(lambda: server.turns >= turns + 1, WAIT_S)  # the accept woke the loop (cc45: awaited)
     finally:
         stopper = threading.Thread(target=server.shutdown, daemon=True)
         stopper.start()
@@ -79,12 +79,3 @@ def test_a_shutdown_before_the_loop_runs_ends_that_loop_at_once_then_serving_sta
         assert not second.is_alive()
     finally:
         server.server_close()
-
-
-def _wait_for_turns(server: _Counting, turns: int) -> None:
-    """Until the accept loop has turned `turns` times: a handler's thread may answer before the loop
-    counts the turn its accept took (cc45), so the count is awaited, never read at once."""
-    deadline = time.monotonic() + WAIT_S
-    while server.turns < turns:
-        assert time.monotonic() < deadline, f"{server.turns} turns of the accept loop, not {turns}"
-        threading.Event().wait(0.01)

@@ -21,13 +21,14 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
+from tests.support.fake_servers import wait_until
 from tests.support.proxy import RunningProxy, running_proxy
 from trayapp.services.proxy import limits
 
@@ -76,12 +77,6 @@ class ScriptedUpstream:
         finally:
             with self._lock:
                 self.ended += 1
-
-    def wait_until(self, ready: Callable[[], bool], timeout_s: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            assert time.monotonic() < deadline, f"not within {timeout_s} s: {self.connections=} {self.ended=}"
-            time.sleep(0.01)
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(5)
@@ -256,7 +251,7 @@ def _read_answer(sock: socket.socket) -> bytes:
 def test_the_upstream_connection_opens_as_the_client_connects_and_carries_its_request() -> None:
     with scripted() as (upstream, proxy):
         with socket.create_connection(_address(proxy.url), timeout=10) as sock:
-            upstream.wait_until(lambda: upstream.connections == 1)  # before a byte of the request
+            wait_until(lambda: upstream.connections == 1)  # before a byte of the request
             sock.sendall(_raw_post(BODY))
             answer = _read_answer(sock)
         proxy.records.wait_for(1)
@@ -270,7 +265,7 @@ def test_a_client_that_sends_nothing_holds_its_upstream_connection_briefly() -> 
     with scripted() as (upstream, proxy):
         with socket.create_connection(_address(proxy.url), timeout=10) as sock:
             opened_s = time.monotonic()
-            upstream.wait_until(lambda: upstream.ended == 1)
+            wait_until(lambda: upstream.ended == 1)
             held_s = time.monotonic() - opened_s
             sock.sendall(_raw_post(BODY))
             answer = _read_answer(sock)
