@@ -30,8 +30,8 @@ from trayapp.sources.gpu_processes import (
     largest_memory_users,
     memory_bytes,
     parse_fdinfo,
-    process_name,
 )
+from trayapp.sources.processes import process_name
 
 CARD1, CARD2 = "0000:03:00.1", "0000:03:00.2"  # make_card's PCI addresses for card1, card2
 OLD_AMDGPU = """pos:\t0

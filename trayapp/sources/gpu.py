@@ -24,10 +24,10 @@ from trayapp.sources.gpu_processes import (
     DrmClientReader,
     apple_memory_pressure,
     largest_memory_users,
-    process_name,
 )
 from trayapp.sources.host import ram_bytes
 from trayapp.sources.hwtable import lookup_gpu
+from trayapp.sources.processes import process_name
 from trayapp.sources.relisted import Relisted
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]

@@ -26,6 +26,7 @@ import psutil
 
 from trayapp.core.model import GpuProcess
 from trayapp.core.vram_holders import OTHER_USER
+from trayapp.sources.processes import process_name
 
 NameOfPid = Callable[[int], "str | None"]
 DEVICE_REGION = re.compile(r"(vram|local)\d*")  # the GPU's own memory: amdgpu vram, xe vram0, i915 local0
@@ -34,16 +35,6 @@ _VALUE = re.compile(r"(\d+)\s*([A-Za-z]*)")
 APPLE_USERS_LISTED = 5  # Apple: the largest RAM users named on the GPU card
 # sysctl kern.memorystatus_vm_pressure_level (xnu's kern_memorystatus: 1 normal, 2 warning, 4 critical)
 APPLE_PRESSURE = {1: "normal", 2: "warning", 4: "critical"}
-
-
-def process_name(pid: int) -> str | None:
-    """A process's name; `OTHER_USER` when the system hides it from us; None when it is gone."""
-    try:
-        return str(psutil.Process(pid).name())
-    except psutil.AccessDenied:
-        return OTHER_USER
-    except psutil.Error:
-        return None
 
 
 # --------------------------------------------------------------------------- DRM fdinfo (AMD, Intel)

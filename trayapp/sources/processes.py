@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from trayapp.core.vram_holders import OTHER_USER
 from trayapp.sources.procfs import read_bytes
 
 OLLAMA_NAMES = ("ollama", "ollama.exe")
@@ -69,9 +70,12 @@ def _is_llama_server(name: str | None, exe: str | None, cmdline: Sequence[str] |
     return any(c in LLAMA_SERVER_NAMES for c in candidates)
 
 
-def _process_name(pid: int) -> str | None:
+def process_name(pid: int) -> str | None:
+    """A process's name; `OTHER_USER` when the system hides it from us; None when it is gone."""
     try:
         return str(psutil.Process(pid).name())
+    except psutil.AccessDenied:
+        return OTHER_USER
     except _PSUTIL_ERRORS:
         return None
 
@@ -89,7 +93,7 @@ def find_ollama_children() -> list[ChildServer]:
         if not _is_llama_server(info.get("name"), info.get("exe"), cmdline):
             continue
         parent_pid = info.get("ppid")
-        if not parent_pid or (_process_name(parent_pid) or "").lower() not in OLLAMA_NAMES:
+        if not parent_pid or (process_name(parent_pid) or "").lower() not in OLLAMA_NAMES:
             continue
         port, model = parse_server_args(cmdline)
         children.append(ChildServer(pid=info["pid"], port=port, model_path=model, parent_pid=parent_pid))

@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterable
 from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
+from trayapp.core.vram_holders import OTHER_USER
 
 log = logging.getLogger(__name__)
 
 CLIENT_NAME_WAIT_S = 2.0  # a record waits at most this for its client's name after the response ends
 NAME_KEPT_S = 30.0  # a process's name is read again after this: its pid may belong to another by then
 SCAN_FRESH_S = 5.0  # a scan's answers name connections opened up to this long before another scan
-OTHER_USER = "another user's process"
 _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 
 Named = tuple[str | None, int | None]  # (name, pid)
@@ -321,14 +321,9 @@ def _scan_psutil(listen_port: int) -> dict[int, int | None]:
 
 
 def _process_name(pid: int) -> str:
-    import psutil
+    from trayapp.sources.processes import process_name  # psutil loads when a client is first named
 
-    try:
-        return str(psutil.Process(pid).name())
-    except psutil.AccessDenied:
-        return OTHER_USER
-    except psutil.Error:
-        return f"pid {pid}"
+    return process_name(pid) or f"pid {pid}"
 
 
 class ClientNamer:
