@@ -1,4 +1,5 @@
-"""The one atomic file write, the one private-file rule and the one checked reader of a secret file.
+"""The one atomic file write, the one private-file rule, the one checked reader of a secret file and
+the one bounded read of an open file.
 
 An atomic write: readers see the old file or the new one, never a part of either.
 
@@ -34,6 +35,20 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; Windows has no symlink to fol
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _WINDOWS_FLAGS
 PRIVATE_DIR_PERMISSIONS = 0o700
 SECRET_FILE_MAX_BYTES = 64 * 1024  # a token is a line; a bigger file is not one
+
+
+def read_at_most(fd: int, max_bytes: int, chunk_bytes: int = 65536) -> bytes:
+    """Up to `max_bytes` of an open file, read to its end or to that bound (a short read is not the
+    end); OSError as os.read raises it."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < max_bytes:
+        chunk = os.read(fd, min(chunk_bytes, max_bytes - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _create_temp(path: Path, permissions: int) -> tuple[int, Path]:
@@ -225,7 +240,7 @@ def read_secret_file(path: Path) -> str | None:
                     f"{path} is readable or writable by others (mode {stat.S_IMODE(st.st_mode):04o}): "
                     f"chmod 600 {path}"
                 )
-        data = os.read(fd, SECRET_FILE_MAX_BYTES + 1)
+        data = read_at_most(fd, SECRET_FILE_MAX_BYTES + 1)
     except OSError as exc:
         raise SecretFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     finally:

@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from trayapp.config import paths
-from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_bytes, atomic_write_text
+from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_bytes, atomic_write_text, read_at_most
 from trayapp.config.list_sections import ConfigError
 from trayapp.config.settings import LIST_SECTIONS, MAX_NESTING, Settings, nesting_depth, parse_settings
 
@@ -51,16 +51,9 @@ def _read_config(path: Path) -> bytes:
                 f"{st.st_size} bytes is no config file (at most {MAX_CONFIG_BYTES}): "
                 "the app starts on defaults"
             )
-        chunks, left = [], MAX_CONFIG_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 65536))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_at_most(fd, MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"more than {MAX_CONFIG_BYTES} bytes is no config file: the app starts on defaults")
     return data

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from trayapp.config.files import read_at_most
+
 CHUNK_BYTES = 65536
 
 
@@ -12,14 +14,6 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = 4 * CHUNK_BYTES) -
     """The file's bytes (at most `max_bytes`) through os.open/os.read; OSError as open() raises it."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        chunks: list[bytes] = []
-        size = 0
-        while size < max_bytes:
-            chunk = os.read(fd, min(CHUNK_BYTES, max_bytes - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return read_at_most(fd, max_bytes, CHUNK_BYTES)
     finally:
         os.close(fd)
