@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.fake_http import (
@@ -25,6 +26,7 @@ from tests.support.fake_http import (
     oversized,
     text_reply,
     truncated,
+    write_reply,
 )
 from tests.support.fake_servers import wait_until
 from tests.support.llama import free_port
@@ -107,6 +109,39 @@ def test_reads_everything_from_a_healthy_server(fake: FakeServer) -> None:
 def test_url_is_kept_as_given(fake: FakeServer) -> None:
     url = fake.url + "/"
     assert poll_once(url).url == url
+
+
+def _connections_to(port: int) -> list[Any]:
+    """This process's TCP connections to 127.0.0.1:`port` that are still open on our side."""
+    return [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port and c.status != psutil.CONN_CLOSE
+    ]
+
+
+def test_a_probe_closed_while_it_polls_ends_the_poll_and_keeps_no_connection(captured: Path) -> None:
+    """The monitor closes probes while their poll threads may still run (shutdown, a kind change): the
+    poll ends as usual and what it opened after the close is closed too, nothing leaks."""
+    answer_health = threading.Event()
+
+    def gated_health(handler: Any, server: FakeServer) -> None:
+        answer_health.wait(10.0)
+        write_reply(handler, file_reply(captured / "health.json"))
+
+    with FakeServer({**llama_routes(captured), "/health": gated_health}) as fake:
+        probe = LlamaCppProbe(fake.url)
+        readings: list[ServerReading] = []
+        poller = threading.Thread(target=lambda: readings.append(probe.poll(0.0)))
+        poller.start()
+        wait_until(lambda: fake.count("GET", "/health") == 1)  # the poll waits on its first answer
+        probe.close()
+        answer_health.set()
+        poller.join(10.0)
+        assert not poller.is_alive()
+        (reading,) = readings
+        assert reading.status == "ok" and fake.count("GET", "/slots") == 1  # it went on after the close
+        assert _connections_to(fake.port) == []
 
 
 def test_polling_policy(fake: FakeServer) -> None:

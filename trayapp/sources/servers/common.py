@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -63,9 +64,14 @@ class HttpProbe:
         self._pid_checked_at: float | None = None
         self._last_status: str | None = None
         self._bugs = BugLog(log)
+        self._closed = False  # by `close`; what is open is closed once no poll runs
+        self._polls_running = 0  # polls on other threads (the monitor's poll threads) as it closes
+        self._closing_lock = threading.Lock()
 
     def poll(self, now_mono_s: float) -> ServerReading:
         started = time.perf_counter()
+        with self._closing_lock:
+            self._polls_running += 1
         try:
             reading = self._poll(now_mono_s)
         except (FetchError, UnexpectedAnswer) as exc:
@@ -73,6 +79,12 @@ class HttpProbe:
         except Exception as exc:  # the one boundary on the poll path: a bug, reported and logged
             reason = self._bugs.report(exc, f"{self.kind} {self.url}: poll")
             reading = ServerReading(self.kind, self.url, "error", reason)
+        finally:
+            with self._closing_lock:
+                self._polls_running -= 1
+                release = self._closed and not self._polls_running
+            if release:  # closed by another thread as it ran: what it opened goes now
+                self._release()
         reading = replace(reading, elapsed_s=time.perf_counter() - started)
         if reading.status != self._last_status:
             detail = f" ({reading.reason})" if reading.reason else ""
@@ -88,8 +100,19 @@ class HttpProbe:
         return self._made_client
 
     def close(self) -> None:
-        if self._own_client and self._made_client is not None:
-            self._made_client.close()
+        """Close what the probe opened (a client, a kept connection). A poll running on another thread
+        meanwhile ends as usual, then closes it: its answers are not cut, nothing it opens leaks."""
+        with self._closing_lock:
+            self._closed = True
+            release = not self._polls_running
+        if release:
+            self._release()
+
+    def _release(self) -> None:
+        if self._own_client:
+            client, self._made_client = self._made_client, None
+            if client is not None:
+                client.close()
         if self._getter is not None:
             self._getter.close()
 

@@ -187,10 +187,10 @@ class LlamaRouterProbe(LlamaServerProbe):
         """The event stream's state: "off", "starting", "connected", "unavailable", "down"."""
         return self._stream.state if self._stream is not None else "off"
 
-    def close(self) -> None:
+    def _release(self) -> None:
         if self._stream is not None:
             self._stream.close()
-        super().close()
+        super()._release()
 
     def _on_event(self, event: RouterEvent) -> None:
         with self._book_lock:

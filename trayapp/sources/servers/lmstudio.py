@@ -203,10 +203,10 @@ class LmStudioProbe(HttpProbe):
     def lms(self) -> LmsCli | None:
         return self._lms
 
-    def close(self) -> None:
+    def _release(self) -> None:
         if self._lms is not None:
             self._lms.stop()
-        super().close()
+        super()._release()
 
     def _models(self) -> list[ModelReading]:
         if self._api != "v0":

@@ -254,11 +254,11 @@ class OllamaProbe(HttpProbe):
         self._rescan = True
         self._child_clients: dict[int, httpx.Client] = {}
 
-    def close(self) -> None:
+    def _release(self) -> None:
         for client in self._child_clients.values():
             client.close()
         self._child_clients.clear()
-        super().close()
+        super()._release()
 
     @property
     def log_reason(self) -> str | None:
