@@ -9,6 +9,10 @@ A client's upstream connection is opened as the client connects (while its head 
 unused when no head comes within limits.EARLY_UPSTREAM_HOLD_S, and never opened before a request on a
 listener that needs a token.
 
+A response goes at the client's pace: while the client's buffer is full the proxy reads nothing more
+from the upstream (the upstream's own sends block), and a client that reads nothing for
+limits.SEND_STALL_TIMEOUT_S is cut, which closes the upstream connection.
+
 The upstream is a loopback HTTP/1.1 server that does, for each request in the order they arrive, what
 its script says; nothing real can be made to close a connection at that instant on demand.
 """
@@ -21,7 +25,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -33,6 +37,8 @@ from tests.support.proxy import RunningProxy, running_proxy
 from trayapp.services.proxy import limits
 
 ANSWER = b'{"content":"ok"}'
+BIG_PATTERN = bytes(range(256))
+BIG_BYTES = 64 * 1024 * 1024  # far more than every buffer between the upstream and the client
 TIMEOUT = httpx.Timeout(10.0)
 
 
@@ -41,12 +47,14 @@ class ScriptedUpstream:
     """Reads each request whole (Content-Length framing), keeps its bytes, then does what `script`
     says for it: "answer" (200, kept alive), "close" (closes, no byte sent), "reset" (closes with an
     RST), "half-head" (part of a head, then closes), "cut-body" (a head and half the body, then
-    closes). Requests past the end of the script are answered."""
+    closes), "big" (200 with a body of BIG_BYTES, a pattern, sent in 64 KiB pieces: `big_sent` counts
+    what the kernel took). Requests past the end of the script are answered."""
 
     script: list[str]
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0  # accepted
     ended: int = 0  # of which this many have ended
+    big_sent: int = 0  # bytes of a "big" body sent so far
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -93,6 +101,9 @@ class ScriptedUpstream:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))  # fmt: skip
                     continue
+                if action == "big":
+                    self._send_big(conn)
+                    return
                 if action == "reset":
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 elif action == "half-head":
@@ -101,6 +112,18 @@ class ScriptedUpstream:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
                                  % (len(ANSWER), ANSWER[:5]))  # fmt: skip
                 return  # "close" and the rest: the connection ends here
+
+    def _send_big(self, conn: socket.socket) -> None:
+        conn.settimeout(60)  # a paused reader blocks these sends: the test decides how long
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % BIG_BYTES)
+        piece = BIG_PATTERN * (65536 // len(BIG_PATTERN))
+        while self.big_sent < BIG_BYTES:
+            try:
+                conn.sendall(piece)
+            except OSError:  # the proxy closed the connection (a reset, or a broken pipe)
+                return
+            with self._lock:
+                self.big_sent += len(piece)
 
     def close(self) -> None:
         self._stop.set()
@@ -293,3 +316,62 @@ def test_a_listener_with_a_token_opens_nothing_for_a_client_not_yet_authorized()
 def _address(url: str) -> tuple[str, int]:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return host, int(port)
+
+
+# --------------------------------------------------------------------------- the client's pace
+
+
+def _settled(read: Callable[[], int], interval_s: float = 0.1, timeout_s: float = 20.0) -> int:
+    """`read()` once two readings `interval_s` apart agree (bounded by `timeout_s`)."""
+    last = read()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(interval_s)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still moving after {timeout_s} s: {last}")
+
+
+def _slow_reader(proxy: RunningProxy) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: a small window
+    sock.connect(_address(proxy.url))
+    sock.settimeout(30)
+    sock.sendall(_raw_post(BODY))
+    return sock
+
+
+def test_a_client_that_reads_slowly_paces_the_upstream_and_gets_every_byte() -> None:
+    with scripted("big") as (upstream, proxy), _slow_reader(proxy) as sock:
+        wait_until(lambda: upstream.big_sent > 0)
+        paused_at = _settled(lambda: upstream.big_sent)  # the client reads nothing yet
+        # Without a pause the proxy would take all 64 MiB off the upstream into its own memory.
+        assert paused_at < BIG_BYTES // 2
+        received = bytearray()
+        while len(received) < BIG_BYTES + 1024:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            received += data
+            if (
+                b"\r\n\r\n" in received[:1024]
+                and len(received) >= received.index(b"\r\n\r\n") + 4 + BIG_BYTES
+            ):
+                break
+        (record,) = proxy.records.wait_for(1)
+    head, body = bytes(received).split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200") and len(body) == BIG_BYTES
+    assert body == BIG_PATTERN * (BIG_BYTES // len(BIG_PATTERN))  # every byte, in order
+    assert record.http_status == 200 and not record.aborted
+
+
+def test_a_client_that_reads_nothing_is_cut_after_the_send_stall_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "SEND_STALL_TIMEOUT_S", 0.5)
+    with scripted("big") as (upstream, proxy), _slow_reader(proxy):
+        wait_until(lambda: upstream.ended == 1, 20.0)  # the proxy closed it: the sends failed
+        (record,) = proxy.records.wait_for(1)
+    assert upstream.big_sent < BIG_BYTES and record.aborted

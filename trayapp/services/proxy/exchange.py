@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import Reader, within
+from trayapp.services.proxy.reading import ForwardingReader, Reader, within
 
 
 @dataclass
 class Upstream:
     reader: Reader
     writer: asyncio.StreamWriter
+    transport: asyncio.Transport  # the writer's, typed as the socket transport it is (reads pause)
     idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
     answers: int = 0  # requests it has answered
 
@@ -28,6 +29,13 @@ class Upstream:
 
     def close(self) -> None:
         self.writer.close()
+
+    @property
+    def stream(self) -> ForwardingReader:
+        """What the connection's reads go to (a response body's forwarder, or a buffer)."""
+        stream = self.reader.reader
+        assert isinstance(stream, ForwardingReader)  # open_upstream makes every Upstream's
+        return stream
 
 
 class Cut(Exception):
@@ -62,14 +70,17 @@ class UpstreamFailed(Exception):
 async def open_upstream(host: str, port: int) -> Upstream:
     """A new connection to the upstream; UpstreamFailed saying why when it cannot be opened."""
     try:  # `within`, not asyncio.wait_for (a task of its own per connect on Python < 3.12)
-        reader, writer = await within(
-            asyncio.open_connection(host, port, limit=READ_BYTES),
-            limits.CONNECT_TIMEOUT_S,
+        loop = asyncio.get_running_loop()
+        reader = ForwardingReader(limit=READ_BYTES, loop=loop)  # asyncio.open_connection, this reader
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await within(
+            loop.create_connection(lambda: protocol, host, port), limits.CONNECT_TIMEOUT_S
         )
     except (OSError, asyncio.TimeoutError) as exc:
         raise UpstreamFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
-    read_small(writer.transport)
-    return Upstream(Reader(reader), writer, time.monotonic())
+    read_small(transport)
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    return Upstream(Reader(reader), writer, transport, time.monotonic())
 
 
 def read_small(transport: asyncio.BaseTransport) -> None:

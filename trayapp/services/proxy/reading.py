@@ -6,10 +6,41 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from trayapp.services.proxy.http1 import FramingError, Head, parse_head
 from trayapp.services.proxy.limits import MAX_HEAD_BYTES, READ_BYTES
+
+if TYPE_CHECKING:
+    from trayapp.services.proxy.forwarding import BodyForwarder
+
+
+class ForwardingReader(asyncio.StreamReader):
+    """A StreamReader that hands its reads to a `BodyForwarder` while one is attached (a response
+    body), and buffers them for `read` as usual otherwise (heads, and between responses)."""
+
+    forwarder: BodyForwarder | None = None
+
+    def feed_data(self, data: bytes) -> None:  # type: ignore[override]  # asyncio feeds bytes
+        forwarder = self.forwarder
+        if forwarder is None:
+            super().feed_data(data)
+        else:
+            forwarder.received(data)
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        if self.forwarder is not None:
+            self.forwarder.ended(None)
+
+    def set_exception(self, exc: Exception) -> None:
+        super().set_exception(exc)
+        if self.forwarder is not None:
+            self.forwarder.ended(exc)
+
+    def has_buffered_bytes(self) -> bool:
+        """Bytes received and not read yet (a `read` returns them without waiting)."""
+        return bool(getattr(self, "_buffer", b""))
 
 
 class Reader:

@@ -2,8 +2,9 @@
 
 Per client connection there is one upstream connection (kept alive while both sides allow).
 Per request two tasks run side by side: the client side (the request body, then a watch for
-the client hanging up) and the response pump (upstream → client, chunk by chunk, each read
-written and drained before the next). When the client hangs up at any stage — before the
+the client hanging up) and the response pump (upstream → client: the head read and checked, then
+the body forwarded by the upstream's reads themselves, forwarding.py, the upstream paused while the
+client's buffer is full). When the client hangs up at any stage — before the
 first byte, mid-stream, during a non-streaming request — the upstream connection is closed,
 which is how every server here learns to stop generating. The recorder tap sees de-framed
 payload as it passes and never holds it; a recorder bug is logged and never breaks a stream.
@@ -29,6 +30,7 @@ from trayapp.services.proxy.exchange import (
     open_upstream,
     read_small,
 )
+from trayapp.services.proxy.forwarding import BodyForwarder, forward_body
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -424,6 +426,14 @@ class ProxyServer:
         )
         return bytes(replay)
 
+    def _bad_chunk(self, exc: FramingError) -> None:
+        self._say_once(
+            "bad-chunk",
+            "proxy: upstream %s sent a malformed body (%s): response cut",
+            redact_url(self.route.upstream_url),
+            exc,
+        )
+
     async def _pump_response(
         self,
         upstream: Upstream,
@@ -460,28 +470,15 @@ class ProxyServer:
                 await asyncio.shield(exchange.parsed)
         self.recording.feed(tap.response_head, status, headers, time.monotonic())
         await drain(writer)
-        while not framer.done:
-            try:
-                data = await upstream.reader.read_some()
-            except ConnectionError:
-                data = b""
-            received_mono_s = time.monotonic()  # before forwarding: the client may read it at once
-            if not data:
-                if framer.until_close:
-                    return False
-                raise Cut("upstream closed mid-response")  # the client sees the cut at once: we close too
-            try:
-                used, payload = framer.feed(data)
-            except FramingError as exc:  # a malformed chunk after the head went out: cut the response
-                self._say_once(
-                    "bad-chunk",
-                    "proxy: upstream %s sent a malformed body (%s): response cut",
-                    redact_url(self.route.upstream_url),
-                    exc,
-                )
-                raise Cut(str(exc)) from exc
-            writer.write(data[:used] if used < len(data) else data)
-            if payload:
-                self.recording.response_body(tap, payload, received_mono_s)
-            await drain(writer)
+        if not framer.done:
+            pending, upstream.reader.pending = upstream.reader.pending, b""
+            forwarder = BodyForwarder(
+                framer,
+                writer,
+                upstream.transport,
+                lambda payload, received_mono_s: self.recording.response_body(tap, payload, received_mono_s),
+                self._bad_chunk,
+            )
+            if not await forward_body(upstream.stream, pending, forwarder):
+                return False
         return head.keep_alive()
