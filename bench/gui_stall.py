@@ -3,7 +3,7 @@
     python bench/gui_stall.py [--seconds 20] [--beat-ms 10] [--phases idle,frozen,generating] [--json]
                               [--server-url URL --server-pid PID]
 
-Runs the real app (`trayapp.app.tray_app.run_tray`) in this process on a real X display (Xvfb +
+Runs the real app (`trayapp.app.tray_main.run_tray`) in this process on a real X display (Xvfb +
 trayer; offscreen when those tools are missing), with its dashboard open (a second start,
 as a user would), and a QTimer heartbeat (10 ms; `--beat-ms`) on the GUI thread recording when
 it fires. A stall is how late a beat comes: gap between beats − the beat. Phases, `--seconds` each:

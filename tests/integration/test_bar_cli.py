@@ -29,6 +29,7 @@ from tests.support.cli import run_cli
 from tests.support.fake_servers import FakeOllama, wait_until
 from tests.support.llama import LlamaServer, decode_rate, generate_in_background, tokens_lasting
 from trayapp.app import tray_app as app_module
+from trayapp.app.tray_main import default_monitor_factory
 from trayapp.config.settings import EndpointConfig, HardwareConfig, MonitorConfig, Settings
 from trayapp.ui.qtcompat import apply_workarounds
 
@@ -165,7 +166,7 @@ def test_the_tray_app_publishes_for_bar_and_status(
         monitor=MonitorConfig(discover=False, poll_active_s=0.2, poll_idle_s=0.3),
         hardware=HardwareConfig(ram_bandwidth_gbps=50.0),  # no RAM benchmark in the test
     )
-    factory = app_module.default_monitor_factory(settings, (), False, None)
+    factory = default_monitor_factory(settings, (), False, None)
     tray = app_module.TrayApp(qapp, settings, factory)
     sampler = Path(os.environ["LLM_TRAY_HOME"]) / "data" / "sampler.json"
     try:

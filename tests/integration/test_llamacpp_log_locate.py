@@ -19,12 +19,8 @@ import pytest
 from tests.support.fake_servers import FakeHttpServer, Reply, wait_until
 from tests.support.llamacpp_log import EXPECTED, N_CTX, log_text
 from tests.support.paths import FIXTURES_DIR
-from trayapp.sources.llamacpp_log import (
-    LOG_SOURCE,
-    LlamaLogReader,
-    LogFile,
-    locate_log,
-)
+from trayapp.sources.llamacpp_log import LOG_SOURCE, LlamaLogReader
+from trayapp.sources.llamacpp_log_location import LogFile, locate_log
 from trayapp.sources.servers.llamacpp import LlamaCppProbe
 
 CAPTURED = FIXTURES_DIR / "llama-server" / "captured"

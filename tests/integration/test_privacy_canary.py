@@ -73,7 +73,7 @@ def debug_log(_tray_home: Path) -> Iterator[Path]:
 
     llm-tray has no log-level setting, so the test turns the loggers down itself.
     """
-    from trayapp.app.tray_app import setup_logging
+    from trayapp.app.log_setup import setup_logging
 
     path = setup_logging()
     handler = logging.FileHandler(paths.data_dir() / "debug.log", encoding="utf-8")
@@ -225,7 +225,7 @@ def test_no_canary_anywhere(
         assert any("endpoints[2].api_key" in error for error in loaded.errors), loaded.errors
         _assert_clean("the config error message", "\n".join(loaded.errors), canaries)
         for error in loaded.errors:
-            logging.getLogger("trayapp.app.tray_app").warning("config: %s", error)  # as the tray logs them
+            logging.getLogger("trayapp.app.tray_main").warning("config: %s", error)  # as the tray logs them
 
         inbox = RecordInbox()  # the tray's proxy inbox: upstreams set when the proxy starts, below
         monitor = Monitor(

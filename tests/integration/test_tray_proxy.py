@@ -22,6 +22,7 @@ from pytestqt.qtbot import QtBot
 from tests.support.fake_streaming import Capture, FakeStreamingUpstream
 from trayapp.app import tray_app as app_module
 from trayapp.app.tray_app import settings_services
+from trayapp.app.tray_main import default_monitor_factory
 from trayapp.config.settings import HardwareConfig, MonitorConfig, ProxyConfig, Settings
 from trayapp.config.settings_file import load_settings
 from trayapp.core.model import RequestRecord, Snapshot
@@ -65,7 +66,7 @@ class Running:
 
     def __init__(self, qapp: QApplication, settings: Settings, tmp_path: Path) -> None:
         inbox = RecordInbox()
-        factory = app_module.default_monitor_factory(settings, (), False, None, inbox)
+        factory = default_monitor_factory(settings, (), False, None, inbox)
         events = app_module.TestEvents(str(tmp_path / "events.jsonl"))
         self.app = app_module.TrayApp(qapp, settings, factory, events=events, proxy_inbox=inbox)
         self.snapshots: list[Snapshot] = []

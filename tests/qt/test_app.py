@@ -20,6 +20,7 @@ from pytestqt.qtbot import QtBot
 from tests.support.fake_monitor import FakeMonitor
 from tests.support.snapshots import model, server, snap
 from trayapp.app import tray_app as app_module
+from trayapp.app import tray_main
 from trayapp.app.single_instance import single_instance
 from trayapp.config.settings import NotificationConfig, Settings
 
@@ -211,7 +212,7 @@ def test_second_start_asks_the_first_and_exits_0(qtbot: QtBot, restore_globals: 
     assert first.listen()
     try:
         with qtbot.waitSignal(first.show_requested, timeout=5000):
-            code = app_module.run_tray(Settings(), monitor_factory=FakeMonitor)
+            code = tray_main.run_tray(Settings(), monitor_factory=FakeMonitor)
         assert code == 0
     finally:
         first.close()
@@ -223,7 +224,7 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
     home = tmp_path / "home"
     code = (
         "import sys; from tests.support.fake_monitor import FakeMonitor;"
-        "from trayapp.app.tray_app import run_tray;"
+        "from trayapp.app.tray_main import run_tray;"
         "from trayapp.config.settings import Settings;"
         "sys.exit(run_tray(Settings(), monitor_factory=FakeMonitor))"
     )
@@ -233,7 +234,7 @@ def test_run_tray_runs_and_quits_on_sigint(tmp_path: Path) -> None:
         LLM_TRAY_HOME=str(home),
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),  # the repository: tests.support
     )
-    env[app_module.EVENTS_ENV] = str(events)
+    env[tray_main.EVENTS_ENV] = str(events)
     with subprocess.Popen(
         [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True
     ) as process:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.support.snapshots import snap
 from trayapp.app import tray_app as app_module
+from trayapp.app import tray_main
 from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.model import Snapshot
 
@@ -100,13 +101,13 @@ def test_run_tray_hands_its_discover_to_the_app(
         kw["instance"].close()
         raise Stop
 
-    monkeypatch.setattr(app_module, "TrayApp", fake_app)
-    monkeypatch.setattr(app_module, "setup_logging", lambda: tmp_path / "llm-tray.log")
-    monkeypatch.setattr(app_module, "install_excepthook", lambda: None)
+    monkeypatch.setattr(tray_main, "TrayApp", fake_app)
+    monkeypatch.setattr(tray_main, "setup_logging", lambda: tmp_path / "llm-tray.log")
+    monkeypatch.setattr(tray_main, "install_excepthook", lambda: None)
     quit_on_close = qapp.quitOnLastWindowClosed()
     try:
         with pytest.raises(Stop):
-            app_module.run_tray(settings(discover=True), discover=False, monitor_factory=NoServers)
+            tray_main.run_tray(settings(discover=True), discover=False, monitor_factory=NoServers)
     finally:
         qapp.setQuitOnLastWindowClosed(quit_on_close)  # run_tray sets it for the app's lifetime
     assert seen["discover"] is False

@@ -1,8 +1,9 @@
 """The idle tray does not load the plotting stack: pyqtgraph, numpy and the dashboard's modules load
 when the dashboard is first opened, and the snapshots it was fed while unbuilt are all in it then.
-Nor does `import trayapp.app.tray_app` load an HTTP stack (start-up to a visible icon), nor the windows
-a user rarely opens (settings, the no-tray window), nor the keyring or httpx's command-line client (the
-sampler's thread); PySide6 keeps no module's source (issue #26: 16 MiB of the idle tray's RSS).
+Nor does `import trayapp.app.tray_main` (run_tray, which imports tray_app) load an HTTP stack (start-up
+to a visible icon), nor the windows a user rarely opens (settings, the no-tray window), nor the keyring
+or httpx's command-line client (the sampler's thread); PySide6 keeps no module's source (issue #26:
+16 MiB of the idle tray's RSS).
 
 The import check runs in a fresh interpreter (this test process has imported pyqtgraph already).
 """
@@ -30,7 +31,7 @@ from trayapp.ui.dashboard import window as window_module
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pyqtgraph", "numpy", "trayapp.ui.dashboard.window", "trayapp.core.history")
 # The HTTP stacks load on the sampler's thread (httpx) or when a proxy is turned on (asyncio, the
-# proxy server), never before the icon: `import trayapp.app.tray_app` must not pull them in. QtNetwork
+# proxy server), never before the icon: `import trayapp.app.tray_main` must not pull them in. QtNetwork
 # (~2.5 MiB) is the single-instance check's on Windows only, loaded when it runs.
 NETWORK = (
     "httpx",
@@ -48,6 +49,7 @@ import json, sys
 from PySide6.QtWidgets import QApplication
 qapp = QApplication([])
 from tests.support.snapshots import model, server, snap
+from trayapp.app import tray_main  # run_tray: what `llm-tray` imports to start the tray
 from trayapp.app import tray_app as app_module
 from trayapp.config.settings import Settings
 
@@ -170,7 +172,7 @@ def test_pyside_keeps_no_source_of_the_modules_imported_after_it(tmp_path: Path)
 
 SAMPLER_CHILD = """
 import json, sys
-from trayapp.app.tray_app import skip_httpx_cli
+from trayapp.app.tray_main import skip_httpx_cli
 skip_httpx_cli()
 import httpx
 import trayapp.services.monitor

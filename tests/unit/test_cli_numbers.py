@@ -1,11 +1,11 @@
-"""The command line's number flags (cli/main.py `_number`): a bad value is a one-line usage error
+"""The command line's number flags (cli/arguments.py `_number`): a bad value is a one-line usage error
 (exit 2) that says what was expected; a good one arrives as a number of the right type."""
 
 from __future__ import annotations
 
 import pytest
 
-from trayapp.cli.main import build_parser
+from trayapp.cli.arguments import build_parser
 
 
 @pytest.mark.parametrize(

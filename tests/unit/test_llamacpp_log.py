@@ -16,10 +16,10 @@ from trayapp.sources.llamacpp_log import (
     RefusalLine,
     ReleaseLine,
     cut_at_context_end,
-    log_options,
     parse_log_line,
     parse_log_lines,
 )
+from trayapp.sources.llamacpp_log_location import log_options
 
 CAPTURED = FIXTURES_DIR / "llama-server" / "captured"
 

@@ -11,8 +11,9 @@ One sampler per machine (the tray app or `llm-tray agent`) serves:
 `publish(snapshot)` only swaps a reference and wakes a builder thread, so neither the sampler
 nor the GUI thread ever waits on a client; the builder makes the documents once per tick and
 the handler threads only send bytes. Loopback by default; any other address needs a token,
-checked on every request (`Authorization: Bearer ...`, 401 without). The limits every client meets
-(sinks/listener.py, values below, docs/security.md): a whole request within REQUEST_TIMEOUT_S, at most
+checked on every request (`Authorization: Bearer ...`, 401 without); the requests are answered by
+sinks/snapshot_handler.py. The limits every client meets (sinks/listener.py, values below and in
+snapshot_handler.py, docs/security.md): a whole request within REQUEST_TIMEOUT_S, at most
 MAX_CONNECTIONS connections and MAX_STREAMS event streams (503 beyond), an event stream whose client
 does not read (its small send buffer stays full for STREAM_STALL_S) is dropped and its slot freed, and
 on loopback only a loopback `Host` (or an allowed name) and no browser `Origin` (unless allowed).
@@ -26,45 +27,27 @@ by someone else comes back.
 
 from __future__ import annotations
 
-import contextlib
-import hmac
-import json
 import logging
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from trayapp.core.bar import glance_json
 from trayapp.core.glance import GlanceTracker
-from trayapp.core.json_limits import json_problem
 from trayapp.core.jsonview import alert_json, snapshot_json
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import Alert, Snapshot
-from trayapp.core.text import format_snapshot, format_watch_line
+from trayapp.core.text import format_watch_line
 from trayapp.core.thresholds import Thresholds
-from trayapp.sinks.listener import GuardedHandler, GuardedServer, normal_host
-from trayapp.sinks.sampler_file import (
-    BENCH_PATH,
-    MAX_POST_BYTES,
-    RECORDS_PATH,
-    SamplerInfo,
-    claim_sampler_file,
-    remove_sampler_file,
-)
-from trayapp.sinks.wire import WireError, from_wire, parse_records
+from trayapp.sinks.listener import GuardedServer, normal_host
+from trayapp.sinks.sampler_file import SamplerInfo, claim_sampler_file, remove_sampler_file
+from trayapp.sinks.snapshot_handler import REQUEST_TIMEOUT_S, SnapshotHandler, json_bytes, sse
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 10.0  # a whole request (line, headers, body) within this of connecting or the last answer
-SEND_TIMEOUT_S = 10.0  # an answer not taken by the client within this: the connection is dropped
 STREAM_STALL_S = 10.0  # an event stream whose send buffer stays full this long is dropped (its slot freed)
-STREAM_SNDBUF = 16 * 1024  # an event stream's socket send buffer: small, so a client that does not read shows
-KEEPALIVE_S = 15.0  # an SSE comment this often while nothing happens
 MAX_STREAMS = 32  # event streams at once; more get 503
 MAX_CONNECTIONS = 64  # connections at once, streams included; more get 503 from the accept thread
 BACKLOG = 256  # events kept for streams that fall behind (older ones are skipped)
@@ -76,14 +59,6 @@ class _Published:
     snapshot: Snapshot
     doc: bytes
     glance: bytes
-
-
-def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _sse(event: str, data: bytes) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"  # JSON has no raw newline
 
 
 class SnapshotServer:
@@ -145,7 +120,7 @@ class SnapshotServer:
         """
         server = self
 
-        class Handler(_Handler):
+        class Handler(SnapshotHandler):
             owner = server
             request_timeout_s = server.request_timeout_s
             allowed_hosts = server.allowed_hosts
@@ -268,21 +243,19 @@ class SnapshotServer:
     def _build(self, snapshot: Snapshot | None) -> None:
         if snapshot is None:
             return
-        doc = _json_bytes(snapshot_json(snapshot))
-        glance = _json_bytes(glance_json(self._tracker.update(snapshot), snapshot))
-        events = [_sse("snapshot", doc), _sse("line", _json_bytes(format_watch_line(snapshot))),
-                  _sse("glance", glance)]  # fmt: skip
+        doc = json_bytes(snapshot_json(snapshot))
+        glance = json_bytes(glance_json(self._tracker.update(snapshot), snapshot))
+        events = [sse("snapshot", doc), sse("line", json_bytes(format_watch_line(snapshot))),
+                  sse("glance", glance)]  # fmt: skip
         active = {a.id: a for a in snapshot.alerts if a.ended_wall_s is None}
         for alert_id, alert in active.items():
             if alert_id not in self._alerts:
-                events.append(
-                    _sse("alert", _json_bytes({"transition": "started", "alert": alert_json(alert)}))
-                )
+                events.append(sse("alert", json_bytes({"transition": "started", "alert": alert_json(alert)})))
         ended = {a.id: a for a in snapshot.alerts if a.ended_wall_s is not None}
         for alert_id, previous in self._alerts.items():
             if alert_id not in active:
                 alert = ended.get(alert_id, previous)
-                events.append(_sse("alert", _json_bytes({"transition": "ended", "alert": alert_json(alert)})))
+                events.append(sse("alert", json_bytes({"transition": "ended", "alert": alert_json(alert)})))
         self._alerts = active
         with self._cond:
             self._latest = _Published(snapshot, doc, glance)
@@ -311,202 +284,3 @@ class SnapshotServer:
             if self._closed:
                 return None
             return self._seq, [event for seq, event in self._events if seq > after]
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-class _Handler(GuardedHandler):
-    owner: SnapshotServer
-    request_timeout_s = REQUEST_TIMEOUT_S
-    send_timeout_s = SEND_TIMEOUT_S
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        if status == 401:
-            self.send_header("WWW-Authenticate", 'Bearer realm="llm-tray"')
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, status: int, message: str) -> None:
-        self._send(status, _json_bytes({"error": message}))
-
-    reply_error = _error  # the listener's refusals (Host, Origin) in the same form
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The stdlib's errors (bad request line, too long, ...) as short JSON, with a status line."""
-        self.close_connection = True
-        if self.request_version == "HTTP/0.9":
-            self.request_version = "HTTP/1.0"  # garbage parsed as HTTP/0.9 still gets a status line
-        with contextlib.suppress(OSError):  # the client may be gone already
-            self._error(code, message or "bad request")
-
-    def _authorized(self) -> bool:
-        token = self.owner.token
-        if token is None:
-            return True
-        given = self.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-
-    def do_GET(self) -> None:
-        if not self._authorized():
-            self._error(401, "unauthorized: send Authorization: Bearer <token>")
-            return
-        parts = urlsplit(self.path)
-        if parts.path == "/v1/events":
-            self._events()
-            return
-        if parts.path not in ("/v1/snapshot", "/v1/glance"):
-            self._error(404, "not found: /v1/snapshot, /v1/glance, /v1/events")
-            return
-        latest = self.owner.latest()
-        if latest is None:
-            self._error(503, "no snapshot yet")
-            return
-        if parts.path == "/v1/glance":
-            self._send(200, latest.glance)
-            return
-        fmt = parse_qs(parts.query).get("format", ["json"])[0]
-        if fmt == "text":
-            self._send(200, format_snapshot(latest.snapshot).encode(), "text/plain; charset=utf-8")
-        elif fmt == "line":
-            self._send(200, format_watch_line(latest.snapshot).encode(), "text/plain; charset=utf-8")
-        else:
-            self._send(200, latest.doc)
-
-    def _refuse(self) -> None:
-        self.close_connection = True  # its body, if any, is not read
-        if not self._authorized():
-            self._error(401, "unauthorized: send Authorization: Bearer <token>")
-        else:
-            self._error(405, f"only GET, and POST to {RECORDS_PATH} or {BENCH_PATH}")
-
-    do_PUT = do_DELETE = do_PATCH = _refuse
-
-    def do_POST(self) -> None:
-        path = urlsplit(self.path).path
-        if path not in (RECORDS_PATH, BENCH_PATH):
-            self._refuse()
-            return
-        self.close_connection = True  # one post per connection: a refused body is never read
-        if not self._authorized():
-            self._error(401, "unauthorized: send Authorization: Bearer <token>")
-            return
-        if not is_loopback(str(self.client_address[0]).removeprefix("::ffff:")):  # v4-mapped too
-            self._error(403, "records are taken from this machine only (loopback)")
-            return
-        body = self._body()
-        if body is None:
-            return
-        intake = self.owner.intake()
-        if intake is None:
-            self._error(503, f"the {self.owner.role} is starting: no monitor to take it yet, try again")
-            return
-        try:
-            if path == RECORDS_PATH:
-                self._take_records(intake, body)
-            else:
-                self._take_bench(intake, body)
-        except WireError as exc:
-            self._error(400, f"invalid body: {exc}")
-        except Exception:  # a bug here must not end the endpoint, nor leave the client waiting
-            log.exception("snapshot endpoint: POST %s failed", path)
-            self._error(500, "internal error (logged)")
-
-    def _body(self) -> Any | None:
-        """The request's JSON body (None, after answering 4xx, when it is not one)."""
-        if self.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
-            self._error(415, "send Content-Type: application/json")
-            return None
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
-            self._error(411, "send Content-Length")
-            return None
-        if not length_text.strip().isdigit():
-            self._error(400, "invalid Content-Length")
-            return None
-        length = int(length_text)
-        if length > MAX_POST_BYTES:
-            self._error(413, f"body over {MAX_POST_BYTES} bytes: send fewer records per post")
-            return None
-        data = self.rfile.read(length)  # a client this slow is dropped (socket timeout)
-        if len(data) != length:
-            self._error(400, "body shorter than its Content-Length")
-            return None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            self._error(400, f"invalid JSON: {exc}")
-            return None
-        problem = json_problem(text)  # nesting and value count, before parsing (core/json_limits.py)
-        if problem is not None:
-            self._error(413 if "large" in problem else 400, problem.replace("answer", "body", 1))
-            return None
-        try:
-            return json.loads(text, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            self._error(400, f"invalid JSON: {exc}")
-            return None
-
-    def _take_records(self, intake: object, body: Any) -> None:
-        accept = getattr(intake, "accept_proxy_records", None)
-        if accept is None:
-            self._error(503, f"this {self.owner.role} takes no proxy records")
-            return
-        upstreams, lease_s, records = parse_records(body)
-        unwatched, recording = accept(upstreams, lease_s, records)
-        answer = {"accepted": len(records), "unwatched": unwatched, "recording": recording}
-        self._send(202, _json_bytes(answer))
-
-    def _take_bench(self, intake: object, body: Any) -> None:
-        from trayapp.core.bench import BenchResult
-
-        record_bench = getattr(intake, "record_bench", None)
-        if not isinstance(body, dict) or set(body) != {"bench"}:
-            raise WireError('an object {"bench": {...}}')
-        result = from_wire(BenchResult, body["bench"], "bench")
-        done = record_bench(result) if record_bench is not None else None
-        if done is None:
-            self._error(409, f"this {self.owner.role} does not record (another process holds the store)")
-            return
-        stored, note = done
-        self._send(200, _json_bytes({"stored": stored, "note": note}))
-
-    def _events(self) -> None:
-        owner = self.owner
-        if not owner._stream_slot(+1):
-            self._error(503, "too many event streams")
-            return
-        try:
-            # A client that does not read fills this small buffer, then a write waits STREAM_STALL_S and
-            # the stream is dropped, its slot freed (the client's own receive buffer comes first).
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
-            self.send_timeout_s = owner.stream_stall_s
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            with owner._cond:  # the state now and the number of the last event, together
-                latest, seq = owner._latest, owner._seq
-            first = [b"retry: 2000\n\n"]
-            if latest is not None:  # the state now, then every change
-                first += [_sse("snapshot", latest.doc), _sse("glance", latest.glance)]
-            self.wfile.write(b"".join(first))
-            self.wfile.flush()
-            while True:
-                got = owner._next_events(seq, KEEPALIVE_S)
-                if got is None:
-                    return
-                seq, events = got
-                self.wfile.write(b"".join(events) if events else b": keepalive\n\n")
-                self.wfile.flush()
-        except OSError:  # the client went away, or stopped reading for STREAM_STALL_S
-            return
-        finally:
-            owner._stream_slot(-1)

@@ -3,7 +3,8 @@
 schema.py     tables, migrations (`PRAGMA user_version`), named-placeholder SQL, errors
 lock.py       the one-writer lock on `<db>.lock`
 rows.py       core records → rows (column → value dicts)
-writer.py     `Store`: opening and recovery, `record()` (one transaction a tick), retention
+writer.py     `Store`: `record()` (one transaction a tick), retention
+opening.py    `Store`'s opening: the writer's lock and private files, checks, recovery; reader fallbacks
 reader.py     queries: rows for export, sessions, hardware and alerts in force
 baselines.py  `Store.baseline()`: the best comparable earlier session, cached
 """
