@@ -1,4 +1,5 @@
-"""`watch` stops on Ctrl-C even when the KeyboardInterrupt is lost (raised inside a finaliser)."""
+"""`watch` stops on Ctrl-C even when the KeyboardInterrupt is lost (raised inside a finaliser), and on
+SIGTERM as on Ctrl-C: its store closed, exit code 0."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 
 import pytest
 
-from trayapp.cli.main import _CtrlC
+from tests.support.cli import Watch
+from tests.support.fake_http import FakeServer, json_reply
+from trayapp.cli.stop_signals import StopFlag, on_stop_signals
 
 
 class _Finalised:
@@ -28,36 +31,39 @@ class _Finalised:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_ctrl_c_lost_in_a_finaliser_is_still_seen_by_the_loop() -> None:
     before = signal.getsignal(signal.SIGINT)
-    with _CtrlC() as ctrl_c:
-        assert not ctrl_c.pressed
+    stop = StopFlag()
+    with on_stop_signals(stop):
+        assert not stop.requested
         obj = _Finalised()
         del obj  # CPython finalises at once; the KeyboardInterrupt dies inside __del__
         gc.collect()
         # here, so no KeyboardInterrupt came out of it; the loop's own check ends it next round
-        assert ctrl_c.pressed
+        assert stop.requested
     assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
 
 
 def test_ctrl_c_outside_a_finaliser_still_interrupts_at_once() -> None:
     interrupted = False
-    with _CtrlC() as ctrl_c:
+    stop = StopFlag()
+    with on_stop_signals(stop):
         try:
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(1_000_000):  # bounded: the handler runs long before the end
                 pass
         except KeyboardInterrupt:
             interrupted = True
-    assert interrupted and ctrl_c.pressed
+    assert interrupted and stop.requested
 
 
 def test_where_sigint_is_ignored_it_stays_ignored() -> None:
     """`llm-tray watch &` in a script starts with SIGINT ignored, as the shell meant: no handler."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with _CtrlC() as ctrl_c:
+        stop = StopFlag()
+        with on_stop_signals(stop):
             assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)  # ignored by the kernel: nothing runs
-        assert not ctrl_c.pressed
+        assert not stop.requested
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -69,3 +75,15 @@ def test_the_suites_children_get_ctrl_c_as_from_a_terminal() -> None:
     code = "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_sigterm_stops_watch_as_ctrl_c_does() -> None:
+    """A service manager or `kill` stops `watch` with SIGTERM: it closes its store and exits 0, as on
+    Ctrl-C (SIGTERM's default would end it at once, 128 + 15)."""
+    with FakeServer({"/health": json_reply({"status": "ok"})}) as server:
+        watch = Watch("--interval", "0.5", "--duration", "60", "--endpoint", server.url, "--no-discover")
+        try:
+            assert watch.next_line() is not None
+            assert watch.stop_with(signal.SIGTERM) == 0, watch.stderr()
+        finally:
+            watch.stop()

@@ -76,13 +76,18 @@ class Watch:
         """Ctrl-C (SIGINT), then the lines it still prints until it exits; its exit code. Fails with
         its stderr when it prints CTRL_C_LINES more: a watch that never got the Ctrl-C runs on to
         its --duration (seen in CI, where the suite inherited SIGINT ignored: tests/conftest.py)."""
-        self.process.send_signal(signal.SIGINT)
+        return self.stop_with(signal.SIGINT)
+
+    def stop_with(self, stop_signal: signal.Signals) -> int:
+        """`ctrl_c` with another signal (SIGTERM: what a service manager or `kill` sends)."""
+        self.process.send_signal(stop_signal)
         for _ in range(CTRL_C_LINES):
             if self.next_line() is None:
                 return self.process.wait(timeout=30)
         self.process.kill()
         self.process.wait(timeout=30)
-        pytest.fail(f"watch printed {CTRL_C_LINES} lines after Ctrl-C; stderr:\n{self.stderr()[-3000:]}")
+        said = self.stderr()[-3000:]
+        pytest.fail(f"watch printed {CTRL_C_LINES} lines after {stop_signal.name}; stderr:\n{said}")
 
     def stop(self) -> None:
         if self.process.poll() is None:

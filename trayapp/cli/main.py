@@ -10,15 +10,13 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from trayapp.cli.arguments import build_parser
+from trayapp.cli.stop_signals import StopFlag, on_stop_signals
 from trayapp.config.log_format import RedactingFormatter
 from trayapp.core.terminal import terminal_safe
 
@@ -146,10 +144,10 @@ def run_watch(args: argparse.Namespace) -> int:
         print(f"llm-tray: {warning}", file=sys.stderr)
     start = time.monotonic()
     next_at = start
-    ctrl_c = _CtrlC()
+    stop = StopFlag()
     try:
-        with ctrl_c:
-            while not ctrl_c.pressed:
+        with on_stop_signals(stop):
+            while not stop.requested:
                 snapshot = monitor.tick(budget_s=max(0.2, args.interval * 0.8))
                 if args.json:
                     print(json.dumps(snapshot_json(snapshot)), flush=True)
@@ -170,34 +168,6 @@ def run_watch(args: argparse.Namespace) -> int:
     finally:
         monitor.close()
     return 0
-
-
-class _CtrlC:
-    """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual and is also remembered (`pressed`), which a
-    loop checks each round: a KeyboardInterrupt raised while a finaliser runs is lost (Python prints
-    "Exception ignored" and goes on), and `watch` would run on to its --duration. Where SIGINT is
-    ignored (started in the background by a script) it stays ignored; off the main thread no handler
-    can be set. In both cases `pressed` stays False."""
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
-        self._installed = False
-
-    def __enter__(self) -> _CtrlC:
-        main_thread = threading.current_thread() is threading.main_thread()
-        if main_thread and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # `watch &` in a script
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
-
-    def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
-        self.pressed = True
-        raise KeyboardInterrupt
 
 
 def _run_bar(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""SIGTERM and SIGINT for the long-running commands (`agent`, `proxy`): a stop request, not a crash."""
+"""SIGTERM and SIGINT for the long-running commands (`agent`, `proxy`, `watch`): a stop request, not a
+crash."""
 
 from __future__ import annotations
 
@@ -43,3 +44,16 @@ def event_setter(event: threading.Event) -> Callable[[int], None]:
         threading.Thread(target=event.set, name="stop-signal", daemon=True).start()
 
     return stop
+
+
+class StopFlag:
+    """A `stop` for a loop on the main thread (`watch`): the signal is remembered (`requested`, which
+    the loop checks each round: a KeyboardInterrupt raised while a finaliser runs is lost, Python
+    prints "Exception ignored" and goes on) and KeyboardInterrupt is raised to cut a sleep short."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, _signum: int) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
