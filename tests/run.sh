@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash tests/provision.sh
 export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"
 .venv/bin/python -m ruff check trayapp tests bench resources
+.venv/bin/python -m ruff format --check trayapp tests bench resources
 .venv/bin/python -m mypy trayapp
 .venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
 # LLM_TRAY_TEST_HOG=N: run the suite beside N busy-loop processes (a busy neighbour; issue #24):
