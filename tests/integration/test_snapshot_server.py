@@ -94,6 +94,37 @@ class Events:
 # --------------------------------------------------------------------------- in process
 
 
+def test_a_stop_while_it_starts_stops_it_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tray starts the endpoint on a thread of its own and may quit at once (cc48: Ctrl-C a
+    second after launch): a `stop` arriving as `start` starts its threads stops them all, raises
+    nothing, and leaves no thread serving."""
+    srv = SnapshotServer()
+    stopping: list[threading.Thread] = []
+    failures: list[BaseException] = []
+    real_start = threading.Thread.start
+
+    def stop_meanwhile() -> None:
+        try:
+            srv.stop(5.0)
+        except BaseException as exc:  # what the test is about: recorded, asserted below
+            failures.append(exc)
+
+    def start_with_a_stop_beside(thread: threading.Thread) -> None:
+        if thread.name == "llm-tray-snapshot-http" and not stopping:
+            stopping.append(threading.Thread(target=stop_meanwhile, name="stop-meanwhile"))
+            real_start(stopping[0])
+            stopping[0].join(0.5)  # a stop that does not wait for `start` is over by now
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_with_a_stop_beside)
+    srv.start()
+    monkeypatch.undo()
+    stopping[0].join(10.0)
+    assert not stopping[0].is_alive() and failures == []
+    names = ("llm-tray-snapshot-http", "llm-tray-snapshot-build")
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name in names], 10.0)
+
+
 def test_snapshot_glance_and_text_documents(server: SnapshotServer) -> None:
     assert httpx.get(server.url + "/v1/snapshot", timeout=2).status_code == 503  # nothing yet
     snapshot = decoding(1.0)

@@ -142,8 +142,8 @@ class SnapshotServer:
                 httpd.server_close()
                 return self
             self._httpd, self._threads = httpd, threads
-        for thread in threads:
-            thread.start()
+            for thread in threads:  # under the lock: a `stop` meanwhile (the tray quitting) joins them started
+                thread.start()
         if announce:
             self._announced = True
             self._claim()
