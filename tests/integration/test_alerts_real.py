@@ -300,6 +300,9 @@ def test_below_floor_not_raised_while_offload_explains_it(slow_run: SlowRun) -> 
 
 DECODE_S = 8.0  # each monitored request decodes about this long on this host (slowed or not)
 MILD_SHARE, SLOW_SHARE = 0.95, 0.4  # a real 5 % slowdown, and a real 60 % one
+# The regression's session aims lower: the duty cycle is sized from the speed just before it, and a
+# busy host that speeds up meanwhile gives less of a drop than aimed at (32 % for 60 % in cc48).
+REGRESSION_SHARE = 0.25
 
 
 def _session(
@@ -354,7 +357,7 @@ def _server_drop_pct(timings: Mapping[str, Any], base: Mapping[str, Any]) -> flo
 def test_regression_against_a_recorded_baseline(start_server: StartServer) -> None:
     """Session 1 records a baseline at full speed; then, each on a fresh server and a fresh Monitor
     on the same store (a later start of the tray): the same speed cut to ~40 % under another model
-    name (`--alias`: nothing raised), a real ~5 % slowdown (no `regression`), and one to ~40 % of
+    name (`--alias`: nothing raised), a real ~5 % slowdown (no `regression`), and one to ~25 % of
     the earlier sessions' own rate under the same name (`regression`, through store → monitor →
     pipeline). Requests are sized from the server's own speed on this host; every verdict is checked
     against the server's own timings of the same requests. Both sessions run the same build: no
@@ -382,9 +385,9 @@ def test_regression_against_a_recorded_baseline(start_server: StartServer) -> No
         next(iter(base_session)): base_timings["predicted_per_second"],
         next(iter(mild_session)): mild_timings["predicted_per_second"],
     }
-    # 40 % of the slower earlier session's own rate (the baseline's), not of this host's speed now
+    # a quarter of the slower earlier session's own rate (the baseline's), not of this host's speed now
     slow_snaps, slow_timings = _session(
-        start_server, DECODE_S, slow_to_tok_s=SLOW_SHARE * min(server_rates.values())
+        start_server, DECODE_S, slow_to_tok_s=REGRESSION_SHARE * min(server_rates.values())
     )
     # the baseline is the slower of the two comparable sessions; the server's own drop against it
     expected_drop_pct = (1 - slow_timings["predicted_per_second"] / min(server_rates.values())) * 100

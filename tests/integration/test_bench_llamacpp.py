@@ -58,7 +58,13 @@ def test_bench_streamed_estimate_matches_server_timings_and_skips_warmup(llama_s
         if r["kind"] == "prompt":
             continue  # 2 tokens: no steady rate to compare
         assert r["streamed_tokens"] == r["decode_tokens"] == tokens
-        assert r["stream_decode_tok_s"] == pytest.approx(r["server_decode_tok_s"], rel=0.05), r
+        # The same span on both clocks, within 5 % and how late bench saw the first token: a client the
+        # host does not run for a while (a busy neighbour: 0.28 s in cc48) sees it late, its TTFT
+        # beyond the server's own prompt time says by how much, and its span is that much shorter.
+        client_span_s = (tokens - 1) / r["stream_decode_tok_s"]
+        server_span_s = (tokens - 1) / r["server_decode_tok_s"]
+        late_s = max(0.0, r["ttft_s"] - r["prompt_tokens"] / r["prompt_tok_s"])
+        assert abs(client_span_s - server_span_s) <= 0.05 * server_span_s + late_s, (r, late_s)
         assert r["decode_exact"] is True and r["decode_tok_s"] == r["server_decode_tok_s"]
     measured = [r["decode_tok_s"] for r in decode if not r["warmup"]]
     # the median of the two measured runs (their mean), not the middle of all three
