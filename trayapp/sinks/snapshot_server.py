@@ -142,7 +142,7 @@ class SnapshotServer:
                 httpd.server_close()
                 return self
             self._httpd, self._threads = httpd, threads
-            for thread in threads:  # under the lock: a `stop` meanwhile (the tray quitting) joins them started
+            for thread in threads:  # under the lock: a `stop` meanwhile (a quit) joins them started
                 thread.start()
         if announce:
             self._announced = True
