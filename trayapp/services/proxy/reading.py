@@ -1,5 +1,6 @@
 """Reading a client or upstream connection for the proxy: message heads with deadlines, bytes
-pushed back, a read bounded in time, and the proxy's own error answers."""
+pushed back, a read bounded in time, the upstream's reader that hands a response body's reads to its
+forwarder (forwarding.py), and the proxy's own error answers."""
 
 from __future__ import annotations
 
