@@ -38,7 +38,7 @@ from trayapp.config import paths
 from trayapp.core.bench import BASELINE_MAX_CV
 from trayapp.core.thresholds import Thresholds
 from trayapp.sinks.store import Store
-from trayapp.sources.ram_bandwidth import RamBandwidth, load_cached, write_cached
+from trayapp.sources.ram_bandwidth_cache import RamBandwidth, load_cached, write_cached
 
 pytestmark = pytest.mark.llamacpp
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from trayapp.core.model import GpuReading
-from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
+from trayapp.sources.gpu import AppleProbe
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.host import HostProbe
 from trayapp.sources.ram_bandwidth import cached_ram_bandwidth, measure_ram_bandwidth_gbps

@@ -29,11 +29,10 @@ from trayapp.sources.host import HostProbe
 from trayapp.sources.ram_bandwidth import (
     BUSY_CPU_PCT,
     BenchResult,
-    RamBandwidth,
     RamBandwidthKeeper,
-    load_cached,
     run_rambench,
 )
+from trayapp.sources.ram_bandwidth_cache import RamBandwidth, load_cached
 from trayapp.sources.rambench import buffer_bytes_for, last_level_cache_bytes
 
 MIB = 2**20
@@ -227,7 +226,7 @@ def test_corrupt_cache_is_measured_again_with_a_log_line(
     cache = tmp_path / "ram_bandwidth.json"
     cache.write_text(content)
     keeper = RamBandwidthKeeper(cache, measure=Script(BenchResult(13.2, 1.0, 20)), wall_clock=Clock(200.0))
-    with caplog.at_level(logging.WARNING, logger="trayapp.sources.ram_bandwidth"):
+    with caplog.at_level(logging.WARNING, logger="trayapp.sources.ram_bandwidth_cache"):
         assert keeper.load_or_measure().gbps == 13.2
     assert any("unreadable" in r.getMessage() for r in caplog.records)
     assert json.loads(cache.read_text())["confidence"] == "quiet"
@@ -447,14 +446,14 @@ def test_status_text_and_json_say_the_ceiling_changed() -> None:
     from tests.support.cli import run_cli
     from trayapp.config import paths
     from trayapp.core.model import RamBandwidthChange
-    from trayapp.sources.ram_bandwidth import RamBandwidth, _fingerprint, write_cached
+    from trayapp.sources.ram_bandwidth_cache import RamBandwidth, hardware_fingerprint, write_cached
 
     now_s = time.time()
     at_s = float(int(now_s) - 3600)  # whole seconds: "at" has no fraction
     change = RamBandwidthChange(28.4, 31.3, at_s, "first quiet measurement")
     record = RamBandwidth(31.3, at_s, "quiet", 2.0, 20, at_s, change)
     cache = paths.cache_dir() / "ram_bandwidth.json"
-    write_cached(cache, record, _fingerprint())
+    write_cached(cache, record, hardware_fingerprint())
     when = time.strftime("%H:%M", time.gmtime(at_s))
     if time.gmtime(at_s).tm_yday != time.gmtime(now_s).tm_yday:  # an hour ago was yesterday (UTC)
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at_s))

@@ -19,7 +19,7 @@ import re
 from dataclasses import replace
 
 from tests.support.diagnose_inputs import LLAMA_8B, QWEN_32B_Q4, VRAM_TOTAL
-from trayapp.core.diagnose import ModelView, TrendPoint, diagnose_hardware, diagnose_model
+from trayapp.core.diagnose import ModelView, TrendPoint, diagnose_model
 from trayapp.core.fixes import (
     context_size_commands,
     cpu_moe_commands,
@@ -44,6 +44,7 @@ from trayapp.core.model import (
 )
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_tokens
+from trayapp.core.vram_pressure import diagnose_hardware
 
 RTX_4090 = Machine("NVIDIA GeForce RTX 4090", 1008.0, VRAM_TOTAL, 60.0, has_gpu=True)
 URLS = {

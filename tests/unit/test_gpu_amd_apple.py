@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_gpu_machines import GIB, RX_7900_XTX, FakeMac, host_memory, make_card
-from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
+from trayapp.sources.gpu import AppleProbe
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 
 HWMON = {"temp1_input": "64000", "power1_average": "285000000", "power1_cap": "355000000"}
 

@@ -22,7 +22,8 @@ import pytest
 from tests.support.fake_gpu_machines import RX_7900_XTX, FakeMac, host_memory, make_card
 from trayapp.core.model import GpuProcess
 from trayapp.core.vram_holders import OTHER_USER
-from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe
+from trayapp.sources.gpu import AppleProbe
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.gpu_processes import (
     DrmClientReader,
     apple_memory_pressure,

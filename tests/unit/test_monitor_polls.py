@@ -16,7 +16,8 @@ from trayapp.config.settings import Settings
 from trayapp.core.model import ServerReading
 from trayapp.services.monitor import HUNG_AFTER_S, Monitor
 from trayapp.sources.energy import HostEnergyProbe, MacmonProbe, RaplProbe
-from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe, NvmlProbe
+from trayapp.sources.gpu import AppleProbe, NvmlProbe
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.hardware import HardwareProbe
 
 BUDGET_S = 0.05

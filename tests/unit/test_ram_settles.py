@@ -28,13 +28,8 @@ from trayapp.core.model import (
 )
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.host import HostProbe
-from trayapp.sources.ram_bandwidth import (
-    BenchResult,
-    RamBandwidth,
-    RamBandwidthKeeper,
-    load_cached,
-    write_cached,
-)
+from trayapp.sources.ram_bandwidth import BenchResult, RamBandwidthKeeper
+from trayapp.sources.ram_bandwidth_cache import RamBandwidth, load_cached, write_cached
 
 FP = {"machine": "x86_64", "cpu_count": 16, "ram_total_bytes": 64_000_000_000}
 WALL0 = 1_764_684_000.0  # 2025-12-02 14:00:00 UTC

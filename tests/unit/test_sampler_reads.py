@@ -17,7 +17,8 @@ import pytest
 from tests.support.fake_gpu_machines import RX_7900_XTX, make_card
 from trayapp.sources import cpu_state
 from trayapp.sources.cpu_state import cpu_freq_policies, cpu_frequency_mhz
-from trayapp.sources.gpu import NO_NVML_LIBRARY, AmdSysfsProbe, NvmlProbe, nvidia_driver_absent
+from trayapp.sources.gpu import NO_NVML_LIBRARY, NvmlProbe, nvidia_driver_absent
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.host import CpuLoad, busy_percent, meminfo_bytes, proc_stat_cpu_ticks, ram_bytes
 from trayapp.sources.processes import CpuActivity, proc_stat_cpu_seconds
 from trayapp.sources.procfs import read_bytes

@@ -3,9 +3,10 @@
 Each detector looks at one model (or one GPU, or one server) at one instant
 and returns `Finding`s with the evidence, the cause in plain words and a
 computed fix. The offload detector and its cause/fix arithmetic live in
-`offload.py`; the memory between ticks (trends, the model before a change) in
-`diagnosis_tracker.py`; the episode rules (confirmation, hysteresis) in `episodes.py`.
-This module is stateless.
+`offload.py`, the KV-slowdown and context-full detectors in `context_detectors.py`, the
+GPU-wide `vram_pressure` detector in `vram_pressure.py`; the memory between ticks (trends,
+the model before a change) in `diagnosis_tracker.py`; the episode rules (confirmation,
+hysteresis) in `episodes.py`. This module is stateless.
 """
 
 from __future__ import annotations
@@ -15,40 +16,25 @@ from dataclasses import dataclass
 from statistics import median
 from typing import NamedTuple
 
-from trayapp.core import physics
 from trayapp.core.alert_kinds import ALERT_KINDS, AlertKindName
-from trayapp.core.fixes import (
-    CONTEXT_STEP_TOKENS,
-    KV_FIX_TYPE,
-    NVIDIA_SMI_PERFORMANCE,
-    context_size_commands,
-    kv_cache_commands,
-    kv_cache_where,
-    no_speculation_commands,
-    report_command,
-    round_up_context,
-    unload_commands,
-)
+from trayapp.core.context_detectors import context_full, kv_slowdown
+from trayapp.core.fixes import NVIDIA_SMI_PERFORMANCE, no_speculation_commands, report_command
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Baseline,
     Finding,
     GpuProcess,
-    HardwareSnapshot,
     ModelStatus,
     ServerStatus,
-    Severity,
 )
-from trayapp.core.offload import free_gpu_bytes, offload_finding, parallel_slots
+from trayapp.core.offload import offload_finding
 from trayapp.core.peers import PeerBand, peer_band_json
 from trayapp.core.physics import REALISTIC_BAND
-from trayapp.core.placement import ceiling_for
-from trayapp.core.quants import kv_is_full_precision
 from trayapp.core.server_kinds import engine_label, server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.throttle import Throttle
-from trayapp.core.units import GB, format_gb, format_rate, format_tokens
-from trayapp.core.vram_holders import HolderSnapshot, holders_besides, holders_evidence, holders_text
+from trayapp.core.units import GB, format_rate
+from trayapp.core.vram_holders import HolderSnapshot
 
 GPU_WORKLOAD_BYTES = GB  # holding this much VRAM marks a real GPU workload (another model, a game)
 GENERIC_EFFICIENCY = (REALISTIC_BAND[0] + REALISTIC_BAND[1]) / 2  # 0.675: the middle of 60–75 %
@@ -128,8 +114,8 @@ def diagnose_model(view: ModelView, t: Thresholds) -> list[Finding]:
     findings: list[Finding] = []
     for detector in (
         offload_finding,
-        _kv_slowdown,
-        _context_full,
+        kv_slowdown,
+        context_full,
         _below_floor,
         _low_efficiency,
         _draft_acceptance,
@@ -146,157 +132,6 @@ def without_explained(findings: Sequence[Finding], explaining: Collection[AlertK
     """`findings` less those a finding of an `explaining` kind explains (`AlertKind.suppressed_by`):
     one root cause per model (and, for a GPU-wide kind, per machine)."""
     return [f for f in findings if ALERT_KINDS[f.kind].suppressed_by.isdisjoint(explaining)]
-
-
-def resolved_kinds(view: ModelView) -> frozenset[AlertKindName]:
-    """Kinds whose cause is certainly gone at this tick, so their episodes end at once: a KV
-    slowdown once a fresh conversation began (the context back under 80 % of this session's deepest,
-    where `_kv_slowdown` stops finding it too)."""
-    deepest = max((p.context_tokens for p in view.trend), default=0)
-    now = view.model.context_tokens
-    if deepest and now is not None and now < 0.8 * deepest:
-        return frozenset({"kv_slowdown"})
-    return frozenset()
-
-
-def _kv_slowdown(view: ModelView, t: Thresholds) -> Finding | None:
-    points = [
-        (p.context_tokens, p.decode_tok_s)
-        for p in view.trend
-        if p.context_tokens is not None and p.decode_tok_s > 0
-    ]
-    if len(points) < 2:
-        return None
-    min_ctx = min(c for c, _ in points)
-    short = [r for c, r in points if c <= max(min_ctx * 2, min_ctx + 512)]
-    if not short:
-        return None
-    deep_ctx = max(c for c, _ in points)
-    if "kv_slowdown" in resolved_kinds(view) or points[-1][0] < deep_ctx * 0.8:
-        return None  # back at a short context (a new conversation): the slowdown is over
-    deep = [r for c, r in points if c >= deep_ctx * 0.8]
-    short_ctx = int(median([c for c, _ in points if c <= max(min_ctx * 2, min_ctx + 512)]))
-    long_ctx = int(median([c for c, _ in points if c >= deep_ctx * 0.8]))
-    if long_ctx < short_ctx + 1000 or long_ctx < 2 * max(short_ctx, 1):
-        return None  # no real growth in context: a drop here is something else
-    short_rate, long_rate = median(short), median(deep)
-    drop = 1.0 - long_rate / short_rate
-    if drop * 100 < t.kv_slowdown_pct:
-        return None
-    model = view.model
-    expected_drop = None
-    if model.facts is not None:
-        c_short = ceiling_for(model.facts, short_ctx, view.machine, model.gpu_fraction)
-        c_long = ceiling_for(model.facts, long_ctx, view.machine, model.gpu_fraction)
-        if c_short and c_long:
-            expected_drop = 1.0 - c_long / c_short
-    explained = (expected_drop / drop) if expected_drop is not None and drop > 0 else None
-    evidence = {
-        "short_context_tokens": short_ctx,
-        "short_decode_tok_s": round(short_rate, 2),
-        "context_tokens": long_ctx,
-        "decode_tok_s": round(long_rate, 2),
-        "drop_pct": round(drop * 100, 1),
-        "expected_drop_pct": round(expected_drop * 100, 1) if expected_drop is not None else None,
-        "explained_share": round(explained, 2) if explained is not None else None,
-    }
-    explain = ""
-    if explained is not None:
-        share = min(explained, 1.0) * 100
-        explain = f" The KV-cache reads explain about {share:.0f} % of the drop"
-        explain += "; attention compute adds the rest." if explained < 0.9 else "."
-    message = (
-        f"{model.name} decodes {drop * 100:.0f} % slower at {format_tokens(long_ctx)} tokens of context "
-        f"({format_rate(long_rate)} tok/s) than at {format_tokens(short_ctx)} tokens "
-        f"({format_rate(short_rate)} tok/s): every token re-reads the growing KV cache.{explain}"
-    )
-    fix = "Start a fresh conversation or trim the context"
-    commands: tuple[str, ...] = ()
-    if kv_is_full_precision(view.machine.kv_type):
-        commands = kv_cache_commands(view.server.kind, model.name, KV_FIX_TYPE, router=view.server.router)
-        where = "" if commands else f" ({kv_cache_where(view.server.kind, KV_FIX_TYPE)})"
-        fix += (
-            f"; or enable flash attention and a {KV_FIX_TYPE} KV cache{where}, "
-            "which about halves the KV bytes read per token"
-        )
-    fix += "."
-    return Finding(
-        "kv_slowdown",
-        "warning",
-        view.server.url,
-        model.name,
-        message,
-        fix,
-        evidence,
-        score=drop,
-        fix_commands=commands,
-    )
-
-
-def _context_full(view: ModelView, t: Thresholds) -> Finding | None:
-    model = view.model
-    if not model.context_tokens or not model.context_length:
-        return None
-    fill = model.context_tokens / model.context_length
-    if fill * 100 < t.context_full_pct:
-        return None
-    severity: Severity = "critical" if fill >= 0.97 else "warning"
-    message = (
-        f"{model.name}'s context is {fill * 100:.0f} % full ({format_tokens(model.context_tokens)} of "
-        f"{format_tokens(model.context_length)} tokens): the server will truncate or shift it soon."
-    )
-    fix, commands = _raise_context_fix(view)
-    evidence = {
-        "context_tokens": model.context_tokens,
-        "context_length": model.context_length,
-        "fill": round(fill, 3),
-    }
-    return Finding(
-        "context_full",
-        severity,
-        view.server.url,
-        model.name,
-        message,
-        fix,
-        evidence,
-        score=fill,
-        fix_commands=commands,
-    )
-
-
-def _raise_context_fix(view: ModelView) -> tuple[str, tuple[str, ...]]:
-    """A new conversation, or a context twice as large (in whole 1k steps), capped by the model's
-    training and by what fits in GPU memory beside the weights when both are known; the commands
-    that set that context on this server (the same number)."""
-    model, machine = view.model, view.machine
-    current = model.context_length or 0
-    target = round_up_context(2 * current)
-    limit = ""
-    facts = model.facts
-    if facts is not None and facts.context_train and facts.context_train < target:
-        target = facts.context_train
-        limit = f"the model was trained on {format_tokens(target)} tokens"
-    free = free_gpu_bytes(view)
-    checked = False
-    if facts is not None and facts.kv is not None and free is not None and facts.source != "size":
-        fits = physics.max_context_that_fits(facts.weights_bytes, facts.kv, free, machine.kv_type)
-        if fits is not None:
-            checked = True
-            fits_per_request = fits // parallel_slots(view) // CONTEXT_STEP_TOKENS * CONTEXT_STEP_TOKENS
-            if fits_per_request < target:
-                target = fits_per_request
-                limit = "a larger context does not fit in GPU memory beside the model"
-    if target <= current:
-        return f"Start a new conversation: {limit or 'the context cannot grow'}.", ()
-    slots = parallel_slots(view)
-    commands = context_size_commands(
-        view.server.kind, model.name, target, parallel_slots=slots, router=view.server.router
-    )
-    memory = "it fits in GPU memory" if checked else "if memory allows"
-    return (
-        f"Start a new conversation, or raise the context to {format_tokens(target)} tokens ({memory}).",
-        commands,
-    )
 
 
 def _below_floor(view: ModelView, t: Thresholds) -> Finding | None:
@@ -578,7 +413,7 @@ def _cold_load(view: ModelView, t: Thresholds) -> Finding | None:
     return None
 
 
-# --------------------------------------------------------------------------- server and hardware
+# --------------------------------------------------------------------------- server
 
 
 def diagnose_server(server: ServerStatus, was_up: bool) -> list[Finding]:
@@ -589,72 +424,3 @@ def diagnose_server(server: ServerStatus, was_up: bool) -> list[Finding]:
         evidence = {"status": server.status, "reason": server.reason}
         return [Finding("server_down", "warning", server.url, None, message, fix, evidence)]
     return []
-
-
-def diagnose_hardware(
-    hardware: HardwareSnapshot, t: Thresholds, servers: Sequence[ServerStatus] = ()
-) -> list[Finding]:
-    """GPU-wide findings. `servers`: this machine's servers, whose idle models a `vram_pressure` fix
-    names (and unloads, where the server has a command for it)."""
-    findings: list[Finding] = []
-    idle = _idle_models(servers)
-    for gpu in hardware.gpus:
-        if not gpu.vram_total_bytes or gpu.vram_used_bytes is None or gpu.unified_memory:
-            continue
-        free = gpu.vram_total_bytes - gpu.vram_used_bytes
-        free_pct = free / gpu.vram_total_bytes * 100
-        if free_pct >= t.vram_free_min_pct:
-            continue
-        holders = holders_besides(HardwareSnapshot((gpu,), hardware.host), ())
-        who = holders_text(holders)
-        message = (
-            f"{gpu.name} has only {format_gb(free)} free ({free_pct:.1f} %): the next context growth or "
-            "model load will spill to the CPU."
-        )
-        if who:
-            message += f" Largest users: {who}."
-        fix = "Unload idle models (ollama stop, LM Studio eject) or close other GPU programs."
-        commands: tuple[str, ...] = ()
-        if idle:
-            names = ", ".join(name for _, name in idle)
-            fix = f"Unload idle models ({names}) or close other GPU programs."
-            commands = tuple(c for kind, name in idle for c in unload_commands(kind, name))
-        evidence = {
-            "vram_free_bytes": free,
-            "vram_total_bytes": gpu.vram_total_bytes,
-            "free_pct": round(free_pct, 2),
-            "vram_holders": holders_evidence(holders),
-        }
-        findings.append(
-            Finding(
-                "vram_pressure",
-                "warning",
-                f"gpu:{gpu.index}",
-                None,
-                message,
-                fix,
-                evidence,
-                score=-free_pct,
-                fix_commands=commands,
-            )
-        )
-    return findings
-
-
-IDLE_MODELS_NAMED = 3  # a vram_pressure fix names at most this many idle models, the largest first
-
-
-def _idle_models(servers: Sequence[ServerStatus]) -> list[tuple[str, str]]:
-    """(server kind, model name) of the idle models in GPU memory that their server can unload
-    (Ollama, LM Studio: a llama-server's one model goes only with the server), largest first."""
-    idle = [
-        (model.vram_bytes or 0, server.kind, model.name)
-        for server in servers
-        if server.status == "ok"
-        for model in server.models
-        if model.phase == "idle"
-        and (model.vram_bytes is None or model.vram_bytes > 0)
-        and unload_commands(server.kind, model.name)  # a server that can unload one and keep running
-    ]
-    idle.sort(key=lambda entry: -entry[0])
-    return [(kind, name) for _, kind, name in idle[:IDLE_MODELS_NAMED]]

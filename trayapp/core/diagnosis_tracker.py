@@ -16,15 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trayapp.core.alert_kinds import AlertKindName
-from trayapp.core.diagnose import (
-    ModelView,
-    TrendPoint,
-    diagnose_hardware,
-    diagnose_model,
-    diagnose_server,
-    resolved_kinds,
-    without_explained,
-)
+from trayapp.core.context_detectors import resolved_kinds
+from trayapp.core.diagnose import ModelView, TrendPoint, diagnose_model, diagnose_server, without_explained
 from trayapp.core.episodes import Key as EpisodeKey
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
@@ -40,6 +33,7 @@ from trayapp.core.overflow import OverflowWatch, overflow_finding
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.throttle import throttle_cause
 from trayapp.core.vram_holders import HolderSnapshot, keep_snapshot
+from trayapp.core.vram_pressure import diagnose_hardware
 
 TREND_POINTS = 400  # (context, rate) points kept per session for the KV trend
 MAX_TRENDS = 64  # sessions whose trend is kept; the oldest are forgotten beyond this

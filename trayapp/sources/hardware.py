@@ -12,9 +12,10 @@ import dataclasses
 
 from trayapp.core.model import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
 from trayapp.sources.energy import HostEnergyProbe
-from trayapp.sources.gpu import AmdSysfsProbe, AppleProbe, GpuProbe, NvmlProbe
+from trayapp.sources.gpu import AppleProbe, GpuProbe, NvmlProbe
+from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.host import HostProbe
-from trayapp.sources.ram_bandwidth import RamBandwidth
+from trayapp.sources.ram_bandwidth_cache import RamBandwidth
 
 _RamFigure = tuple[float | None, ValueSource, float | None, str | None, RamBandwidthChange | None]
 
