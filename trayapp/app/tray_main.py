@@ -34,8 +34,14 @@ def _handle_signals(app: QApplication) -> QTimer:
     """Ctrl+C / SIGTERM quit cleanly; a heartbeat timer lets Python run the handler promptly."""
 
     def quit_app(signum: int, _frame: object) -> None:
+        # Said and done from Qt's loop, not here: the handler runs between two bytecodes of whatever the
+        # main thread was doing, a write to the log file included (a log call here raised "reentrant
+        # call inside BufferedWriter" and the line was lost: cc55).
+        QTimer.singleShot(0, lambda: quit_from_the_loop(signum))
+
+    def quit_from_the_loop(signum: int) -> None:
         log.info("signal %d: quitting", signum)
-        QTimer.singleShot(0, app.quit)
+        app.quit()
 
     signal.signal(signal.SIGINT, quit_app)
     if hasattr(signal, "SIGTERM"):
