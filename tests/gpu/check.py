@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from trayapp.core.model import GpuProcess, GpuReading
+from trayapp.core.hardware_readings import GpuProcess, GpuReading
 from trayapp.sources.gpu import NvmlProbe
 
 ALLOC_BYTES = 1 << 30  # 1 GiB, held by the child

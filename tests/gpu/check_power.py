@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from trayapp.core.energy import EnergyMeter
-from trayapp.core.model import HardwareSnapshot, HostReading
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.sources.gpu import throttle_names
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ def test_the_checks_compare_like_with_like_on_a_fake_machine(monkeypatch: pytest
     allocation plus a 300 MiB CUDA context = 1324 MiB); NVML's used counts a 512 MiB reserve that
     nvidia-smi's memory.used leaves out."""
     from tests.gpu import check
-    from trayapp.core.model import GpuProcess, GpuReading
+    from trayapp.core.hardware_readings import GpuProcess, GpuReading
 
     mib = 1 << 20
     child = GpuProcess(4242, "python3", 1324 * mib)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.gpu import check, check_power
-from trayapp.core.model import GpuReading
+from trayapp.core.hardware_readings import GpuReading
 
 
 def h200(energy_j: float, reasons: tuple[str, ...] = ("sw_power_cap",)) -> GpuReading:

@@ -27,7 +27,7 @@ from trayapp.app.bench_service import endpoint_for, make_bench_runner, store_thr
 from trayapp.config import paths
 from trayapp.config.settings import Settings
 from trayapp.core.bench import BenchResult
-from trayapp.core.model import HardwareProfile
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.services.monitor import Monitor
 from trayapp.sinks.store import Store
 from trayapp.ui.bench_window import BenchWindow

@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from trayapp.core.model import HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.sinks.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trayapp.core.model import GpuReading
+from trayapp.core.hardware_readings import GpuReading
 from trayapp.sources.gpu import AppleProbe
 from trayapp.sources.gpu_amd import AmdSysfsProbe
 from trayapp.sources.hardware import HardwareProbe

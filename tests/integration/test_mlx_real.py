@@ -25,7 +25,8 @@ import pytest
 from tests.support.llama import monitor_for
 from tests.support.mlx_model import MlxServer, StreamedChat, build_model, chat, mlx_available, raw_get
 from tests.support.proxy import running_proxy
-from trayapp.core.model import HardwareProfile, ModelStatus, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.rates import RATE_WINDOW_S
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources.discovery import Discovery, Endpoint, identify

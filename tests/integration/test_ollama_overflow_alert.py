@@ -44,7 +44,8 @@ import pytest
 from tests.support.fake_servers import FakeOllama
 from tests.support.proxy import RunningProxy, running_proxy
 from trayapp.config.settings import EndpointConfig, MonitorConfig, Settings
-from trayapp.core.model import Alert, HardwareProfile, RequestRecord, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Alert, RequestRecord, Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources.ollama_log import ENV_VAR

@@ -24,8 +24,9 @@ import pytest
 from tests.support.fake_servers import FakeOllama
 from tests.support.proxy import running_proxy
 from trayapp.config.settings import EndpointConfig, MonitorConfig, Settings
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import HardwareProfile, ModelStatus, ServerReading, Snapshot
+from trayapp.core.model import ModelStatus, ServerReading, Snapshot
 from trayapp.core.remote_snapshot import server_from_json
 from trayapp.core.text import format_snapshot, unseen_cuts_note
 from trayapp.services.monitor import Monitor

@@ -25,8 +25,9 @@ from tests.support.cli import WatchToFile
 from tests.support.llama import LlamaServer, monitor_for
 from tests.support.proxy import running_proxy
 from trayapp.core.glance import prefill_line
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.model import Snapshot
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sinks.snapshot_server import SnapshotServer
 

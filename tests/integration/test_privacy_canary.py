@@ -33,7 +33,8 @@ from tests.support.proxy import running_proxy
 from trayapp.config import paths
 from trayapp.config.settings import Settings
 from trayapp.config.settings_file import load_settings
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources.secrets import SERVICE

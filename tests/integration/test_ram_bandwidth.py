@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from trayapp.config.settings import Settings
-from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.services.monitor import Monitor
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.host import HostProbe
@@ -445,7 +446,7 @@ def test_status_text_and_json_say_the_ceiling_changed() -> None:
 
     from tests.support.cli import run_cli
     from trayapp.config import paths
-    from trayapp.core.model import RamBandwidthChange
+    from trayapp.core.hardware_readings import RamBandwidthChange
     from trayapp.sources.ram_bandwidth_cache import RamBandwidth, hardware_fingerprint, write_cached
 
     now_s = time.time()

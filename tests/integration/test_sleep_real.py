@@ -31,7 +31,8 @@ from tests.support.llama import (
     tokens_lasting,
 )
 from trayapp.config.settings import Settings
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Snapshot
 
 pytestmark = pytest.mark.llamacpp
 

@@ -20,7 +20,8 @@ from tests.support.llama import (
     tick_until_done,
     tokens_lasting,
 )
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Snapshot
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp

@@ -20,7 +20,8 @@ import pytest
 
 from tests.support.llama import LlamaServer, generate_in_background, monitor_for
 from trayapp.config.settings import Settings
-from trayapp.core.model import HardwareProfile, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Snapshot
 from trayapp.core.thresholds import Thresholds
 
 pytestmark = pytest.mark.llamacpp

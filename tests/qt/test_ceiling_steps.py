@@ -8,7 +8,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.snapshots import T0, hardware_snapshot, model, server, snap
-from trayapp.core.model import RamBandwidthChange
+from trayapp.core.hardware_readings import RamBandwidthChange
 from trayapp.ui.dashboard import Dashboard
 
 

@@ -409,7 +409,7 @@ def test_ttft_text_marks_estimates() -> None:
 def test_the_gpu_card_lists_who_holds_its_memory(qtbot: QtBot, dash: Dashboard) -> None:
     """#21: the footer's GPU line is followed by the holders, largest first ("unavailable" where NVML
     does not say)."""
-    from trayapp.core.model import GpuProcess
+    from trayapp.core.hardware_readings import GpuProcess
 
     (gpu,) = HW.gpus
     holders = (GpuProcess(4121, "python", 5_800_000_000), GpuProcess(88, "game.exe", None))

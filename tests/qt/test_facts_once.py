@@ -20,14 +20,12 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests.support.metrics import scrape
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
 from trayapp.core.jsonview import snapshot_json
 from trayapp.core.machine import resolve_machine
 from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
     ModelFacts,
     ModelReading,
     ServerReading,

@@ -7,18 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from trayapp.core.model import (
-    CounterReading,
-    GpuProcess,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    KvLayout,
-    ModelFacts,
-    ModelReading,
-    ServerReading,
-    SlotReading,
-)
+from trayapp.core.hardware_readings import GpuProcess, GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.model import CounterReading, KvLayout, ModelFacts, ModelReading, ServerReading, SlotReading
 
 GB = 1_000_000_000
 GIB = 1024**3

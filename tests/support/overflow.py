@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from trayapp.core.model import Alert, HardwareProfile, Snapshot
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import Alert, Snapshot
 from trayapp.services.monitor import Monitor
 
 N_CTX = 256

@@ -6,16 +6,8 @@ Builders take keyword overrides, so each test keeps its own values. The defaults
 
 from __future__ import annotations
 
-from trayapp.core.model import (
-    Alert,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.model import Alert, ModelStatus, RequestRecord, ServerStatus, Snapshot
 
 LLAMA = "http://127.0.0.1:8080"
 OLLAMA = "http://127.0.0.1:11434"

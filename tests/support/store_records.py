@@ -10,15 +10,8 @@ from typing import Any
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
 from trayapp.core.bench import BenchResult, BenchSettings, BenchTarget, Healthy, Spread, SweepPoint
-from trayapp.core.model import (
-    Alert,
-    HardwareSnapshot,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    SessionRecord,
-    Snapshot,
-)
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import Alert, ModelStatus, RequestRecord, ServerStatus, SessionRecord, Snapshot
 from trayapp.sinks.store import Store
 
 T0 = 1_750_000_000.0

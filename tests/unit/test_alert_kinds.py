@@ -13,15 +13,9 @@ from trayapp.config.settings import parse_settings
 from trayapp.core.alert_kinds import ALERT_KINDS, DEFAULT_MUTED_KINDS, AlertKindName
 from trayapp.core.diagnose import without_explained
 from trayapp.core.diagnosis_tracker import DiagnosisTracker, ServerDiagnosisInput
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
 from trayapp.core.machine import Machine
-from trayapp.core.model import (
-    Finding,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    ModelStatus,
-    ServerStatus,
-)
+from trayapp.core.model import Finding, ModelStatus, ServerStatus
 from trayapp.core.remote_snapshot import snapshot_from_json
 from trayapp.core.thresholds import Thresholds
 

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from trayapp.core.bandwidth import bandwidth_contradicted, contradicting_model, ram_bandwidth_note
-from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 
 HALF_GB = 500_000_000
 

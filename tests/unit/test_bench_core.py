@@ -28,17 +28,9 @@ from trayapp.core.bench import (
     summarize,
 )
 from trayapp.core.bench_json import bench_json
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.machine import Machine
-from trayapp.core.model import (
-    FinishedRequest,
-    HardwareSnapshot,
-    HostReading,
-    KvLayout,
-    ModelFacts,
-    ModelStatus,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.model import FinishedRequest, KvLayout, ModelFacts, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 from trayapp.services.bench_job import BenchError, Progress, _Plan, pick_target
 

@@ -7,7 +7,7 @@ import pytest
 
 from trayapp.core.bench import BenchRun, decode_energy
 from trayapp.core.energy_types import EnergyReading
-from trayapp.core.model import HardwareSnapshot, HostReading
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.services.bench_energy import REMOTE, BenchEnergy
 from trayapp.sources.energy import NO_RAPL
 

@@ -19,12 +19,11 @@ from tests.support.diagnose_inputs import (
     WALL0,
     hardware,
 )
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.machine import resolve_machine
 from trayapp.core.model import (
     Alert,
     FinishedRequest,
-    HardwareSnapshot,
-    HostReading,
     KvLayout,
     ModelFacts,
     ModelReading,

@@ -36,6 +36,7 @@ from tests.support.diagnose_inputs import (
     ollama_reading,
     request_slots,
 )
+from trayapp.core.hardware_readings import GpuProcess, HardwareSnapshot
 from trayapp.core.jsonview import alert_json
 from trayapp.core.machine import Machine, resolve_machine
 from trayapp.core.model import (
@@ -43,8 +44,6 @@ from trayapp.core.model import (
     Baseline,
     CounterReading,
     FinishedRequest,
-    GpuProcess,
-    HardwareSnapshot,
     ModelStatus,
     ServerReading,
     ServerStatus,

@@ -5,16 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trayapp.core.diagnostics import diagnostics_text
-from trayapp.core.model import (
-    Alert,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    ModelStatus,
-    RamBandwidthChange,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading, RamBandwidthChange
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact, redact_url
 
 SECRET_URL = "http://alice:hunter2@127.0.0.1:8080/v1?token=s3cr3t-tok&api_key=abc123#frag"

@@ -16,7 +16,8 @@ from tests.support.fake_nvml import FakeNvml, rtx_4090
 from tests.support.macmon import MACMON_LINES
 from trayapp.core.energy import EnergyMeter, counter_delta_j
 from trayapp.core.energy_types import EnergyReading
-from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading, RequestRecord
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.model import RequestRecord
 from trayapp.sources.energy import (
     NO_RAPL,
     RAPL_PERMISSION,

@@ -7,15 +7,9 @@ from __future__ import annotations
 import pytest
 
 from trayapp.core.energy_types import EnergyReading
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.machine import resolve_machine
-from trayapp.core.model import (
-    FinishedRequest,
-    HardwareSnapshot,
-    HostReading,
-    ModelReading,
-    RequestRecord,
-    ServerReading,
-)
+from trayapp.core.model import FinishedRequest, ModelReading, RequestRecord, ServerReading
 from trayapp.core.pipeline import REMOTE_ENERGY, Pipeline
 
 HOST = HostReading(None, None, None)

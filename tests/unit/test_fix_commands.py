@@ -30,18 +30,9 @@ from trayapp.core.fixes import (
     report_command,
     unload_commands,
 )
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
 from trayapp.core.machine import Machine
-from trayapp.core.model import (
-    Baseline,
-    Finding,
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    KvLayout,
-    ModelFacts,
-    ModelStatus,
-    ServerStatus,
-)
+from trayapp.core.model import Baseline, Finding, KvLayout, ModelFacts, ModelStatus, ServerStatus
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_tokens
 from trayapp.core.vram_pressure import diagnose_hardware

@@ -14,7 +14,8 @@ from trayapp.core.glance import (
     icon_state,
     wrap_lines,
 )
-from trayapp.core.model import Alert, HardwareSnapshot, HostReading, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_rate_short, format_tokens
 

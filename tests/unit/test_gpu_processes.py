@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.support.fake_gpu_machines import RX_7900_XTX, FakeMac, host_memory, make_card
-from trayapp.core.model import GpuProcess
+from trayapp.core.hardware_readings import GpuProcess
 from trayapp.core.vram_holders import OTHER_USER
 from trayapp.sources.gpu import AppleProbe
 from trayapp.sources.gpu_amd import AmdSysfsProbe

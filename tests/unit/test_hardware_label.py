@@ -7,8 +7,8 @@ CI runs on a busy host: a bench baseline lost mid-session, a regression never ra
 from __future__ import annotations
 
 from tests.support.snapshots import hardware_snapshot, rtx4090
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.core.machine import CPU_ONLY_LABEL, resolve_machine
-from trayapp.core.model import HardwareProfile
 from trayapp.core.pipeline import hardware_label
 
 

@@ -6,17 +6,9 @@ import math
 
 import pytest
 
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.history import History, expected_ceiling_curve
-from trayapp.core.model import (
-    HardwareSnapshot,
-    HostReading,
-    KvLayout,
-    ModelFacts,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.model import KvLayout, ModelFacts, ModelStatus, RequestRecord, ServerStatus, Snapshot
 
 URL = "http://127.0.0.1:8080"
 KEY = (URL, "m")

@@ -19,8 +19,8 @@ def test_every_model_field_is_documented() -> None:
 
 def test_every_hardware_field_is_documented() -> None:
     """The hardware object's keys, the RAM bandwidth's last change (#24) and its keys included."""
+    from trayapp.core.hardware_readings import RamBandwidthChange
     from trayapp.core.jsonview import hardware_json
-    from trayapp.core.model import RamBandwidthChange
 
     documented = set(re.findall(r'^\s*"([a-z_]+)":', JSON_DOC.read_text(encoding="utf-8"), flags=re.M))
     change = RamBandwidthChange(28.4, 31.3, 1_764_684_000.0, "first quiet measurement")

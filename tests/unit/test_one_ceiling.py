@@ -10,18 +10,10 @@ import pytest
 
 from trayapp.cli.ceiling import build_ceiling_report
 from trayapp.cli.main import main
+from trayapp.core.hardware_readings import HardwareProfile, HardwareSnapshot, HostReading
 from trayapp.core.jsonview import snapshot_json
 from trayapp.core.machine import Machine, resolve_machine
-from trayapp.core.model import (
-    HardwareProfile,
-    HardwareSnapshot,
-    HostReading,
-    ModelFacts,
-    ModelReading,
-    ModelStatus,
-    ServerReading,
-    SlotReading,
-)
+from trayapp.core.model import ModelFacts, ModelReading, ModelStatus, ServerReading, SlotReading
 from trayapp.core.modelfacts import facts_from_params, kv_layout_from_metadata
 from trayapp.core.pipeline import Pipeline
 from trayapp.sources.hwtable import gpu_lookup

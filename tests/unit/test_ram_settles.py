@@ -15,17 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading, RamBandwidthChange
 from trayapp.core.jsonview import hardware_json
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import (
-    GpuReading,
-    HardwareSnapshot,
-    HostReading,
-    ModelStatus,
-    RamBandwidthChange,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
 from trayapp.sources.hardware import HardwareProbe
 from trayapp.sources.host import HostProbe
 from trayapp.sources.ram_bandwidth import BenchResult, RamBandwidthKeeper

@@ -14,15 +14,9 @@ from typing import Any
 import pytest
 
 from tests.support import snapshots as s
+from trayapp.core.hardware_readings import RamBandwidthChange
 from trayapp.core.jsonview import snapshot_json
-from trayapp.core.model import (
-    Alert,
-    PrefillProgress,
-    RamBandwidthChange,
-    RemoteMachine,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.model import Alert, PrefillProgress, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.peers import PeerBand
 from trayapp.core.remote_snapshot import RemoteDocError, remote_url, snapshot_from_json, tag_remote
 
@@ -351,7 +345,7 @@ def test_gpu_memory_holders_survive_the_round_trip() -> None:
     (never 0), another user's process by that name; Apple's RAM users and memory pressure."""
     from dataclasses import replace
 
-    from trayapp.core.model import GpuProcess
+    from trayapp.core.hardware_readings import GpuProcess
     from trayapp.core.vram_holders import OTHER_USER
 
     holders = (GpuProcess(4121, "python", 5_800_000_000), GpuProcess(77, OTHER_USER, None))

@@ -11,12 +11,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.machine import resolve_machine
 from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
-    HardwareSnapshot,
-    HostReading,
     ModelReading,
     ModelStatus,
     RequestRecord,

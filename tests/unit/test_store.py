@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.store_records import HARDWARE, T0, model, rows, session, snapshot
-from trayapp.core.model import Alert, HardwareSnapshot, RequestRecord
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import Alert, RequestRecord
 from trayapp.core.redact import redact_url
 from trayapp.sinks.store import Store, StoreError, StoreLockedError, schema_version
 from trayapp.sinks.store import rows as store_rows

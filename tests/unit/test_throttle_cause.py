@@ -13,8 +13,9 @@ import pynvml
 
 from tests.support.diagnose_inputs import LLAMA_URL, llama_hardware, llama_reading, request_slots
 from tests.support.fake_nvml import FakeNvml, rtx_4090
+from trayapp.core.hardware_readings import HardwareSnapshot, HostReading
 from trayapp.core.machine import resolve_machine
-from trayapp.core.model import Baseline, Finding, HardwareSnapshot, HostReading, ModelKey
+from trayapp.core.model import Baseline, Finding, ModelKey
 from trayapp.core.pipeline import Pipeline, Priors
 from trayapp.core.throttle import cpu_throttle_text, throttle_cause
 from trayapp.sources.gpu import NvmlProbe

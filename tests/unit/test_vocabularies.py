@@ -2,11 +2,12 @@
 
 The homes: units (`GB`, formatting) in `core/units.py`; KV-cache types in `core/quants.py`; server kinds
 (label, default port, OpenAI-compatible or not) in `core/server_kinds.py`; phases, their priority and
-`is_busy` / `is_active` / `is_ready`, `ModelKey`, and the server states, severities and value sources, in
-`core/model.py`. As `test_logger_names.py` does for logger names, the scans read the source with `ast`: a
-tuple, list, set or dict that spells two names of a vocabulary (all of them, for the states, severities and
-value sources, whose words are common) outside its home is a second copy that will drift (the tray menu and
-the icon once ranked phases in different orders; four modules each listed the KV types).
+`is_busy` / `is_active` / `is_ready`, in `core/phases.py`; value sources in `core/hardware_readings.py`;
+`ModelKey`, and the server states and severities, in `core/model.py`. As `test_logger_names.py` does for
+logger names, the scans read the source with `ast`: a tuple, list, set or dict that spells two names of a
+vocabulary (all of them, for the states, severities and value sources, whose words are common) outside
+its home is a second copy that will drift (the tray menu and the icon once ranked phases in different
+orders; four modules each listed the KV types).
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ import trayapp
 import trayapp.sources.servers
 from tests.support import snapshots
 from trayapp.core.glance import choose_model, server_phase
-from trayapp.core.model import (
+from trayapp.core.hardware_readings import VALUE_SOURCES
+from trayapp.core.model import SERVER_STATES, SEVERITIES, ServerStatus
+from trayapp.core.phases import (
     BUSY_PHASES,
     PHASE_PRIORITY,
     PHASES,
-    SERVER_STATES,
-    SEVERITIES,
-    VALUE_SOURCES,
     Phase,
-    ServerStatus,
     is_active,
     is_busy,
     is_loaded,
@@ -144,13 +143,13 @@ HOMES = {
     "USER_SERVER_KINDS": "core/server_kinds.py",
     "DEFAULT_PORTS": "core/server_kinds.py",
     "default_port": "core/server_kinds.py",  # probes once repeated the ports as a class attribute
-    "PHASES": "core/model.py",
-    "PHASE_PRIORITY": "core/model.py",
-    "BUSY_PHASES": "core/model.py",
+    "PHASES": "core/phases.py",
+    "PHASE_PRIORITY": "core/phases.py",
+    "BUSY_PHASES": "core/phases.py",
     "ModelKey": "core/model.py",
     "SERVER_STATES": "core/model.py",
     "SEVERITIES": "core/model.py",
-    "VALUE_SOURCES": "core/model.py",
+    "VALUE_SOURCES": "core/hardware_readings.py",
 }
 
 
@@ -275,19 +274,26 @@ PHASE_WORDS_ELSEWHERE = {
 }
 
 
-def test_phases_are_listed_only_in_core_model() -> None:
-    assert set(spellings_outside("core/model.py", frozenset(PHASES))) == set(PHASE_WORDS_ELSEWHERE)
+def test_phases_are_listed_only_in_core_phases() -> None:
+    assert set(spellings_outside("core/phases.py", frozenset(PHASES))) == set(PHASE_WORDS_ELSEWHERE)
 
 
 # Words common enough that a subset is a choice ("ok" or "loading": reachable), not a copy: only the
 # whole list spelt again is one.
-@pytest.mark.parametrize("vocabulary", [SERVER_STATES, SEVERITIES, VALUE_SOURCES])
-def test_server_states_severities_and_value_sources_are_listed_whole_only_in_core_model(
-    vocabulary: tuple[str, ...],
+@pytest.mark.parametrize(
+    ("vocabulary", "home"),
+    [
+        (SERVER_STATES, "core/model.py"),
+        (SEVERITIES, "core/model.py"),
+        (VALUE_SOURCES, "core/hardware_readings.py"),
+    ],
+)
+def test_server_states_severities_and_value_sources_are_listed_whole_only_in_their_home(
+    vocabulary: tuple[str, ...], home: str
 ) -> None:
     names = frozenset(vocabulary)
     found = {path: spelt_lists(tree, names, at_least=len(names)) for path, tree in _trees().items()}
-    assert {path for path, lines in found.items() if lines} == {"core/model.py"}
+    assert {path for path, lines in found.items() if lines} == {home}
 
 
 def _models(*phases: str) -> ServerStatus:

@@ -15,19 +15,10 @@ import pynvml
 import pytest
 
 from tests.support.nvml_driver import DriverGpu, FakeNvmlDriver
+from trayapp.core.hardware_readings import GpuProcess, HardwareSnapshot, HostReading
 from trayapp.core.jsonview import alert_json
 from trayapp.core.machine import resolve_machine
-from trayapp.core.model import (
-    Alert,
-    GpuProcess,
-    HardwareSnapshot,
-    HostReading,
-    KvLayout,
-    ModelFacts,
-    ModelReading,
-    ServerReading,
-    Snapshot,
-)
+from trayapp.core.model import Alert, KvLayout, ModelFacts, ModelReading, ServerReading, Snapshot
 from trayapp.core.pipeline import Pipeline
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.vram_holders import OTHER_USER, VramHolder, holders_from_evidence, holders_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.support.diagnose_inputs import hardware
-from trayapp.core.model import GpuProcess
+from trayapp.core.hardware_readings import GpuProcess
 from trayapp.core.vram_holders import (
     OTHER_USER,
     VramHolder,

@@ -17,7 +17,7 @@ from trayapp.app.log_setup import install_excepthook, setup_logging
 from trayapp.app.single_instance import notify_running, single_instance
 from trayapp.app.tray_app import MonitorFactory, TrayApp
 from trayapp.config.settings import EndpointConfig, Settings, watched_settings
-from trayapp.core.model import HardwareProfile
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources.malloc import release_free_memory
 from trayapp.ui.icons import app_icon

@@ -22,7 +22,7 @@ from trayapp.core.terminal import terminal_safe
 
 if TYPE_CHECKING:  # the commands import what they need when they run: `llm-tray bar` starts fast
     from trayapp.config.settings import EndpointConfig, Settings
-    from trayapp.core.model import HardwareProfile
+    from trayapp.core.hardware_readings import HardwareProfile
     from trayapp.services.monitor import Monitor
 
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the commands import what they need when they run: `llm-tray
 
 
 def _profile(args: argparse.Namespace) -> HardwareProfile:
-    from trayapp.core.model import HardwareProfile
+    from trayapp.core.hardware_readings import HardwareProfile
     from trayapp.core.units import GB
 
     return HardwareProfile(
@@ -89,7 +89,7 @@ def _make_monitor(args: argparse.Namespace, *, record: bool, one_shot: bool) -> 
 def run_status(args: argparse.Namespace) -> int:
     from trayapp.cli.bar import live_sampler, status_from
     from trayapp.core.jsonview import snapshot_json
-    from trayapp.core.model import is_busy
+    from trayapp.core.phases import is_busy
     from trayapp.core.text import format_snapshot
 
     live = live_sampler(args)
@@ -184,8 +184,8 @@ def _run_autostart(args: argparse.Namespace) -> int:
 
 def run_ceiling(args: argparse.Namespace) -> int:
     from trayapp.cli.ceiling import build_ceiling_report, format_ceiling_report
+    from trayapp.core.hardware_readings import HardwareSnapshot, HostReading, ValueSource
     from trayapp.core.machine import resolve_machine
-    from trayapp.core.model import HardwareSnapshot, HostReading, ValueSource
     from trayapp.core.modelfacts import facts_from_params
     from trayapp.sources.hardware import HardwareProbe
     from trayapp.sources.hwtable import gpu_lookup

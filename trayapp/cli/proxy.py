@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from trayapp.cli.stop_signals import on_stop_signals
 from trayapp.config import paths
 from trayapp.config.files import read_secret_file
-from trayapp.core.model import QUEUE_WAIT_NOTED_S, FinishedRequest, HardwareProfile
+from trayapp.core.hardware_readings import HardwareProfile
+from trayapp.core.model import QUEUE_WAIT_NOTED_S, FinishedRequest
 from trayapp.core.terminal import terminal_safe
 from trayapp.core.units import format_rate
 

@@ -24,8 +24,8 @@ else:  # pragma: no cover
 from trayapp.config.agents import AgentConfig, build_agent
 from trayapp.config.list_sections import ENV_NAME, ConfigError, EntryBuilder, parse_list
 from trayapp.core.alert_kinds import DEFAULT_MUTED_KINDS
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.core.loopback import host_key, is_loopback, server_key
-from trayapp.core.model import HardwareProfile
 from trayapp.core.quants import KV_TYPES
 from trayapp.core.server_kinds import USER_SERVER_KINDS
 from trayapp.core.thresholds import THRESHOLD_INFO, Thresholds

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
+from trayapp.core.hardware_readings import HostReading
 from trayapp.core.loopback import is_this_machine_url
-from trayapp.core.model import HostReading, ModelStatus, Snapshot
+from trayapp.core.model import ModelStatus, Snapshot
 from trayapp.core.units import GB
 
 # A measured rate may exceed the bound by a little (rate noise, a figure read a few % low).

@@ -19,14 +19,9 @@ from typing import NamedTuple
 from trayapp.core.alert_kinds import ALERT_KINDS, AlertKindName
 from trayapp.core.context_detectors import context_full, kv_slowdown
 from trayapp.core.fixes import NVIDIA_SMI_PERFORMANCE, no_speculation_commands, report_command
+from trayapp.core.hardware_readings import GpuProcess
 from trayapp.core.machine import Machine
-from trayapp.core.model import (
-    Baseline,
-    Finding,
-    GpuProcess,
-    ModelStatus,
-    ServerStatus,
-)
+from trayapp.core.model import Baseline, Finding, ModelStatus, ServerStatus
 from trayapp.core.offload import offload_finding
 from trayapp.core.peers import PeerBand, peer_band_json
 from trayapp.core.physics import REALISTIC_BAND

@@ -19,16 +19,9 @@ from trayapp.core.alert_kinds import AlertKindName
 from trayapp.core.context_detectors import resolved_kinds
 from trayapp.core.diagnose import ModelView, TrendPoint, diagnose_model, diagnose_server, without_explained
 from trayapp.core.episodes import Key as EpisodeKey
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.machine import Machine
-from trayapp.core.model import (
-    Baseline,
-    Finding,
-    HardwareSnapshot,
-    ModelKey,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-)
+from trayapp.core.model import Baseline, Finding, ModelKey, ModelStatus, RequestRecord, ServerStatus
 from trayapp.core.overflow import OverflowWatch, overflow_finding
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.throttle import throttle_cause

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from trayapp import __version__
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import Alert, GpuReading, HardwareSnapshot, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
 from trayapp.core.redact import redact
 from trayapp.core.server_kinds import server_label
 from trayapp.core.units import estimate_mark, format_gb, format_pct, format_tokens, format_ttft

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from trayapp.core.energy_types import EnergyDomainTotal, EnergyReading, EnergyStatus
-from trayapp.core.model import HardwareSnapshot, RequestRecord
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import RequestRecord
 
 HISTORY_S = 3600.0  # intervals kept for requests still to finish (an hour-long request is rare)
 IDLE_TICKS = 60  # idle intervals the idle draw is the median of

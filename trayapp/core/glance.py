@@ -25,16 +25,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from trayapp.core.model import (
-    Alert,
-    ModelKey,
-    ModelStatus,
-    Phase,
-    ServerStatus,
-    Snapshot,
-    is_active,
-    top_phase,
-)
+from trayapp.core.model import Alert, ModelKey, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.phases import Phase, is_active, top_phase
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import (

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trayapp.core import physics
-from trayapp.core.model import ModelKey, ModelStatus, Snapshot, is_busy
+from trayapp.core.model import ModelKey, ModelStatus, Snapshot
+from trayapp.core.phases import is_busy
 from trayapp.core.units import GB
 
 NAN = math.nan

@@ -9,16 +9,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trayapp.core.energy_summary import energy_json
-from trayapp.core.model import (
-    Alert,
-    GpuProcess,
-    HardwareSnapshot,
-    ModelStatus,
-    RamBandwidthChange,
-    RemoteMachine,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.hardware_readings import GpuProcess, HardwareSnapshot, RamBandwidthChange
+from trayapp.core.model import Alert, ModelStatus, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.peers import peer_band_json
 from trayapp.core.text import unseen_cuts_note
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from trayapp.core.model import HardwareProfile, HardwareSnapshot, RamBandwidthChange
+from trayapp.core.hardware_readings import HardwareProfile, HardwareSnapshot, RamBandwidthChange
 
 GpuLookup = Callable[[str], "tuple[float, int | None] | None"]  # name -> (bandwidth_gbps, vram_bytes)
 

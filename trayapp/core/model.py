@@ -10,67 +10,30 @@ Two families:
 
 Units are in the names (`_bytes`, `_s`, `_tok_s`, `_gbps`). `None` means
 "unknown"; where it matters a `reason` string says why.
+
+The hardware's readings (GPUs, the host, `HardwareSnapshot`) are in core/hardware_readings.py; the
+phases and what each means in core/phases.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from trayapp.core.alert_kinds import AlertKindName
-from trayapp.core.energy_types import EnergyReading, EnergyStatus
+from trayapp.core.energy_types import EnergyStatus
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.peers import PeerBand
+from trayapp.core.phases import Phase
 
 ServerState = Literal["ok", "loading", "unreachable", "unauthorized", "error"]
-Phase = Literal["unloaded", "idle", "sleeping", "loading", "prefill", "decoding", "stalled"]
 Severity = Literal["info", "warning", "critical"]
-ValueSource = Literal["measured", "spec", "nvml", "given", "table", "unknown"]
 BaselineSource = Literal["bench", "session"]
 ModelKey = tuple[str, str]  # (server url, model name): one model on one server
 
-PHASES: tuple[Phase, ...] = get_args(Phase)
 SERVER_STATES: tuple[ServerState, ...] = get_args(ServerState)
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # ascending: the last is the worst
-VALUE_SOURCES: tuple[ValueSource, ...] = get_args(ValueSource)
-
-# Which phase speaks for several models (the tray icon's model, a server's menu line) or for the
-# streams of one model: the first of these that any of them is in. What the user is waiting on comes
-# first: text being generated, then a prompt being read, then a request stuck mid-answer (still a
-# request in flight, and a problem worth seeing), then a model loading (no request is served yet).
-# The tray's menu and its icon both read this order (tests/unit/test_vocabularies.py holds them to it).
-PHASE_PRIORITY: tuple[Phase, ...] = ("decoding", "prefill", "stalled", "loading")
-BUSY_PHASES: frozenset[Phase] = frozenset({"prefill", "decoding", "stalled"})
-
-
-def is_busy(phase: str) -> bool:
-    """A request is being worked on (reading the prompt, generating, or stuck mid-request).
-
-    Loading a model is not "busy": no request is served yet; `is_active` counts it too.
-    """
-    return phase in BUSY_PHASES
-
-
-def is_active(phase: str) -> bool:
-    """Busy with a request or loading a model: the tray shows activity, the monitor polls faster."""
-    return phase == "loading" or is_busy(phase)
-
-
-def is_ready(phase: str) -> bool:
-    """In memory, awake and not loading: idle or busy (not unloaded, asleep or loading)."""
-    return phase == "idle" or is_busy(phase)
-
-
-def is_loaded(phase: str) -> bool:
-    """The server holds the model: ready, or asleep (it wakes on the next request); not unloaded,
-    not still loading. A model that can be benchmarked."""
-    return is_ready(phase) or phase == "sleeping"
-
-
-def top_phase(phases: Iterable[str]) -> Phase | None:
-    """The first phase of `PHASE_PRIORITY` among `phases`; None when none is active."""
-    present = set(phases)
-    return next((phase for phase in PHASE_PRIORITY if phase in present), None)
 
 
 # --------------------------------------------------------------------------- model facts
@@ -108,90 +71,6 @@ class ModelFacts:
     tied_embeddings: bool | None = None
     context_train: int | None = None
     kv: KvLayout | None = None
-
-
-# --------------------------------------------------------------------------- hardware
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    name: str | None  # None: gone or unnamed; core/vram_holders.OTHER_USER: another user's, unreadable
-    used_bytes: int | None  # None: the driver does not say (NVML under Windows WDDM): "unavailable", never 0
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    index: int
-    name: str
-    vendor: str  # "nvidia" | "amd" | "apple" | "other"
-    vram_total_bytes: int | None
-    vram_used_bytes: int | None
-    bandwidth_gbps: float | None
-    bandwidth_source: ValueSource = "unknown"
-    unified_memory: bool = False
-    pcie_max_gen: int | None = None
-    pcie_max_width: int | None = None
-    util_gpu_pct: float | None = None
-    util_mem_pct: float | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    clocks_event_reasons: int | None = None
-    throttle_reasons: tuple[str, ...] = ()  # human names of the active slowdown reasons
-    processes_rss: bool = False  # Apple (unified memory): `processes` are the largest users of RAM by RSS
-    memory_pressure: str | None = None  # Apple: the kernel's memory pressure: normal | warning | critical
-    energy_j: float | None = None  # NVML's total-energy counter since the driver loaded; None: not supported
-    power_limit_w: float | None = None  # the enforced power limit (NVML)
-    sm_clock_mhz: float | None = None  # SM clock now, and its maximum (NVML_CLOCK_SM)
-    sm_clock_max_mhz: float | None = None
-    processes: tuple[GpuProcess, ...] = ()
-
-
-@dataclass(frozen=True)
-class RamBandwidthChange:
-    """The last time the RAM bandwidth behind the ceiling changed: from what, to what, when and why
-    ("first quiet measurement", "hardware changed", "decode faster than the ceiling allowed", …)."""
-
-    previous_gbps: float
-    gbps: float
-    changed_at_wall_s: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class HostReading:
-    ram_total_bytes: int | None
-    ram_available_bytes: int | None
-    ram_bandwidth_gbps: float | None
-    ram_bandwidth_source: ValueSource = "unknown"
-    cpu_percent: float | None = None
-    cpu_count: int | None = None
-    ram_bandwidth_measured_wall_s: float | None = None  # when a measured figure was measured
-    ram_bandwidth_confidence: str | None = None  # measured: "quiet" | "provisional" (busy) | "suspect"
-    ram_bandwidth_change: RamBandwidthChange | None = None  # its last change, for the UI to say so
-    cpu_freq_mhz: float | None = None  # CPU frequency now and its maximum, where readable
-    cpu_freq_max_mhz: float | None = None
-    thermal_max_c: float | None = None  # the hottest thermal zone, where readable
-
-
-@dataclass(frozen=True)
-class HardwareSnapshot:
-    gpus: tuple[GpuReading, ...]
-    host: HostReading
-    gpu_reason: str | None = None  # why no GPU is listed, e.g. "NVML library not found"
-    energy: tuple[EnergyReading, ...] = ()  # RAPL packages, macmon's SoC (GPUs carry their own)
-    energy_reason: str | None = None  # why no host energy is read (no RAPL, not readable, no macmon)
-
-
-@dataclass(frozen=True)
-class HardwareProfile:
-    """The machine a server runs on, when the user describes it (remote box, overrides)."""
-
-    gpu_name: str | None = None
-    bandwidth_gbps: float | None = None
-    vram_bytes: int | None = None
-    ram_bandwidth_gbps: float | None = None
-    kv_type: str = "f16"
 
 
 # --------------------------------------------------------------------------- server readings

@@ -19,7 +19,8 @@ from trayapp.core.fixes import (
     kv_cache_commands,
     unload_commands,
 )
-from trayapp.core.model import Finding, GpuProcess, ModelFacts, Severity
+from trayapp.core.hardware_readings import GpuProcess
+from trayapp.core.model import Finding, ModelFacts, Severity
 from trayapp.core.quants import COMMON_QUANTS, effective_bpw, normalize_quant_name, quant_note
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import GB, format_gb, format_rate, format_spill_pct, format_tokens

@@ -28,10 +28,10 @@ from typing import Literal
 
 from trayapp.core import physics
 from trayapp.core.fixes import CONTEXT_STEP_TOKENS, context_size_commands, round_up_context
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     Finding,
-    HardwareSnapshot,
     ModelFacts,
     ModelKey,
     ModelStatus,

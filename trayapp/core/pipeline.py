@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from trayapp.core.diagnosis_tracker import DiagnosisTracker, ServerDiagnosisInput
 from trayapp.core.energy import EnergyMeter, without_energy
 from trayapp.core.episodes import EpisodeTracker, alerts_now
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.machine import Machine
 from trayapp.core.model import (
     LOG_SOURCES,
     Alert,
     Baseline,
-    HardwareSnapshot,
     ModelKey,
     ModelReading,
     ModelStatus,
@@ -34,9 +34,9 @@ from trayapp.core.model import (
     ServerStatus,
     SessionRecord,
     Snapshot,
-    is_busy,
 )
 from trayapp.core.peers import PeerBand
+from trayapp.core.phases import is_busy
 from trayapp.core.placement import Placement, ceiling_for, place, weights_bytes
 from trayapp.core.rates import RateEstimate, RateTracker
 from trayapp.core.session import SessionInput, SessionTracker

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trayapp.core import physics
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.machine import Machine
-from trayapp.core.model import HardwareSnapshot, ModelFacts, ModelReading
+from trayapp.core.model import ModelFacts, ModelReading
 
 FULL_GPU_SNAP = 0.9  # NVML shares at or above this are read as "all on the GPU" (see _nvml_share)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from trayapp.core.model import HardwareSnapshot, ServerReading
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import ServerReading
 
 
 class ServerProbe(Protocol):

@@ -23,15 +23,12 @@ from trayapp.core.model import (
     CounterReading,
     FinishedRequest,
     ModelReading,
-    Phase,
     PrefillProgress,
     RequestRecord,
     ServerReading,
     SlotReading,
-    is_busy,
-    is_ready,
-    top_phase,
 )
+from trayapp.core.phases import Phase, is_busy, is_ready, top_phase
 from trayapp.core.rate_helpers import (
     MAX_PLAUSIBLE_TOK_S,
     SlotTrack,

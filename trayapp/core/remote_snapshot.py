@@ -18,27 +18,28 @@ from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from trayapp.core.alert_kinds import alert_kind_name
-from trayapp.core.loopback import is_this_machine
-from trayapp.core.model import (
-    PHASES,
-    SERVER_STATES,
-    SEVERITIES,
+from trayapp.core.hardware_readings import (
     VALUE_SOURCES,
-    Alert,
     GpuProcess,
     GpuReading,
     HardwareSnapshot,
     HostReading,
-    ModelStatus,
-    Phase,
-    PrefillProgress,
     RamBandwidthChange,
+    ValueSource,
+)
+from trayapp.core.loopback import is_this_machine
+from trayapp.core.model import (
+    SERVER_STATES,
+    SEVERITIES,
+    Alert,
+    ModelStatus,
+    PrefillProgress,
     ServerState,
     ServerStatus,
     Severity,
-    ValueSource,
 )
 from trayapp.core.peers import PEER_SCOPES, PeerBand, PeerScope
+from trayapp.core.phases import PHASES, Phase
 
 
 class RemoteDocError(ValueError):

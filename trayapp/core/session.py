@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from trayapp.core.model import RequestRecord, ServerReading, SessionRecord, is_busy
+from trayapp.core.model import RequestRecord, ServerReading, SessionRecord
+from trayapp.core.phases import is_busy
 from trayapp.core.rates import RateEstimate
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from trayapp.core.bandwidth import ram_bandwidth_note
 from trayapp.core.glance import DECODING_NO_RATE_YET, queued_note
+from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.machine import ram_bandwidth_change_line
-from trayapp.core.model import HardwareSnapshot, ModelStatus, RemoteMachine, ServerStatus, Snapshot, is_active
+from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, Snapshot
 from trayapp.core.overflow import ollama_whole_prompt_tokens
+from trayapp.core.phases import is_active
 from trayapp.core.units import (
     estimate_mark,
     format_gb,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trayapp.core.model import GpuReading, HardwareSnapshot, HostReading
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, HostReading
 
 POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake"})
 THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})

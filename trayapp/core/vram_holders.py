@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trayapp.core import physics
+from trayapp.core.hardware_readings import GpuProcess, HardwareSnapshot
 from trayapp.core.machine import Machine
-from trayapp.core.model import GpuProcess, HardwareSnapshot, ModelFacts
+from trayapp.core.model import ModelFacts
 from trayapp.core.placement import ceiling_for
 from trayapp.core.units import format_gb
 

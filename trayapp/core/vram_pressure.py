@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trayapp.core.fixes import unload_commands
-from trayapp.core.model import Finding, HardwareSnapshot, ServerStatus
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import Finding, ServerStatus
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.units import format_gb
 from trayapp.core.vram_holders import holders_besides, holders_evidence, holders_text

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from trayapp.core.energy import NO_ENERGY, EnergyMeter, domains_of
-from trayapp.core.model import HardwareSnapshot
+from trayapp.core.hardware_readings import HardwareSnapshot
 
 IDLE_READS = 4  # reads 0.3 s apart: three idle intervals before the first run
 IDLE_GAP_S = 0.3

@@ -39,7 +39,8 @@ from trayapp.core.bench import (
     summarize,
 )
 from trayapp.core.loopback import same_server
-from trayapp.core.model import ModelStatus, ServerStatus, Snapshot, is_busy, is_loaded
+from trayapp.core.model import ModelStatus, ServerStatus, Snapshot
+from trayapp.core.phases import is_busy, is_loaded
 from trayapp.core.units import format_pct, format_rate, format_tokens
 from trayapp.services.bench_energy import BenchEnergy
 from trayapp.services.bench_report import stored_calibration

@@ -23,17 +23,12 @@ from typing import TYPE_CHECKING
 from trayapp.config import paths
 from trayapp.config.bugs import BugLog
 from trayapp.config.settings import EndpointConfig, Settings
+from trayapp.core.hardware_readings import HardwareProfile, HardwareSnapshot
 from trayapp.core.loopback import same_server
 from trayapp.core.machine import Machine, resolve_machine
-from trayapp.core.model import (
-    FinishedRequest,
-    HardwareProfile,
-    HardwareSnapshot,
-    ServerReading,
-    Snapshot,
-    is_active,
-)
+from trayapp.core.model import FinishedRequest, ServerReading, Snapshot
 from trayapp.core.peers import PeerBand, band_with_causes
+from trayapp.core.phases import is_active
 from trayapp.core.pipeline import Pipeline, Priors, TickOutput
 from trayapp.core.probe import ServerProbe
 from trayapp.core.proxied_streams import with_proxied_streams

@@ -20,8 +20,9 @@ from typing import Any
 
 import httpx
 
+from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.core.loopback import server_key
-from trayapp.core.model import HardwareProfile, ServerReading, ServerState
+from trayapp.core.model import ServerReading, ServerState
 from trayapp.core.probe import ServerProbe
 from trayapp.core.redact import redact_url
 from trayapp.core.server_kinds import default_ports, server_kind_row

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from trayapp.core.model import GpuProcess, GpuReading, ValueSource
+from trayapp.core.hardware_readings import GpuProcess, GpuReading, ValueSource
 from trayapp.sources.gpu_processes import APPLE_PRESSURE_ARGV, apple_memory_pressure, largest_memory_users
 from trayapp.sources.host import ram_bytes
 from trayapp.sources.hwtable import lookup_gpu

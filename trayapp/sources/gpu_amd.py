@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trayapp.core.model import GpuProcess, GpuReading
+from trayapp.core.hardware_readings import GpuProcess, GpuReading
 from trayapp.sources.gpu_processes import DrmClientReader
 from trayapp.sources.hwtable import lookup_gpu
 from trayapp.sources.relisted import Relisted

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from trayapp.core.model import GpuProcess
+from trayapp.core.hardware_readings import GpuProcess
 from trayapp.core.vram_holders import OTHER_USER
 from trayapp.sources.processes import process_name
 

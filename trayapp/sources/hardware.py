@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trayapp.core.model import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
+from trayapp.core.hardware_readings import GpuReading, HardwareSnapshot, RamBandwidthChange, ValueSource
 from trayapp.sources.energy import HostEnergyProbe
 from trayapp.sources.gpu import AppleProbe, GpuProbe, NvmlProbe
 from trayapp.sources.gpu_amd import AmdSysfsProbe

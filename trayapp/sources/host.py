@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from trayapp.core.model import HostReading, RamBandwidthChange, ValueSource
+from trayapp.core.hardware_readings import HostReading, RamBandwidthChange, ValueSource
 from trayapp.sources.cpu_state import cpu_freq_policies, cpu_frequency_mhz, thermal_max_c, thermal_zones
 from trayapp.sources.procfs import read_bytes
 from trayapp.sources.relisted import STATIC_REFRESH_S, Relisted

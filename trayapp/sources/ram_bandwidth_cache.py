@@ -20,7 +20,7 @@ from typing import Literal
 import psutil
 
 from trayapp.config.files import PRIVATE_PERMISSIONS, atomic_write_text
-from trayapp.core.model import RamBandwidthChange
+from trayapp.core.hardware_readings import RamBandwidthChange
 
 __all__ = [
     "RamBandwidth",

@@ -21,15 +21,8 @@ from dataclasses import dataclass, replace
 
 from trayapp.config.agents import AgentConfig, agent_keyring_user
 from trayapp.config.bugs import BugLog
-from trayapp.core.model import (
-    SERVER_STATES,
-    Alert,
-    HardwareSnapshot,
-    RemoteMachine,
-    ServerState,
-    ServerStatus,
-    Snapshot,
-)
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import SERVER_STATES, Alert, RemoteMachine, ServerState, ServerStatus, Snapshot
 from trayapp.core.redact import redact
 from trayapp.core.remote_snapshot import RemoteDocError, snapshot_from_json, tag_remote
 from trayapp.sources import secrets

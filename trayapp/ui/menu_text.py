@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from trayapp.config.settings import ProxyConfig, Settings
 from trayapp.core.glance import host_port, server_phase
-from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus, is_active, is_ready
+from trayapp.core.model import ModelStatus, RemoteMachine, ServerStatus
+from trayapp.core.phases import is_active, is_ready
 from trayapp.core.redact import redact_url
 from trayapp.core.server_kinds import server_label
 from trayapp.core.thresholds import Thresholds

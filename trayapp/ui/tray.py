@@ -32,13 +32,8 @@ from trayapp.core.glance import (
     icon_state,
     paused_state,
 )
-from trayapp.core.model import (
-    Alert,
-    ModelStatus,
-    ServerStatus,
-    Snapshot,
-    is_loaded,
-)
+from trayapp.core.model import Alert, ModelStatus, ServerStatus, Snapshot
+from trayapp.core.phases import is_loaded
 from trayapp.core.thresholds import Thresholds
 from trayapp.ui.icons import make_icon
 from trayapp.ui.menu_text import machine_line, model_line, proxy_line, server_line

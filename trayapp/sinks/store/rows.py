@@ -14,14 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
 from trayapp.core.bench import BenchResult
-from trayapp.core.model import (
-    Alert,
-    HardwareSnapshot,
-    ModelStatus,
-    RequestRecord,
-    ServerStatus,
-    SessionRecord,
-)
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import Alert, ModelStatus, RequestRecord, ServerStatus, SessionRecord
 from trayapp.core.redact import redact_url
 
 Row = dict[str, object]

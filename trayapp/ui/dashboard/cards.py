@@ -6,7 +6,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
 from trayapp.core.glance import host_port, prefill_line
-from trayapp.core.model import HardwareSnapshot, ModelStatus, ServerStatus
+from trayapp.core.hardware_readings import HardwareSnapshot
+from trayapp.core.model import ModelStatus, ServerStatus
 from trayapp.core.server_kinds import server_label
 from trayapp.core.spec_types import speculative_text
 from trayapp.core.text import unseen_cuts_note
