@@ -4,6 +4,8 @@ and /proc; the lookups of a burst go together."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import socket
 import sys
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
+from tests.support.proxy import running_proxy
 from trayapp.services.proxy import clients
 from trayapp.services.proxy.clients import ClientNamer
 
@@ -102,3 +105,65 @@ def _patched(owner: object, name: str, value: object) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, real)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_client_that_hangs_up_before_any_answer_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's lookup waits for the answer's first bytes (nothing stands before them), but never
+    longer than limits.NAME_CLIENT_AFTER_S: a client that gives up while the server still reads its
+    prompt (no byte of answer yet) is named in its record, which says it was aborted."""
+    named = threading.Event()
+    real_name = ClientNamer.name
+
+    async def spied(self: ClientNamer, *args: object, **kwargs: object) -> clients.Named:
+        found = await real_name(self, *args, **kwargs)  # type: ignore[arg-type]
+        named.set()
+        return found
+
+    monkeypatch.setattr(ClientNamer, "name", spied)
+    with _silent_upstream() as upstream, running_proxy(upstream.url) as proxy:
+        body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        host, port = proxy.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode())
+            )
+            assert upstream.got_request.wait(10)  # the request went up; the upstream never answers
+            assert named.wait(10)  # looked up while the client waits
+        (record,) = proxy.records.wait_for(1)
+    assert record.aborted and record.http_status is None
+    assert (record.client_name, record.client_pid) == (psutil.Process().name(), os.getpid())
+
+
+@dataclass
+class _SilentUpstream:
+    url: str
+    got_request: threading.Event
+
+
+@contextmanager
+def _silent_upstream() -> Iterator[_SilentUpstream]:
+    """A loopback upstream that reads a request and never answers (a server reading a long prompt)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(10)
+    upstream = _SilentUpstream(f"http://127.0.0.1:{server.getsockname()[1]}", threading.Event())
+    done = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), server.accept()[0] as conn:
+            conn.settimeout(10)
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            upstream.got_request.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield upstream
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()

@@ -37,7 +37,7 @@ class BodyForwarder:
         self._framer = framer
         self.client = client
         self._upstream = upstream
-        self._on_payload = on_payload
+        self.on_payload = on_payload  # may be swapped (the recorder told the head after the first bytes)
         self._on_bad_chunk = on_bad_chunk
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._draining: asyncio.Task[None] | None = None
@@ -66,7 +66,7 @@ class BodyForwarder:
             return
         transport.write(data[:used] if used < len(data) else data)
         if payload:
-            self._on_payload(payload, received_mono_s)
+            self.on_payload(payload, received_mono_s)
         if self._framer.done:
             self.done.set_result(True)
         elif self._draining is None and transport.get_write_buffer_size() > self._high_water_bytes:

@@ -52,6 +52,13 @@ PARSE_OFF_LOOP_BYTES = 256 * 1024  # a body larger than this is parsed on a work
 
 READ_BYTES = 64 * 1024  # one socket read
 
+# The recorder's work beside a request: none of it stands between the request and its answer's first
+# bytes. The client's name (clients.py: a pass over its sockets) is looked up once the answer's head
+# has gone to the client, or this long after the request went up, whichever is first: while a server
+# reads a long prompt the client is named (it may hang up before the answer begins), and a fast
+# answer is never queued behind the lookup (issue #26).
+NAME_CLIENT_AFTER_S = 0.005
+
 # The prompt counter (services/proxy/prompt_length.py): only a request body at least this large gets
 # its prompt counted (two requests to the server beside it). A count serves a progress bar, and
 # llama-server moves a slot's progress once per batch (`-b`, 2048 tokens by default), polled about

@@ -26,6 +26,22 @@ log = logging.getLogger(__name__)
 RecordSink = Callable[[Route, FinishedRequest], None]
 
 
+class LaterName:
+    """A request's client lookup, begun by `begin()` (once the answer's head went to the client, or
+    when the record is made) or limits.NAME_CLIENT_AFTER_S after it was made, whichever is first."""
+
+    def __init__(self, lookup: Callable[[], asyncio.Future[Named]]) -> None:
+        self._lookup = lookup
+        self._naming: asyncio.Future[Named] | None = None
+        self._timer = asyncio.get_running_loop().call_later(limits.NAME_CLIENT_AFTER_S, self.begin)
+
+    def begin(self) -> asyncio.Future[Named]:
+        if self._naming is None:
+            self._timer.cancel()
+            self._naming = self._lookup()
+        return self._naming
+
+
 class Recording:
     """One listener's recorder side."""
 
@@ -53,12 +69,14 @@ class Recording:
 
     def name_client(
         self, tap: RequestTap, head: Head, writer: asyncio.StreamWriter, listen_port: int
-    ) -> asyncio.Future[Named] | None:
-        """Begin looking up who sent a recorded request, while its socket is open."""
+    ) -> LaterName | None:
+        """Who sent a recorded request, looked up while its socket is open, after the answer's first
+        bytes (limits.NAME_CLIENT_AFTER_S)."""
         if not tap.active:
             return None
         peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
-        return self._clients.lookup(peer, listen_port, head.get("user-agent"), local)
+        user_agent = head.get("user-agent")
+        return LaterName(lambda: self._clients.lookup(peer, listen_port, user_agent, local))
 
     def body_sent(
         self, tap: RequestTap, payload: bytes, framer: BodyFramer, auth: str | None, exchange: Exchange
@@ -77,9 +95,7 @@ class Recording:
         if self.prompts.pending and tap.first_text_mono_s is not None:
             self.prompts.prompt_read(tap)
 
-    def record(
-        self, tap: RequestTap, naming: asyncio.Future[Named] | None, *, status: int | None, aborted: bool
-    ) -> None:
+    def record(self, tap: RequestTap, naming: LaterName | None, *, status: int | None, aborted: bool) -> None:
         """The request ended: its record goes on (named when the name comes). `status`: an answer the
         proxy wrote itself (the upstream's own head was read as it passed)."""
         if not tap.active:
@@ -93,7 +109,7 @@ class Recording:
             self._bug()
             return
         if record is not None:
-            self._clients.hand_on(record, naming)
+            self._clients.hand_on(record, naming.begin() if naming is not None else None)
 
     def release(self, exchange: Exchange) -> None:
         """Give back the body bytes the recorder held for `exchange`."""

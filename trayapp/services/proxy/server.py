@@ -46,7 +46,7 @@ from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.reading import Idle, Reader, SlowHead, error_response, within
 from trayapp.services.proxy.recorder import RequestTap
-from trayapp.services.proxy.recording import Recording, RecordSink
+from trayapp.services.proxy.recording import LaterName, Recording, RecordSink
 from trayapp.services.proxy.route import Route
 
 log = logging.getLogger(__name__)
@@ -267,14 +267,16 @@ class ProxyServer:
         else:
             upstream.writer.write(forwarded.raw)
         tap = self.recording.tap(line, started_mono_s, started_wall_s)
-        naming = self.recording.name_client(tap, head, writer, self.port)  # forwarding never waits on it
+        naming = self.recording.name_client(tap, head, writer, self.port)  # begun after the answer's head
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
         if first_payload:
             self.recording.body_sent(tap, first_payload, framer, auth, exchange)
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
         )
-        response = asyncio.create_task(self._pump_response(upstream, writer, tap, line.method, exchange))
+        response = asyncio.create_task(
+            self._pump_response(upstream, writer, tap, line.method, exchange, naming)
+        )
         keep = False
         try:
             while True:
@@ -296,7 +298,7 @@ class ProxyServer:
                     upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
                     upstream.writer.write(replay)
                     response = asyncio.create_task(
-                        self._pump_response(upstream, writer, tap, line.method, exchange)
+                        self._pump_response(upstream, writer, tap, line.method, exchange, naming)
                     )
                     continue
                 exchange.complete = True
@@ -441,8 +443,10 @@ class ProxyServer:
         tap: RequestTap,
         method: str,
         exchange: Exchange,
+        naming: LaterName | None,
     ) -> bool:
-        """Forward one response; True when the upstream connection may carry another request."""
+        """Forward one response; True when the upstream connection may carry another request. The
+        client's lookup (`naming`) begins once the head and the body's first bytes are out."""
         while True:
             try:
                 head = await upstream.reader.read_head()
@@ -465,20 +469,39 @@ class ProxyServer:
                 continue
             break
         headers = {name.lower(): value for name, value in head.headers}
-        if exchange.parsed is not None:  # a big request body still being read off the loop
-            with contextlib.suppress(Exception):
-                await asyncio.shield(exchange.parsed)
-        self.recording.feed(tap.response_head, status, headers, time.monotonic())
-        await drain(writer)
+        # The body's bytes read with the head go to the client before the recorder's work (the head
+        # told to it, the request read, the client's name looked up), then to the recorder in order.
+        first_payloads: list[tuple[bytes, float]] = []
+        forwarder = None
         if not framer.done:
             pending, upstream.reader.pending = upstream.reader.pending, b""
             forwarder = BodyForwarder(
                 framer,
                 writer,
                 upstream.transport,
-                lambda payload, received_mono_s: self.recording.response_body(tap, payload, received_mono_s),
+                lambda payload, received_mono_s: first_payloads.append((payload, received_mono_s)),
                 self._bad_chunk,
             )
-            if not await forward_body(upstream.stream, pending, forwarder):
+            if pending:
+                forwarder.received(pending)
+        try:
+            if naming is not None:
+                naming.begin()
+            if exchange.parsed is not None:  # a big request body still being read off the loop
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(exchange.parsed)
+            self.recording.feed(tap.response_head, status, headers, time.monotonic())
+            for payload, received_mono_s in first_payloads:
+                self.recording.response_body(tap, payload, received_mono_s)
+            await drain(writer)
+        except BaseException:
+            if forwarder is not None:
+                forwarder.stop()
+            raise
+        if forwarder is not None:
+            forwarder.on_payload = lambda payload, received_mono_s: self.recording.response_body(
+                tap, payload, received_mono_s
+            )
+            if not await forward_body(upstream.stream, b"", forwarder):
                 return False
         return head.keep_alive()
