@@ -31,13 +31,13 @@ class BodyForwarder:
         framer: BodyFramer,
         client: asyncio.StreamWriter,
         upstream: asyncio.Transport,
-        on_payload: Payload,
         on_bad_chunk: BadChunk,
     ) -> None:
         self._framer = framer
         self.client = client
         self._upstream = upstream
-        self.on_payload = on_payload  # may be swapped (the recorder told the head after the first bytes)
+        self._on_payload: Payload | None = None  # until `deliver_to`, payloads are held
+        self._held: list[tuple[bytes, float]] = []
         self._on_bad_chunk = on_bad_chunk
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._draining: asyncio.Task[None] | None = None
@@ -65,13 +65,23 @@ class BodyForwarder:
             self.done.set_exception(Cut(str(exc)))
             return
         transport.write(data[:used] if used < len(data) else data)
-        if payload:
-            self.on_payload(payload, received_mono_s)
+        if payload and self._on_payload is not None:
+            self._on_payload(payload, received_mono_s)
+        elif payload:
+            self._held.append((payload, received_mono_s))
         if self._framer.done:
             self.done.set_result(True)
         elif self._draining is None and transport.get_write_buffer_size() > self._high_water_bytes:
             self._upstream.pause_reading()  # the client reads slower than the server writes
             self._draining = asyncio.ensure_future(self._resume_when_drained())
+
+    def deliver_to(self, on_payload: Payload) -> None:
+        """The payloads forwarded so far (the bytes read with the head, forwarded before the recorder
+        was told the head), then every next one, to `on_payload`."""
+        held, self._held = self._held, []
+        for payload, received_mono_s in held:
+            on_payload(payload, received_mono_s)
+        self._on_payload = on_payload
 
     def ended(self, exc: Exception | None) -> None:
         """The upstream closed (`exc`: with an error)."""

@@ -7,7 +7,7 @@ the body forwarded by the upstream's reads themselves, forwarding.py, the upstre
 client's buffer is full). When the client hangs up at any stage — before the
 first byte, mid-stream, during a non-streaming request — the upstream connection is closed,
 which is how every server here learns to stop generating. The recorder tap sees de-framed
-payload as it passes and never holds it; a recorder bug is logged and never breaks a stream.
+payload as it passes, after the client got it, and keeps none; a recorder bug never breaks a stream.
 """
 
 from __future__ import annotations
@@ -471,17 +471,10 @@ class ProxyServer:
         headers = {name.lower(): value for name, value in head.headers}
         # The body's bytes read with the head go to the client before the recorder's work (the head
         # told to it, the request read, the client's name looked up), then to the recorder in order.
-        first_payloads: list[tuple[bytes, float]] = []
         forwarder = None
         if not framer.done:
             pending, upstream.reader.pending = upstream.reader.pending, b""
-            forwarder = BodyForwarder(
-                framer,
-                writer,
-                upstream.transport,
-                lambda payload, received_mono_s: first_payloads.append((payload, received_mono_s)),
-                self._bad_chunk,
-            )
+            forwarder = BodyForwarder(framer, writer, upstream.transport, self._bad_chunk)
             if pending:
                 forwarder.received(pending)
         try:
@@ -491,17 +484,15 @@ class ProxyServer:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(exchange.parsed)
             self.recording.feed(tap.response_head, status, headers, time.monotonic())
-            for payload, received_mono_s in first_payloads:
-                self.recording.response_body(tap, payload, received_mono_s)
+            if forwarder is not None:
+                forwarder.deliver_to(
+                    lambda payload, mono_s: self.recording.response_body(tap, payload, mono_s)
+                )
             await drain(writer)
         except BaseException:
             if forwarder is not None:
                 forwarder.stop()
             raise
-        if forwarder is not None:
-            forwarder.on_payload = lambda payload, received_mono_s: self.recording.response_body(
-                tap, payload, received_mono_s
-            )
-            if not await forward_body(upstream.stream, b"", forwarder):
-                return False
+        if forwarder is not None and not await forward_body(upstream.stream, b"", forwarder):
+            return False
         return head.keep_alive()
