@@ -113,13 +113,11 @@ class BodyForwarder:
                 self.done.exception()  # read: no "exception was never retrieved" for a Cut nobody awaited
 
 
-async def forward_body(reader: ForwardingReader, pending: bytes, forwarder: BodyForwarder) -> bool:
-    """Forward a response body through `forwarder`, `pending` (bytes read past the head) first; what
-    `forwarder.done` gives, once the client's buffer is below its high-water mark (as after any
-    write)."""
+async def forward_body(reader: ForwardingReader, forwarder: BodyForwarder) -> bool:
+    """Forward the rest of a response body through `forwarder` (the bytes read with the head went to
+    `forwarder.received` already); what `forwarder.done` gives, once the client's buffer is below its
+    high-water mark (as after any write)."""
     try:
-        if pending:
-            forwarder.received(pending)
         while reader.has_buffered_bytes() and not forwarder.done.done():
             forwarder.received(await reader.read(READ_BYTES))  # buffered: no wait
         if reader.at_eof() or reader.exception() is not None:

@@ -493,6 +493,6 @@ class ProxyServer:
             if forwarder is not None:
                 forwarder.stop()
             raise
-        if forwarder is not None and not await forward_body(upstream.stream, b"", forwarder):
+        if forwarder is not None and not await forward_body(upstream.stream, forwarder):
             return False
         return head.keep_alive()
