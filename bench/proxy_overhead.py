@@ -2,10 +2,12 @@
 
     python bench/proxy_overhead.py [--runs 5] [--requests 4] [--json] [--litellm-venv /tmp/litellm-venv]
         [--proxy before=/tmp/before-src] [--proxy counted=.@llamacpp] [--no-litellm] [--relay]
-        [--prompt-bytes N]
+        [--prompt-bytes N] [--keep-alive]
 
-Streaming `POST /v1/chat/completions`, a fresh TCP connection per request, from one asyncio client
-(raw sockets: the same cheap client for every variant). Variants, interleaved request by request
+Streaming `POST /v1/chat/completions`, a fresh TCP connection per request (timed from before the
+connect), or with `--keep-alive` each client's connection kept from request to request as the OpenAI
+SDKs and httpx keep theirs (timed from the request's write), from one asyncio client (raw sockets: the
+same cheap client for every variant). Variants, interleaved request by request
 (direct, ours, litellm, direct, …) so that drift hits all of them equally:
 - direct: the client talks to the upstream;
 - ours: `llm-tray proxy --listen 127.0.0.1:0 --upstream KIND=URL --json --no-record`, its own process;
@@ -90,11 +92,12 @@ class Stream:
         return (self.tokens - 1) / span if self.tokens >= 2 and span > 0 else None
 
 
-def _request(host: str, port: int, body: bytes) -> bytes:
+def _request(host: str, port: int, body: bytes, keep_alive: bool) -> bytes:
+    close = "" if keep_alive else "Connection: close\r\n"
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
         f"Authorization: Bearer {KEY}\r\nAccept: text/event-stream\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
+        f"{close}\r\n"
     )
     return head.encode() + body
 
@@ -104,6 +107,10 @@ class _Body:
 
     def __init__(self, headers: dict[str, str]) -> None:
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self.left = None if self.chunked or length is None else int(length)  # body bytes still to come
+        # the connection may carry the next request once this body ends (its end is framed, not a close)
+        self.reusable = (self.chunked or self.left is not None) and headers.get("connection") != "close"
         self.buffer = b""
         self.need: int | None = None  # bytes left in the current chunk (+2 for its CRLF)
         self.lines = b""
@@ -113,6 +120,9 @@ class _Body:
         payload = b""
         if not self.chunked:
             payload = data
+            if self.left is not None:
+                self.left -= len(data)
+                self.done = self.left <= 0
         else:
             self.buffer += data
             while not self.done:
@@ -136,20 +146,37 @@ class _Body:
         return [line.strip() for line in complete if line.startswith(b"data:")]
 
 
-async def one_stream(host: str, port: int, body: bytes) -> Stream:
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def one_stream(port: int, body: bytes, kept: list[Connection] | None = None) -> Stream:
+    """One streamed request on a fresh connection (timed from before the connect), or, with `kept`
+    (a pool of idle connections, as an SDK client keeps), on a kept-alive one (timed from the request's
+    write; a connection the server has closed is dropped first, as httpx's pool does)."""
     out = Stream()
     try:
-        await asyncio.wait_for(_stream(host, port, body, out), STREAM_TIMEOUT_S)
+        await asyncio.wait_for(_stream("127.0.0.1", port, body, out, kept), STREAM_TIMEOUT_S)
     except Exception as exc:  # a failed stream is reported, never silently dropped
         out.ok, out.error = False, f"{type(exc).__name__}: {exc}"
     return out
 
 
-async def _stream(host: str, port: int, body: bytes, out: Stream) -> None:
-    t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection(host, port)
+async def _stream(host: str, port: int, body: bytes, out: Stream, kept: list[Connection] | None) -> None:
+    connection = None
+    while kept and connection is None:
+        connection = kept.pop()
+        if connection[0].at_eof():  # the server closed it while idle
+            connection[1].close()
+            connection = None
+    if connection is None:
+        t0 = time.perf_counter()
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = connection
+        t0 = time.perf_counter()
+    reuse = False
     try:
-        writer.write(_request(host, port, body))
+        writer.write(_request(host, port, body, kept is not None))
         buffer = b""
         while b"\r\n\r\n" not in buffer:
             data = await reader.read(65536)
@@ -190,10 +217,14 @@ async def _stream(host: str, port: int, body: bytes, out: Stream) -> None:
         out.ok = out.ok and out.tokens > 0
         if not out.ok:
             out.error = out.error or "no [DONE] or no content"
+        reuse = kept is not None and out.ok and decoder.done and decoder.reusable
     finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+        if reuse and kept is not None:
+            kept.append((reader, writer))
+        else:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
 
 # ------------------------------------------------------------------------------------------- processes
@@ -372,6 +403,7 @@ class Proxy:
     name: str
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    kept: list[Connection] = field(default_factory=list)  # idle client connections (--keep-alive)
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the process and its children (0 for direct)."""
@@ -448,18 +480,31 @@ class Scenario:
             self.cpu_s[name] = self.wall_s[name] = 0.0
 
 
-async def _batch(proxy: Proxy, body: bytes, n: int) -> tuple[list[Stream], float, float]:
+async def _batch(proxy: Proxy, body: bytes, n: int, keep_alive: bool) -> tuple[list[Stream], float, float]:
     """n concurrent streams → (streams, proxy CPU seconds, wall seconds)."""
+    kept = proxy.kept if keep_alive else None
     cpu0, t0 = proxy.cpu_s(), time.perf_counter()
-    streams = await asyncio.gather(*(one_stream("127.0.0.1", proxy.port, body) for _ in range(n)))
+    streams = await asyncio.gather(*(one_stream(proxy.port, body, kept) for _ in range(n)))
     return list(streams), proxy.cpu_s() - cpu0, time.perf_counter() - t0
 
 
 async def run_scenario(
-    sc: Scenario, proxies: dict[str, Proxy], body: bytes, runs: int, requests: int
+    sc: Scenario, proxies: dict[str, Proxy], body: bytes, runs: int, requests: int, keep_alive: bool
 ) -> None:
-    for proxy in proxies.values():  # warm-up: first connections, imports on first use, caches
-        await _batch(proxy, body, min(sc.concurrency, 4))
+    try:
+        await _rounds(sc, proxies, body, runs, requests, keep_alive)
+    finally:
+        for proxy in proxies.values():
+            for _, writer in proxy.kept:
+                writer.close()
+            proxy.kept.clear()
+
+
+async def _rounds(
+    sc: Scenario, proxies: dict[str, Proxy], body: bytes, runs: int, requests: int, keep_alive: bool
+) -> None:
+    for proxy in proxies.values():  # warm-up: first connections (all of them, kept alive), imports, caches
+        await _batch(proxy, body, sc.concurrency if keep_alive else min(sc.concurrency, 4), keep_alive)
     idle0 = {name: proxy.cpu_s() for name, proxy in proxies.items()}
     await asyncio.sleep(IDLE_S)  # background CPU (llm-tray's monitor polls, LiteLLM's own loops)
     sc.idle_cpu_pct = {name: (proxies[name].cpu_s() - idle0[name]) * 100 / IDLE_S for name in sc.variants}
@@ -468,7 +513,7 @@ async def run_scenario(
     for i in range(runs * rounds):  # one round: direct, then each proxy (in rotating order), back to back
         turn = i % len(others) if others else 0
         for name in ["direct", *others[turn:], *others[:turn]]:
-            streams, cpu, wall = await _batch(proxies[name], body, sc.concurrency)
+            streams, cpu, wall = await _batch(proxies[name], body, sc.concurrency, keep_alive)
             sc.failures[name] += [s.error for s in streams if not s.ok]
             sc.samples[name].append([s for s in streams if s.ok])
             sc.cpu_s[name] += cpu
@@ -627,7 +672,7 @@ def _scenario(
     proxies = {"direct": Proxy("direct", direct_port), **proxies}
     sc.variants = tuple(proxies)
     sc.__post_init__()
-    asyncio.run(run_scenario(sc, proxies, body, a.runs, a.requests))
+    asyncio.run(run_scenario(sc, proxies, body, a.runs, a.requests, a.keep_alive))
     return summarize(sc)
 
 
@@ -676,6 +721,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrent-token-delay-s", type=float, default=0.02, help="per stream (50 tok/s)")
     p.add_argument("--skip-llama", action="store_true")
     p.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no venv needed)")
+    reuse = "each client keeps its connection from request to request (as the OpenAI SDKs and httpx do)"
+    p.add_argument("--keep-alive", action="store_true", help=reuse)
     p.add_argument("--relay", action="store_true", help="add the floor: a Python byte relay, nothing parsed")
     native = "add the floor of any hop: HAProxy relaying TCP (C), nothing parsed"
     p.add_argument("--native-relay", action="store_true", help=native)
