@@ -18,9 +18,12 @@ BODY_STALL_TIMEOUT_S = 60.0  # a request body that sends nothing this long: clos
 SEND_STALL_TIMEOUT_S = 300.0  # a client that reads nothing of its response this long: closed
 CONNECT_TIMEOUT_S = 10.0  # connecting to the upstream: else 502
 CLOSE_TIMEOUT_S = 1.0  # flushing a closing socket
-UPSTREAM_REUSE_IDLE_S = 2.0  # an upstream connection idle longer is not reused: servers close idle
-#                              keep-alive connections (llama-server's cpp-httplib after 5 s), and one
-#                              closing just as a request goes out answers nothing
+UPSTREAM_REUSE_IDLE_S = 4.0  # an upstream connection idle longer is not reused: servers close idle
+#                              keep-alive connections (llama-server's cpp-httplib and uvicorn after
+#                              5 s), and one closing just as a request goes out answers nothing (the
+#                              request is then sent once more on a new one: server._replay_after);
+#                              under it, a client's next request within 4 s (an agent's tool call)
+#                              goes up on the kept connection, not after a connect
 EARLY_UPSTREAM_HOLD_S = 0.25  # a new client connection opens its upstream connection at once, while
 #                               its first head arrives (listeners without a token only); unused this
 #                               long (no head), it is closed, and opened again when a request comes
