@@ -7,7 +7,7 @@ never for a request too large to keep; the copy is given back either way.
 
 A client's upstream connection is opened as the client connects (while its head arrives), closed
 unused when no head comes within limits.EARLY_UPSTREAM_HOLD_S, and never opened before a request on a
-listener that needs a token.
+listener that needs a token; one spent by its answers is replaced before the next request comes.
 
 A response goes at the client's pace: while the client's buffer is full the proxy reads nothing more
 from the upstream (the upstream's own sends block), and a client that reads nothing for
@@ -296,6 +296,24 @@ def test_a_client_that_sends_nothing_holds_its_upstream_connection_briefly() -> 
     assert held_s >= limits.EARLY_UPSTREAM_HOLD_S * 0.9  # closed by its hold, not at once
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(ANSWER)
     assert upstream.connections == 2 and len(upstream.requests) == 1
+
+
+def test_a_spent_upstream_connection_is_replaced_before_the_next_request_comes() -> None:
+    """After limits.UPSTREAM_REUSE_MAX_ANSWERS answers on one upstream connection (llama-server closes
+    one after its 5th request) the client's next request goes up on a connection opened while the
+    client read its last answer, not one opened after the request came."""
+    spent = limits.UPSTREAM_REUSE_MAX_ANSWERS
+    with scripted() as (upstream, proxy):
+        with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+            for _ in range(spent):
+                sock.sendall(_raw_post(BODY))
+                assert _read_answer(sock).endswith(ANSWER)
+            wait_until(lambda: upstream.connections == 2 and upstream.ended == 1)  # no request yet
+            sock.sendall(_raw_post(BODY))
+            answer = _read_answer(sock)
+        proxy.records.wait_for(spent + 1)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(ANSWER)
+    assert upstream.connections == 2 and len(upstream.requests) == spent + 1
 
 
 def test_a_listener_with_a_token_opens_nothing_for_a_client_not_yet_authorized() -> None:

@@ -93,15 +93,18 @@ def read_small(transport: asyncio.BaseTransport) -> None:
 
 
 class EarlyUpstream:
-    """An upstream connection opened as a client connects, while its first request head arrives (the
-    connect no longer waits behind the head: ~0.6 ms of a request's first byte on a 2-core machine).
-    Closed unused when no head came within limits.EARLY_UPSTREAM_HOLD_S: a client that connects and
-    sends nothing holds no server thread (llama-server gives each connection one) for longer."""
+    """An upstream connection opened before the request that takes it has come: as a client connects,
+    while its first head arrives (the connect no longer waits behind the head: ~0.6 ms of a request's
+    first byte on a 2-core machine), and when a kept connection is spent (its answers reached
+    limits.UPSTREAM_REUSE_MAX_ANSWERS) while the client reads its last answer. Closed unused after
+    `hold_s`: a client that sends nothing holds no server thread (llama-server gives each connection
+    one) for longer (limits.EARLY_UPSTREAM_HOLD_S for a new client; limits.UPSTREAM_REUSE_IDLE_S for
+    one whose kept connection it replaces, as long as that one would have been held)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, hold_s: float) -> None:
         self._opening: asyncio.Future[Upstream] | None = asyncio.ensure_future(open_upstream(host, port))
         self._opening.add_done_callback(_retrieve_failure)
-        self._timer = asyncio.get_running_loop().call_later(limits.EARLY_UPSTREAM_HOLD_S, self.drop)
+        self._timer = asyncio.get_running_loop().call_later(hold_s, self.drop)
 
     async def take(self) -> Upstream | None:
         """The connection (awaited if still opening); None when it was dropped; UpstreamFailed when

@@ -1,6 +1,7 @@
-"""A response body forwarded from the upstream's reads themselves: each read is de-framed, written to
-the client and shown to the recorder inside the event loop's callback that received it, not buffered
-for a task to wake and read (one pass of the loop a chunk, not two: a token's hop, issue #26).
+"""An answer forwarded from the upstream's reads themselves: its head is read, checked and written to
+the client, and each read of its body de-framed, written to the client and shown to the recorder,
+inside the event loop's callback that received it, not buffered for a task to wake and read (one
+pass of the loop a hop, not two: issue #26).
 
 The client side still pushes back: when the client's send buffer passes its high-water mark, the
 upstream's reading pauses until the client drains (within limits.SEND_STALL_TIMEOUT_S)."""
@@ -11,11 +12,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from trayapp.services.proxy.exchange import Cut, drain
-from trayapp.services.proxy.http1 import BodyFramer, FramingError
-from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import ForwardingReader
+from trayapp.services.proxy.exchange import Cut, Exchange, UpstreamFailed, drain
+from trayapp.services.proxy.http1 import BodyFramer, FramingError, Head, parse_head, response_body, status_of
+from trayapp.services.proxy.reading import ForwardingReader, HeadBuffer
 
 Payload = Callable[[bytes, float], None]  # (de-framed body bytes, time.monotonic() when received)
 BadChunk = Callable[[FramingError], None]
@@ -113,17 +114,121 @@ class BodyForwarder:
                 self.done.exception()  # read: no "exception was never retrieved" for a Cut nobody awaited
 
 
+@dataclass
+class Answer:
+    """An answer's head, as forwarded to the client."""
+
+    head: Head
+    status: int
+    received_mono_s: float  # time.monotonic() when its last byte came
+    body: BodyForwarder | None  # None: an answer without a body
+    trailing: bool  # bytes came after an answer without a body: the connection is not reused
+
+
+class HeadForwarder:
+    """An answer's head, upstream → client, inside the read callback that completes it: checked (its
+    status, how its body is framed) before a byte of it reaches the client, written (an interim 1xx
+    head too, then the next is read), and the body's bytes read with it handed to a BodyForwarder,
+    which the upstream's reads then go to. `exchange.status`: the last status forwarded."""
+
+    def __init__(
+        self,
+        method: str,
+        exchange: Exchange,
+        client: asyncio.StreamWriter,
+        upstream: asyncio.Transport,
+        on_bad_chunk: BadChunk,
+    ) -> None:
+        self._method = method
+        self._exchange = exchange
+        self._client = client
+        self._upstream = upstream
+        self._on_bad_chunk = on_bad_chunk
+        self._buffer = HeadBuffer()
+        self._reader: ForwardingReader | None = None
+        self.answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+
+    async def forward(self, reader: ForwardingReader) -> Answer:
+        """The answer's head once it went to the client; UpstreamFailed when the upstream closed
+        before one (`answered_nothing`: not a byte of answer went out) or sent a malformed one."""
+        self._reader = reader
+        reader.attach(self)
+        try:
+            return await self.answer
+        except BaseException:
+            if reader.forwarder is self:
+                reader.forwarder = None
+            if self.answer.done() and not self.answer.cancelled() and self.answer.exception() is None:
+                body = self.answer.result().body  # the head came as this task was cancelled
+                if body is not None:
+                    reader.forwarder = None
+                    body.stop()
+            raise
+
+    def received(self, data: bytes) -> None:
+        if self.answer.done():
+            return
+        try:
+            self._take(data, time.monotonic())
+        except FramingError as exc:
+            self._fail(UpstreamFailed(f"sent a malformed response ({exc})"))
+        except Exception as exc:  # a bug: the pump's task raises it, as a read's would
+            self._fail(exc)
+
+    def _take(self, data: bytes, received_mono_s: float) -> None:
+        while True:
+            whole = self._buffer.add(data)
+            if whole is None:
+                return
+            raw, data = whole
+            head = parse_head(raw)
+            status = status_of(head)
+            framer = response_body(head, self._method)  # checked before a byte reaches the client
+            self._client.transport.write(head.raw)
+            self._exchange.status = status
+            if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): forwarded, the next read
+                self._buffer = HeadBuffer()
+                continue
+            body = None
+            if not framer.done:
+                body = BodyForwarder(framer, self._client, self._upstream, self._on_bad_chunk)
+                if data:
+                    body.received(data)
+                assert self._reader is not None
+                self._reader.forwarder = body
+            elif self._reader is not None:
+                self._reader.forwarder = None
+            trailing = bool(data) and body is None
+            self.answer.set_result(Answer(head, status, received_mono_s, body, trailing))
+            return
+
+    def ended(self, exc: Exception | None) -> None:
+        """The upstream closed (`exc`: with an error) before the head was whole."""
+        if self.answer.done():
+            return
+        nothing = self._exchange.status is None
+        if self._buffer.started():
+            cut = "sent a malformed response (connection closed in the middle of a head)"
+            self._fail(UpstreamFailed(cut))
+        elif exc is None:
+            self._fail(UpstreamFailed("closed the connection without answering", nothing))
+        elif isinstance(exc, ConnectionError):
+            self._fail(UpstreamFailed(f"closed the connection ({exc})", nothing))
+        else:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._reader is not None and self._reader.forwarder is self:
+            self._reader.forwarder = None
+        if not self.answer.done():
+            self.answer.set_exception(exc)
+
+
 async def forward_body(reader: ForwardingReader, forwarder: BodyForwarder) -> bool:
-    """Forward the rest of a response body through `forwarder` (the bytes read with the head went to
-    `forwarder.received` already); what `forwarder.done` gives, once the client's buffer is below its
-    high-water mark (as after any write)."""
+    """Forward the rest of a response body (`forwarder` gets the upstream's reads since its head
+    came); what `forwarder.done` gives, once the client's buffer is below its high-water mark (as after
+    any write)."""
     try:
-        while reader.has_buffered_bytes() and not forwarder.done.done():
-            forwarder.received(await reader.read(READ_BYTES))  # buffered: no wait
-        if reader.at_eof() or reader.exception() is not None:
-            forwarder.ended(reader.exception())
-        elif not forwarder.done.done():
-            reader.forwarder = forwarder
         reusable = await forwarder.done
         await drain(forwarder.client)
         return reusable

@@ -7,20 +7,40 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from trayapp.services.proxy.http1 import FramingError, Head, parse_head
 from trayapp.services.proxy.limits import MAX_HEAD_BYTES, READ_BYTES
 
-if TYPE_CHECKING:
-    from trayapp.services.proxy.forwarding import BodyForwarder
+
+class ReadTarget(Protocol):
+    """What a `ForwardingReader` hands its reads to (forwarding.py: an answer's head, then its body)."""
+
+    def received(self, data: bytes) -> None: ...
+
+    def ended(self, exc: Exception | None) -> None: ...
 
 
 class ForwardingReader(asyncio.StreamReader):
-    """A StreamReader that hands its reads to a `BodyForwarder` while one is attached (a response
-    body), and buffers them for `read` as usual otherwise (heads, and between responses)."""
+    """A StreamReader that hands its reads to a `ReadTarget` while one is attached (an answer's head,
+    then its body), and buffers them for `read` as usual otherwise (between answers)."""
 
-    forwarder: BodyForwarder | None = None
+    forwarder: ReadTarget | None = None
+
+    def attach(self, target: ReadTarget) -> None:
+        """Hand every read to `target` from now on: the bytes buffered so far first, then the
+        connection's end if it came (to whichever target is attached by then: a head's target hands
+        the reads after it to its body's)."""
+        self.forwarder = target
+        buffer: bytearray = self._buffer  # type: ignore[attr-defined]  # asyncio's own (all versions)
+        buffered = bytes(buffer)
+        buffer.clear()
+        if buffered:
+            self._maybe_resume_transport()  # type: ignore[attr-defined]  # paused by a full buffer
+            target.received(buffered)
+        ended = self._eof or self.exception() is not None  # type: ignore[attr-defined]
+        if ended and self.forwarder is not None:
+            self.forwarder.ended(self.exception())
 
     def feed_data(self, data: bytes) -> None:  # type: ignore[override]  # asyncio feeds bytes
         forwarder = self.forwarder
@@ -38,10 +58,6 @@ class ForwardingReader(asyncio.StreamReader):
         super().set_exception(exc)
         if self.forwarder is not None:
             self.forwarder.ended(exc)
-
-    def has_buffered_bytes(self) -> bool:
-        """Bytes received and not read yet (a `read` returns them without waiting)."""
-        return bool(getattr(self, "_buffer", b""))
 
 
 class Reader:
@@ -76,28 +92,20 @@ class Reader:
     async def read_head(self, first_byte_s: float | None = None, whole_s: float | None = None) -> Head | None:
         """The next message head; None when the peer closed before sending one. `first_byte_s`: the
         head must start within it (else `Idle`); `whole_s`: the head must be complete within it,
-        counted from its first byte (else `SlowHead`). None: no limit (a response head). Linear in
-        the head's size however it is split: each read is appended once and only its new bytes (and
-        the 3 before them) are searched for the blank line."""
-        buffer = bytearray()
-        searched = 0  # bytes of `buffer` known to hold no CRLF CRLF ending before buffer[searched + 3]
+        counted from its first byte (else `SlowHead`). None: no limit (a response head)."""
+        buffer = HeadBuffer()
         loop = asyncio.get_running_loop()
         deadline: float | None = None
+        data = self.pending
+        self.pending = b""
         while True:
-            if searched == 0:
-                lead = 0
-                while buffer.startswith(b"\r\n", lead):  # empty lines before a request line are allowed
-                    lead += 2
-                if lead:
-                    del buffer[:lead]
-            end = buffer.find(b"\r\n\r\n", searched)
-            if end >= 0:
-                self.unread(bytes(buffer[end + 4 :]))
-                return parse_head(bytes(buffer[: end + 4]))
-            searched = max(0, len(buffer) - 3)
-            if len(buffer) > MAX_HEAD_BYTES:
-                raise FramingError("head larger than 64 KiB")
-            if deadline is None and whole_s is not None and (buffer or first_byte_s is None):
+            whole = buffer.add(data)
+            if whole is not None:
+                raw, rest = whole
+                self.unread(rest)
+                return parse_head(raw)
+            started = buffer.started()
+            if deadline is None and whole_s is not None and (started or first_byte_s is None):
                 deadline = loop.time() + whole_s
             if deadline is not None:
                 left = deadline - loop.time()
@@ -107,7 +115,7 @@ class Reader:
                     data = await self.read_within(left)
                 except asyncio.TimeoutError:
                     raise SlowHead from None
-            elif not buffer and first_byte_s is not None:
+            elif not started and first_byte_s is not None:
                 try:
                     data = await self.read_within(first_byte_s)
                 except asyncio.TimeoutError:
@@ -115,10 +123,42 @@ class Reader:
             else:
                 data = await self.read_some()
             if not data:
-                if buffer:
+                if started:
                     raise FramingError("connection closed in the middle of a head")
                 return None
-            buffer += data
+
+
+class HeadBuffer:
+    """A message head's bytes as they come, however they are split: linear in the head's size (each
+    piece is appended once and only its new bytes, with the 3 before them, are searched for the blank
+    line). Empty lines before a head are dropped (allowed before a request line)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._searched = 0  # bytes of the buffer known to hold no CRLF CRLF ending before [searched + 3]
+
+    def started(self) -> bool:
+        """A byte of the head has come (not counting empty lines before it)."""
+        return bool(self._buffer)
+
+    def add(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """(the head through its blank line, the bytes after it) once the head is whole; FramingError
+        past MAX_HEAD_BYTES."""
+        buffer = self._buffer
+        buffer += data
+        if self._searched == 0:
+            lead = 0
+            while buffer.startswith(b"\r\n", lead):
+                lead += 2
+            if lead:
+                del buffer[:lead]
+        end = buffer.find(b"\r\n\r\n", self._searched)
+        if end >= 0:
+            return bytes(buffer[: end + 4]), bytes(buffer[end + 4 :])
+        self._searched = max(0, len(buffer) - 3)
+        if len(buffer) > MAX_HEAD_BYTES:
+            raise FramingError("head larger than 64 KiB")
+        return None
 
 
 _T = TypeVar("_T")

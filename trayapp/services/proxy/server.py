@@ -30,7 +30,7 @@ from trayapp.services.proxy.exchange import (
     open_upstream,
     read_small,
 )
-from trayapp.services.proxy.forwarding import BodyForwarder, forward_body
+from trayapp.services.proxy.forwarding import HeadForwarder, forward_body
 from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
@@ -39,8 +39,6 @@ from trayapp.services.proxy.http1 import (
     RequestLine,
     normalised,
     request_body,
-    response_body,
-    status_of,
 )
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
@@ -143,9 +141,10 @@ class ProxyServer:
         sock = writer.get_extra_info("socket")
         fileno = sock.fileno() if sock is not None else -1
         upstream: Upstream | None = None
+        host, port = self.route.upstream_host, self.route.upstream_port
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
         if self.route.token is None:
-            early = EarlyUpstream(self.route.upstream_host, self.route.upstream_port)
+            early = EarlyUpstream(host, port, limits.EARLY_UPSTREAM_HOLD_S)
         try:
             first = True
             while True:
@@ -177,6 +176,10 @@ class ProxyServer:
                     early = None
                 if not keep:
                     break
+                if upstream is not None and upstream.answers >= limits.UPSTREAM_REUSE_MAX_ANSWERS:
+                    upstream.close()  # spent: the next request's connection opens now, not after it comes
+                    upstream = None
+                    early = EarlyUpstream(host, port, limits.UPSTREAM_REUSE_IDLE_S)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception as exc:  # the boundary: no client or upstream ends the listener or the command
@@ -447,43 +450,18 @@ class ProxyServer:
     ) -> bool:
         """Forward one response; True when the upstream connection may carry another request. The
         client's lookup (`naming`) begins once the head and the body's first bytes are out."""
-        while True:
-            try:
-                head = await upstream.reader.read_head()
-            except FramingError as exc:
-                raise UpstreamFailed(f"sent a malformed response ({exc})") from exc
-            except ConnectionError as exc:
-                raise UpstreamFailed(f"closed the connection ({exc})", exchange.status is None) from exc
-            if head is None:
-                raise UpstreamFailed("closed the connection without answering", exchange.status is None)
-            self._forget_replay(exchange)  # an answer has begun: it is never sent again
-            try:
-                status = status_of(head)
-                framer = response_body(head, method)  # checked before a byte reaches the client
-            except FramingError as exc:
-                raise UpstreamFailed(f"sent a malformed response ({exc})") from exc
-            writer.write(head.raw)
-            exchange.status = status
-            if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): forward, read the next
-                await drain(writer)
-                continue
-            break
-        headers = {name.lower(): value for name, value in head.headers}
-        # The body's bytes read with the head go to the client before the recorder's work (the head
-        # told to it, the request read, the client's name looked up), then to the recorder in order.
-        forwarder = None
-        if not framer.done:
-            pending, upstream.reader.pending = upstream.reader.pending, b""
-            forwarder = BodyForwarder(framer, writer, upstream.transport, self._bad_chunk)
-            if pending:
-                forwarder.received(pending)
-        try:
+        heads = HeadForwarder(method, exchange, writer, upstream.transport, self._bad_chunk)
+        answer = await heads.forward(upstream.stream)  # head and first bytes out in the read callback
+        self._forget_replay(exchange)  # an answer has begun: it is never sent again
+        forwarder = answer.body
+        try:  # the recorder's work (the head told, the request read, the client named) from here on
             if naming is not None:
                 naming.begin()
             if exchange.parsed is not None:  # a big request body still being read off the loop
                 with contextlib.suppress(Exception):
                     await asyncio.shield(exchange.parsed)
-            self.recording.feed(tap.response_head, status, headers, time.monotonic())
+            headers = {name.lower(): value for name, value in answer.head.headers}
+            self.recording.feed(tap.response_head, answer.status, headers, answer.received_mono_s)
             if forwarder is not None:
                 forwarder.deliver_to(
                     lambda payload, mono_s: self.recording.response_body(tap, payload, mono_s)
@@ -491,8 +469,9 @@ class ProxyServer:
             await drain(writer)
         except BaseException:
             if forwarder is not None:
+                upstream.stream.forwarder = None
                 forwarder.stop()
             raise
         if forwarder is not None and not await forward_body(upstream.stream, forwarder):
             return False
-        return head.keep_alive()
+        return answer.head.keep_alive() and not answer.trailing
