@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from trayapp.services.proxy.exchange import Cut, Exchange, UpstreamFailed
+from trayapp.services.proxy.exchange import Cut, Exchange, Upstream, UpstreamFailed
 from trayapp.services.proxy.forwarding import HeadForwarder, forward_body
 from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import ForwardingReader
+from trayapp.services.proxy.reading import ForwardingReader, Reader
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 PAYLOAD = b'data: {"token": 1}\n\n'
@@ -29,8 +29,8 @@ CHUNK = b"%x\r\n%s\r\n" % (len(PAYLOAD), PAYLOAD)
 class Sides:
     client: asyncio.StreamWriter  # the proxy's side of the client's connection
     client_peer: socket.socket  # what the client reads (blocking, with a timeout)
-    upstream: asyncio.Transport  # the proxy's side of the upstream connection (paused, resumed)
-    reader: ForwardingReader  # the upstream's reads, fed here as asyncio's protocol feeds them
+    upstream: Upstream  # the proxy's side of the upstream connection (paused, resumed)
+    reader: ForwardingReader  # its reads, fed here as asyncio's protocol feeds them
 
 
 @asynccontextmanager
@@ -40,8 +40,9 @@ async def sides() -> AsyncIterator[Sides]:
     _, client = await asyncio.open_connection(sock=client_mine)
     _, upstream = await asyncio.open_connection(sock=upstream_mine)
     client_peer.settimeout(5)
+    reader = ForwardingReader(limit=READ_BYTES)
     try:
-        yield Sides(client, client_peer, upstream.transport, ForwardingReader(limit=READ_BYTES))  # type: ignore[arg-type]
+        yield Sides(client, client_peer, Upstream(Reader(reader), upstream, upstream.transport), reader)  # type: ignore[arg-type]
     finally:
         for writer in (client, upstream):
             writer.close()
@@ -54,6 +55,7 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def forwarder(s: Sides, exchange: Exchange, method: str = "POST") -> HeadForwarder:
+    """Watching the upstream's reads from now on (as from the moment a request went up)."""
     return HeadForwarder(method, exchange, s.client, s.upstream, lambda exc: None)
 
 
@@ -71,14 +73,12 @@ def test_the_head_and_the_first_chunk_reach_the_client_inside_the_read_that_comp
         async with sides() as s:
             exchange = Exchange()
             heads = forwarder(s, exchange)
-            waiting = asyncio.ensure_future(heads.forward(s.reader))
-            await asyncio.sleep(0)  # the pump awaits its answer
             s.reader.feed_data(HEAD[:20])  # a head split across reads
             s.reader.feed_data(HEAD[20:] + CHUNK)
             # no pass of the loop since the read: the bytes are on the client's socket already
             assert s.client.transport.get_write_buffer_size() == 0
             assert read_exactly(s.client_peer, len(HEAD + CHUNK)) == HEAD + CHUNK
-            answer = await waiting
+            answer = await heads.forwarded()
             assert (answer.status, exchange.status, answer.trailing) == (200, 200, False)
             assert answer.body is not None and s.reader.forwarder is answer.body
             payloads: list[bytes] = []
@@ -92,15 +92,15 @@ def test_the_head_and_the_first_chunk_reach_the_client_inside_the_read_that_comp
 
 
 def test_an_answer_that_came_before_it_was_awaited_and_then_the_end_are_both_handed_on() -> None:
-    """A fast upstream answers (and closes) before the pump awaits the head: the buffered bytes go out,
-    and the body, cut by the close, ends its forwarding (not a pump waiting forever)."""
+    """A fast upstream answers (and closes) before its head is watched: the buffered bytes go out, and
+    the body, cut by the close, ends its forwarding (not a pump waiting forever)."""
 
     async def main() -> None:
         async with sides() as s:
             head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
             s.reader.feed_data(head + b"12345")
             s.reader.feed_eof()
-            answer = await forwarder(s, Exchange()).forward(s.reader)
+            answer = await forwarder(s, Exchange()).forwarded()
             assert read_exactly(s.client_peer, len(head) + 5) == head + b"12345"
             assert answer.body is not None
             with pytest.raises(Cut, match="mid-response"):
@@ -109,14 +109,14 @@ def test_an_answer_that_came_before_it_was_awaited_and_then_the_end_are_both_han
     run(main)
 
 
-def test_interim_heads_go_out_then_the_final_one_and_bytes_after_a_bodiless_answer_end_the_connection() -> None:
+def test_interim_heads_go_out_then_the_final_one_and_bytes_after_a_bodiless_answer_end_its_reuse() -> None:
     async def main() -> None:
         async with sides() as s:
             exchange = Exchange()
             interim = b"HTTP/1.1 100 Continue\r\n\r\n"
             final = b"HTTP/1.1 204 No Content\r\n\r\n"
             s.reader.feed_data(interim + final + b"stray")
-            answer = await forwarder(s, exchange).forward(s.reader)
+            answer = await forwarder(s, exchange).forwarded()
             assert read_exactly(s.client_peer, len(interim + final)) == interim + final
             assert (answer.status, exchange.status, answer.body, answer.trailing) == (204, 204, None, True)
             s.client_peer.setblocking(False)
@@ -140,14 +140,13 @@ def test_a_refused_or_missing_head_fails_the_answer_and_sends_the_client_nothing
     async def main() -> None:
         async with sides() as s:
             exchange = Exchange()
-            waiting = asyncio.ensure_future(forwarder(s, exchange).forward(s.reader))
-            await asyncio.sleep(0)
+            heads = forwarder(s, exchange)
             if fed:
                 s.reader.feed_data(fed)
             if b"\r\n\r\n" not in fed:
                 s.reader.feed_eof()
             with pytest.raises(UpstreamFailed, match=message) as failed:
-                await waiting
+                await heads.forwarded()
             assert failed.value.answered_nothing is answered_nothing and exchange.status is None
             assert s.reader.forwarder is None
             s.client_peer.setblocking(False)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trayapp.services.proxy.exchange import Cut, Exchange, UpstreamFailed, drain
+from trayapp.services.proxy.exchange import Cut, Exchange, Upstream, UpstreamFailed, drain
 from trayapp.services.proxy.http1 import BodyFramer, FramingError, Head, parse_head, response_body, status_of
 from trayapp.services.proxy.reading import ForwardingReader, HeadBuffer
 
@@ -126,44 +126,51 @@ class Answer:
 
 
 class HeadForwarder:
-    """An answer's head, upstream → client, inside the read callback that completes it: checked (its
-    status, how its body is framed) before a byte of it reaches the client, written (an interim 1xx
-    head too, then the next is read), and the body's bytes read with it handed to a BodyForwarder,
-    which the upstream's reads then go to. `exchange.status`: the last status forwarded."""
+    """An answer's head, upstream → client, inside the read callback that completes it, from the moment
+    the request went up (whatever the pump's task is doing): checked (its status, how its body is
+    framed) before a byte of it reaches the client, written (an interim 1xx head too, then the next is
+    read), and the body's bytes read with it handed to a BodyForwarder, which the upstream's reads then
+    go to. `exchange.status`: the last status forwarded."""
 
     def __init__(
         self,
         method: str,
         exchange: Exchange,
         client: asyncio.StreamWriter,
-        upstream: asyncio.Transport,
+        upstream: Upstream,
         on_bad_chunk: BadChunk,
     ) -> None:
         self._method = method
         self._exchange = exchange
         self._client = client
-        self._upstream = upstream
+        self._upstream = upstream.transport
         self._on_bad_chunk = on_bad_chunk
         self._buffer = HeadBuffer()
-        self._reader: ForwardingReader | None = None
+        self._claimed = False  # the answer went to the pump (which then stops its body)
         self.answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._reader = upstream.stream
+        self._reader.attach(self)
 
-    async def forward(self, reader: ForwardingReader) -> Answer:
+    async def forwarded(self) -> Answer:
         """The answer's head once it went to the client; UpstreamFailed when the upstream closed
         before one (`answered_nothing`: not a byte of answer went out) or sent a malformed one."""
-        self._reader = reader
-        reader.attach(self)
-        try:
-            return await self.answer
-        except BaseException:
-            if reader.forwarder is self:
-                reader.forwarder = None
-            if self.answer.done() and not self.answer.cancelled() and self.answer.exception() is None:
-                body = self.answer.result().body  # the head came as this task was cancelled
-                if body is not None:
-                    reader.forwarder = None
-                    body.stop()
-            raise
+        answer = await self.answer
+        self._claimed = True
+        return answer
+
+    def stop(self) -> None:
+        """No longer wanted (the exchange ends): the upstream's reads are left alone, and a body
+        forwarder begun for no pump is stopped."""
+        if self._reader.forwarder is self:
+            self._reader.forwarder = None
+        if not self.answer.done():
+            self.answer.cancel()
+        elif not self.answer.cancelled() and self.answer.exception() is None:  # read: never unretrieved
+            body = self.answer.result().body
+            if body is not None and not self._claimed:
+                if self._reader.forwarder is body:
+                    self._reader.forwarder = None
+                body.stop()
 
     def received(self, data: bytes) -> None:
         if self.answer.done():
@@ -194,9 +201,8 @@ class HeadForwarder:
                 body = BodyForwarder(framer, self._client, self._upstream, self._on_bad_chunk)
                 if data:
                     body.received(data)
-                assert self._reader is not None
                 self._reader.forwarder = body
-            elif self._reader is not None:
+            else:
                 self._reader.forwarder = None
             trailing = bool(data) and body is None
             self.answer.set_result(Answer(head, status, received_mono_s, body, trailing))
@@ -218,7 +224,7 @@ class HeadForwarder:
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._reader is not None and self._reader.forwarder is self:
+        if self._reader.forwarder is self:
             self._reader.forwarder = None
         if not self.answer.done():
             self.answer.set_exception(exc)

@@ -269,6 +269,14 @@ class ProxyServer:
             held_head = forwarded.raw
         else:
             upstream.writer.write(forwarded.raw)
+        heads = HeadForwarder(line.method, exchange, writer, upstream, self._bad_chunk)  # from now on
+        try:
+            await asyncio.sleep(0)  # the other requests of a burst go up before this one's bookkeeping
+        except asyncio.CancelledError:  # the listener closes: nothing more of this request
+            heads.stop()
+            self._forget_replay(exchange)
+            upstream.close()
+            raise
         tap = self.recording.tap(line, started_mono_s, started_wall_s)
         naming = self.recording.name_client(tap, head, writer, self.port)  # begun after the answer's head
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
@@ -277,9 +285,7 @@ class ProxyServer:
         client_side = asyncio.create_task(
             self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
         )
-        response = asyncio.create_task(
-            self._pump_response(upstream, writer, tap, line.method, exchange, naming)
-        )
+        response = asyncio.create_task(self._pump_response(upstream, writer, tap, exchange, naming, heads))
         keep = False
         try:
             while True:
@@ -297,11 +303,13 @@ class ProxyServer:
                     replay = self._replay_after(exc, exchange, framer)
                     if replay is None:
                         raise
+                    heads.stop()
                     upstream.close()  # it answered nothing: the request goes once more, on a new one
                     upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
                     upstream.writer.write(replay)
+                    heads = HeadForwarder(line.method, exchange, writer, upstream, self._bad_chunk)
                     response = asyncio.create_task(
-                        self._pump_response(upstream, writer, tap, line.method, exchange, naming)
+                        self._pump_response(upstream, writer, tap, exchange, naming, heads)
                     )
                     continue
                 exchange.complete = True
@@ -319,6 +327,7 @@ class ProxyServer:
                 writer.write(error_response(502, "Bad Gateway", message, "upstream_failed", upstream=name))
                 exchange.status = exchange.own_status = 502
         finally:
+            heads.stop()
             self.recording.release(exchange)
             self._forget_replay(exchange)
             if not client_side.done():
@@ -444,14 +453,13 @@ class ProxyServer:
         upstream: Upstream,
         writer: asyncio.StreamWriter,
         tap: RequestTap,
-        method: str,
         exchange: Exchange,
         naming: LaterName | None,
+        heads: HeadForwarder,
     ) -> bool:
         """Forward one response; True when the upstream connection may carry another request. The
         client's lookup (`naming`) begins once the head and the body's first bytes are out."""
-        heads = HeadForwarder(method, exchange, writer, upstream.transport, self._bad_chunk)
-        answer = await heads.forward(upstream.stream)  # head and first bytes out in the read callback
+        answer = await heads.forwarded()  # the head and the first bytes went out in the read callback
         self._forget_replay(exchange)  # an answer has begun: it is never sent again
         forwarder = answer.body
         try:  # the recorder's work (the head told, the request read, the client named) from here on
