@@ -110,24 +110,20 @@ def trickled_head_s(head_bytes: int = 60 * 1024) -> float:
     slow or hostile client): linear since issue #26, ~1.5 s for 64 KiB when each read re-scanned it."""
     import asyncio
 
-    from trayapp.services.proxy.reading import Reader
+    from trayapp.services.proxy.limits import READ_BYTES
+    from trayapp.services.proxy.reading import ForwardingReader, Reader
 
     filler = b"X-Pad: " + b"a" * 1000 + b"\r\n"
     head = b"GET / HTTP/1.1\r\nHost: a\r\n" + filler * (head_bytes // len(filler)) + b"\r\n"
 
-    class OneByte:
-        """The read side of a connection that delivers one byte per read."""
-
-        def __init__(self) -> None:
-            self.at = 0
-
-        async def read(self, n: int) -> bytes:
-            self.at += 1
-            return head[self.at - 1 : self.at]
-
     async def run() -> float:
+        stream = ForwardingReader(limit=READ_BYTES)
+        waiting = asyncio.ensure_future(Reader(stream).read_head())
+        await asyncio.sleep(0)  # it waits: each byte is taken as asyncio's protocol feeds it
         started = time.perf_counter()
-        parsed = await Reader(OneByte()).read_head()  # type: ignore[arg-type]
+        for at in range(len(head)):
+            stream.feed_data(head[at : at + 1])
+        parsed = await waiting
         assert parsed is not None and parsed.raw == head
         return time.perf_counter() - started
 

@@ -1,6 +1,6 @@
 """Reading a message head however the peer splits it (services/proxy/reading.py): one byte per read,
-empty lines before a request line, the bytes after the head pushed back. (Its cost, linear since
-issue #26, is measured by bench/framer_cost.py, never here.)"""
+empty lines before a request line, the bytes after the head pushed back, the reads taken as they
+come. (Its cost, linear since issue #26, is measured by bench/framer_cost.py, never here.)"""
 
 from __future__ import annotations
 
@@ -11,28 +11,24 @@ import pytest
 from trayapp.services.proxy.exchange import open_upstream
 from trayapp.services.proxy.http1 import FramingError
 from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import Reader
+from trayapp.services.proxy.reading import ForwardingReader, Reader
 
 PAD = b"X-Pad: " + b"p" * 3000 + b"\r\n"
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\n" + PAD + b"Content-Length: 2\r\n\r\n"
 
 
-class _Pieces:
-    """The read side of a connection delivering `data` in pieces of `size` bytes, then EOF."""
-
-    def __init__(self, data: bytes, size: int) -> None:
-        self.data, self.size, self.at = data, size, 0
-
-    async def read(self, n: int) -> bytes:
-        piece = self.data[self.at : self.at + min(n, self.size)]
-        self.at += len(piece)
-        return piece
-
-
 def _read(data: bytes, size: int) -> tuple[bytes | None, bytes]:
+    """The head read from `data` arriving in reads of `size` bytes, then the end; what follows it."""
+
     async def run() -> tuple[bytes | None, bytes]:
-        reader = Reader(_Pieces(data, size))  # type: ignore[arg-type]
-        head = await reader.read_head()
+        stream = ForwardingReader(limit=READ_BYTES)
+        reader = Reader(stream)
+        waiting = asyncio.ensure_future(reader.read_head())
+        await asyncio.sleep(0)  # it waits for reads: each is taken as asyncio's protocol feeds it
+        for at in range(0, len(data), size):
+            stream.feed_data(data[at : at + size])
+        stream.feed_eof()
+        head = await waiting
         rest = b""
         while piece := await reader.read_some():
             rest += piece
@@ -73,3 +69,25 @@ def test_both_sides_of_a_proxied_connection_read_at_most_64_kib_at_a_time() -> N
         return size
 
     assert asyncio.run(main()) == READ_BYTES
+
+
+def test_on_head_runs_inside_the_read_that_completes_the_head_with_what_follows_pushed_back() -> None:
+    """The proxy sends a request up from `on_head`: inside the read that brought the head's last bytes,
+    before any pass of the event loop, with the body's first bytes there to send with it."""
+
+    async def run() -> None:
+        stream = ForwardingReader(limit=READ_BYTES)
+        reader = Reader(stream)
+        seen: list[tuple[bytes, bytes]] = []
+        waiting = asyncio.ensure_future(
+            reader.read_head(None, None, lambda head: seen.append((head.raw, reader.pending)))
+        )
+        await asyncio.sleep(0)
+        stream.feed_data(HEAD[:10])
+        assert seen == []
+        stream.feed_data(HEAD[10:] + b"{}")
+        assert seen == [(HEAD, b"{}")]  # no pass of the loop since the read
+        head = await waiting
+        assert head is not None and head.raw == HEAD
+
+    asyncio.run(run())

@@ -113,6 +113,15 @@ class EarlyUpstream:
         self._timer.cancel()
         return None if opening is None else await opening
 
+    def ready(self) -> Upstream | None:
+        """The connection, taken, if it is open already (else None, and it is not taken)."""
+        opening = self._opening
+        if opening is None or not opening.done() or opening.cancelled() or opening.exception() is not None:
+            return None
+        self._opening = None
+        self._timer.cancel()
+        return opening.result()
+
     def drop(self) -> None:
         """Close it, or stop opening it; nothing when it was taken."""
         opening, self._opening = self._opening, None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from trayapp.services.proxy.http1 import FramingError, Head, parse_head
@@ -89,43 +89,118 @@ class Reader:
         if data:
             self.pending = data + self.pending
 
-    async def read_head(self, first_byte_s: float | None = None, whole_s: float | None = None) -> Head | None:
-        """The next message head; None when the peer closed before sending one. `first_byte_s`: the
-        head must start within it (else `Idle`); `whole_s`: the head must be complete within it,
-        counted from its first byte (else `SlowHead`). None: no limit (a response head)."""
-        buffer = HeadBuffer()
+    async def read_head(
+        self,
+        first_byte_s: float | None = None,
+        whole_s: float | None = None,
+        on_head: Callable[[Head], None] | None = None,
+    ) -> Head | None:
+        """The next message head, read inside the reads that bring it (`HeadWatch`); None when the
+        peer closed before sending one. `first_byte_s`: the head must start within it (else `Idle`);
+        `whole_s`: the head must be complete within it, counted from its first byte (else `SlowHead`).
+        None: no limit. `on_head`: called inside the read that completes the head."""
+        watch = HeadWatch(self, first_byte_s, whole_s, on_head)
+        try:
+            return await watch.head
+        finally:
+            watch.stop()
+
+
+class HeadWatch:
+    """The next message head on a connection read by a ForwardingReader, taken from the reads as they
+    come (no task woken per read); `on_head` runs inside the read that completes it, before the
+    waiting task wakes (the proxy sends a request up there: issue #26). The bytes after the head are
+    pushed back for the task."""
+
+    def __init__(
+        self,
+        client: Reader,
+        first_byte_s: float | None,
+        whole_s: float | None,
+        on_head: Callable[[Head], None] | None,
+    ) -> None:
+        stream = client.reader
+        assert isinstance(stream, ForwardingReader)  # the proxy's connections all read through one
         loop = asyncio.get_running_loop()
-        deadline: float | None = None
-        data = self.pending
-        self.pending = b""
-        while True:
-            whole = buffer.add(data)
-            if whole is not None:
-                raw, rest = whole
-                self.unread(rest)
-                return parse_head(raw)
-            started = buffer.started()
-            if deadline is None and whole_s is not None and (started or first_byte_s is None):
-                deadline = loop.time() + whole_s
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise SlowHead
-                try:
-                    data = await self.read_within(left)
-                except asyncio.TimeoutError:
-                    raise SlowHead from None
-            elif not started and first_byte_s is not None:
-                try:
-                    data = await self.read_within(first_byte_s)
-                except asyncio.TimeoutError:
-                    raise Idle from None
-            else:
-                data = await self.read_some()
-            if not data:
-                if started:
-                    raise FramingError("connection closed in the middle of a head")
-                return None
+        self._client, self._stream, self._loop = client, stream, loop
+        self._whole_s, self._on_head = whole_s, on_head
+        self._buffer = HeadBuffer()
+        self.head: asyncio.Future[Head | None] = loop.create_future()
+        self._timer: asyncio.TimerHandle | None = None
+        self._waits_for_first_byte = first_byte_s is not None  # then whole_s runs from the first byte
+        if first_byte_s is not None:
+            self._timer = loop.call_later(first_byte_s, self._expire, Idle)
+        elif whole_s is not None:
+            self._timer = loop.call_later(whole_s, self._expire, SlowHead)
+        pending, client.pending = client.pending, b""
+        if pending:
+            self.received(pending)
+        if not self.head.done():
+            stream.attach(self)
+
+    def received(self, data: bytes) -> None:
+        if self.head.done():
+            return
+        started = self._buffer.started()
+        try:
+            whole = self._buffer.add(data)
+        except FramingError as exc:
+            self._end(exc)
+            return
+        if whole is None:
+            if not started and self._buffer.started() and self._waits_for_first_byte:
+                self._restart_timer(self._whole_s, SlowHead)  # whole within whole_s of its first byte
+            return
+        raw, rest = whole
+        self._detach()
+        self._client.unread(rest)  # the body's first bytes, or the next request
+        try:
+            head = parse_head(raw)
+            if self._on_head is not None:
+                self._on_head(head)
+        except Exception as exc:  # FramingError (a 400), or a bug: the waiting task raises it
+            self._end(exc)
+            return
+        self._end(None, head)
+
+    def ended(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._end(exc)
+        elif self._buffer.started():
+            self._end(FramingError("connection closed in the middle of a head"))
+        else:
+            self._end(None, None)
+
+    def stop(self) -> None:
+        """The task no longer waits (cancelled, or done)."""
+        self._detach()
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.head.done():
+            self.head.cancel()
+
+    def _restart_timer(self, seconds: float | None, failure: type[Exception]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None if seconds is None else self._loop.call_later(seconds, self._expire, failure)
+
+    def _expire(self, failure: type[Exception]) -> None:
+        self._end(failure())
+
+    def _detach(self) -> None:
+        if self._stream.forwarder is self:
+            self._stream.forwarder = None
+
+    def _end(self, exc: BaseException | None, head: Head | None = None) -> None:
+        self._detach()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.head.done():
+            return
+        if exc is not None:
+            self.head.set_exception(exc)
+        else:
+            self.head.set_result(head)
 
 
 class HeadBuffer:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from trayapp.core.redact import redact_url
 from trayapp.services.proxy import limits
@@ -35,17 +36,14 @@ from trayapp.services.proxy.http1 import (
     BodyFramer,
     FramingError,
     Head,
-    LengthBody,
-    RequestLine,
-    normalised,
-    request_body,
 )
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
-from trayapp.services.proxy.reading import Idle, Reader, SlowHead, error_response, within
+from trayapp.services.proxy.reading import ForwardingReader, Idle, Reader, SlowHead, error_response, within
 from trayapp.services.proxy.recorder import RequestTap
 from trayapp.services.proxy.recording import LaterName, Recording, RecordSink
 from trayapp.services.proxy.route import Route
+from trayapp.services.proxy.sending import Checked, Sent, check, forget_replay, send, send_body_piece
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +72,14 @@ class ProxyServer:
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._on_connection,
-            self.route.listen_host,
-            self.route.listen_port,
-            limit=READ_BYTES,
-            backlog=limits.ACCEPT_BACKLOG,
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, reading through ours
+            reader = ForwardingReader(limit=READ_BYTES, loop=loop)
+            return asyncio.StreamReaderProtocol(reader, self._on_connection, loop=loop)
+
+        self._server = await loop.create_server(
+            protocol, self.route.listen_host, self.route.listen_port, backlog=limits.ACCEPT_BACKLOG
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info(
@@ -149,11 +149,13 @@ class ProxyServer:
             first = True
             while True:
                 self.slots.waiting(task, client.has_unread_bytes, fileno)
+                begun: list[Checked | Sent | None] = []  # what the read that completed the head did
+                on_head = self._head_hook(task, client, writer, upstream, early, begun)
                 try:
                     if first:
-                        head = await client.read_head(None, limits.HEAD_TIMEOUT_S)
+                        head = await client.read_head(None, limits.HEAD_TIMEOUT_S, on_head)
                     else:
-                        head = await client.read_head(limits.IDLE_TIMEOUT_S, limits.HEAD_TIMEOUT_S)
+                        head = await client.read_head(limits.IDLE_TIMEOUT_S, limits.HEAD_TIMEOUT_S, on_head)
                 except FramingError as exc:
                     writer.write(error_response(400, "Bad Request", str(exc), "bad_request"))
                     break
@@ -170,7 +172,7 @@ class ProxyServer:
                 first = False
                 if head is None:
                     break
-                keep, upstream = await self._serve(head, client, writer, upstream, early)
+                keep, upstream = await self._serve(begun[0], client, writer, upstream, early)
                 if early is not None:  # taken by the request, or not needed (a refused request)
                     early.drop()
                     early = None
@@ -207,39 +209,60 @@ class ProxyServer:
             self._said.add(key)
             log.warning(message, *args, exc_info=exc_info)
 
-    async def _serve(
+    def _head_hook(
+        self,
+        task: asyncio.Task[None],
+        client: Reader,
+        writer: asyncio.StreamWriter,
+        upstream: Upstream | None,
+        early: EarlyUpstream | None,
+        begun: list[Checked | Sent | None],
+    ) -> Callable[[Head], None]:
+        def on_head(head: Head) -> None:  # inside the read that completed the head: it goes up at once
+            self.slots.busy(task)
+            begun.append(self._begin(head, client, writer, upstream, early))
+
+        return on_head
+
+    def _begin(
         self,
         head: Head,
         client: Reader,
         writer: asyncio.StreamWriter,
         upstream: Upstream | None,
+        early: EarlyUpstream | None,
+    ) -> Checked | Sent | None:
+        """A request's head came: checked, and sent up at once where a connection is open (the kept
+        one, or the one opened as the client connected); None: refused (its answer written)."""
+        checked = check(self.route, head)
+        if isinstance(checked, bytes):
+            writer.write(checked)
+            return None
+        if upstream is not None and upstream.usable():
+            return send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
+        ready = early.ready() if early is not None else None
+        if ready is None:
+            return checked
+        return send(checked, client, writer, ready, self.recording.held, self._bad_chunk)
+
+    async def _serve(
+        self,
+        begun: Checked | Sent | None,
+        client: Reader,
+        writer: asyncio.StreamWriter,
+        upstream: Upstream | None,
         early: EarlyUpstream | None = None,
     ) -> tuple[bool, Upstream | None]:
-        """One request → (keep the client connection, the upstream connection to reuse). `early`: the
-        connection opened as the client connected, used when no kept one is."""
-        try:
-            line = RequestLine.of(head)
-            framer = request_body(head)
-        except FramingError as exc:
-            writer.write(error_response(400, "Bad Request", str(exc), "bad_request"))
+        """One request, `_begin`'s → (keep the client connection, the upstream connection to reuse).
+        `early`: the connection opened as the client connected, used when no kept one is."""
+        if begun is None:
             return False, upstream
-        authorized = self.route.authorized_head(head)
-        if authorized is None:
-            writer.write(
-                error_response(
-                    401, "Unauthorized", "llm-tray proxy: a bearer token is required", "unauthorized"
-                )
-            )
-            return False, upstream
-        forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
-        started_mono_s, started_wall_s = time.monotonic(), time.time()  # when the request began
-        if upstream is None or not upstream.usable():
-            if upstream is not None:
-                upstream.close()
+        if isinstance(begun, Checked):
+            checked = begun
             try:
-                upstream = await early.take() if early is not None else None
-                if upstream is None:
-                    upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+                opened = await early.take() if early is not None else None
+                if opened is None:
+                    opened = await open_upstream(self.route.upstream_host, self.route.upstream_port)
             except UpstreamFailed as exc:
                 upstream_name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {upstream_name} unreachable ({exc})"
@@ -248,35 +271,19 @@ class ProxyServer:
                         502, "Bad Gateway", message, "upstream_unreachable", upstream=upstream_name
                     )
                 )
-                tap = self.recording.tap(line, started_mono_s, started_wall_s)
-                naming = self.recording.name_client(tap, head, writer, self.port)
+                tap = self.recording.tap(checked.line, checked.started_mono_s, checked.started_wall_s)
+                naming = self.recording.name_client(tap, checked.head, writer, self.port)
                 self.recording.record(tap, naming, status=502, aborted=False)
+                if upstream is not None:
+                    upstream.close()
                 return False, None
-        exchange = Exchange()
-        self._keep_for_replay(exchange, forwarded.raw)
-        # The head goes up first, with the body's first bytes where they came with it (one send: one
-        # packet, one wake of the upstream), and never held for a body still to come (Expect:
-        # 100-continue); a chunked body is read by the client side, which refuses a malformed one
-        # before a byte of it goes up. The record and the client's name are begun after the send.
-        held_head = b""
-        first_payload = b""
-        if client.pending and not framer.done and isinstance(framer, LengthBody):
-            first_bytes, client.pending = client.pending, b""
-            first_payload = self._send_body_piece(
-                first_bytes, client, framer, upstream, exchange, forwarded.raw
-            )
-        elif client.pending and not framer.done:
-            held_head = forwarded.raw
-        else:
-            upstream.writer.write(forwarded.raw)
-        heads = HeadForwarder(line.method, exchange, writer, upstream, self._bad_chunk)  # from now on
-        try:
-            await asyncio.sleep(0)  # the other requests of a burst go up before this one's bookkeeping
-        except asyncio.CancelledError:  # the listener closes: nothing more of this request
-            heads.stop()
-            self._forget_replay(exchange)
-            upstream.close()
-            raise
+            begun = send(checked, client, writer, opened, self.recording.held, self._bad_chunk)
+        if upstream is not None and upstream is not begun.upstream:
+            upstream.close()  # not usable any more: replaced
+        checked, upstream, exchange, heads = begun.checked, begun.upstream, begun.exchange, begun.heads
+        head, line, framer, forwarded = checked.head, checked.line, checked.framer, checked.forwarded
+        first_payload, held_head = begun.first_payload, begun.held_head
+        started_mono_s, started_wall_s = checked.started_mono_s, checked.started_wall_s
         tap = self.recording.tap(line, started_mono_s, started_wall_s)
         naming = self.recording.name_client(tap, head, writer, self.port)  # begun after the answer's head
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
@@ -329,7 +336,7 @@ class ProxyServer:
         finally:
             heads.stop()
             self.recording.release(exchange)
-            self._forget_replay(exchange)
+            forget_replay(exchange, self.recording.held)
             if not client_side.done():
                 client_side.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -373,7 +380,9 @@ class ProxyServer:
             if not data:
                 return "gone"
             try:
-                payload = self._send_body_piece(data, client, framer, upstream, exchange, held_head)
+                payload = send_body_piece(
+                    data, client, framer, upstream, exchange, held_head, self.recording.held
+                )
             except FramingError as exc:  # none of these bytes goes up; the upstream is closed
                 exchange.bad_body = str(exc)
                 return "bad"
@@ -385,44 +394,6 @@ class ProxyServer:
             return "gone"
         client.unread(data)
         return "more"
-
-    def _send_body_piece(
-        self,
-        data: bytes,
-        client: Reader,
-        framer: BodyFramer,
-        upstream: Upstream,
-        exchange: Exchange,
-        held_head: bytes,
-    ) -> bytes:
-        """Send what of `data` belongs to the body (after `held_head`, in one send), push back the rest
-        (the next request), keep a copy for a replay; the body's payload among it. FramingError: a
-        malformed body, of which nothing was sent."""
-        used, payload = framer.feed(data)
-        piece = data[:used] if used < len(data) else data
-        self._keep_for_replay(exchange, piece)
-        if held_head:
-            upstream.writer.writelines((held_head, piece))
-        else:
-            upstream.writer.write(piece)
-        client.unread(data[used:])
-        return payload
-
-    def _keep_for_replay(self, exchange: Exchange, data: bytes) -> None:
-        """Keep a copy of what went upstream, under limits.REPLAY_KEPT_BYTES and the listener's budget
-        for held bodies: a request that got no byte of answer is sent once more on a new connection."""
-        replay = exchange.replay
-        if replay is None:
-            return
-        if len(replay) + len(data) > limits.REPLAY_KEPT_BYTES or not self.recording.held.take(len(data)):
-            self._forget_replay(exchange)
-            return
-        replay += data
-
-    def _forget_replay(self, exchange: Exchange) -> None:
-        if exchange.replay is not None:
-            self.recording.held.give(len(exchange.replay))
-            exchange.replay = None
 
     def _replay_after(self, failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer) -> bytes | None:
         """The request's bytes to send again when the upstream closed the connection without a byte of
@@ -460,7 +431,7 @@ class ProxyServer:
         """Forward one response; True when the upstream connection may carry another request. The
         client's lookup (`naming`) begins once the head and the body's first bytes are out."""
         answer = await heads.forwarded()  # the head and the first bytes went out in the read callback
-        self._forget_replay(exchange)  # an answer has begun: it is never sent again
+        forget_replay(exchange, self.recording.held)  # an answer has begun: it is never sent again
         forwarder = answer.body
         try:  # the recorder's work (the head told, the request read, the client named) from here on
             if naming is not None:

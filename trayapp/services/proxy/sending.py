@@ -1,0 +1,136 @@
+"""A request on its way up: checked (its framing, the listener's token) and its head rebuilt, then
+sent, with the copy the proxy keeps of it for a replay (a request the upstream answered with nothing
+is sent once more on a new connection: server._replay_after). Synchronous, so that a request can go
+up inside the client's read that completed its head, before any task wakes (issue #26)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from trayapp.services.proxy import limits
+from trayapp.services.proxy.admission import HeldBytes
+from trayapp.services.proxy.exchange import Exchange, Upstream
+from trayapp.services.proxy.forwarding import BadChunk, HeadForwarder
+from trayapp.services.proxy.http1 import (
+    BodyFramer,
+    FramingError,
+    Head,
+    LengthBody,
+    RequestLine,
+    normalised,
+    request_body,
+)
+from trayapp.services.proxy.reading import Reader, error_response
+from trayapp.services.proxy.route import Route
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A request the proxy forwards: its head as it came, its line and body framing, and the head
+    as it goes up."""
+
+    head: Head
+    line: RequestLine
+    framer: BodyFramer
+    forwarded: Head
+    started_mono_s: float  # when it began (time.monotonic())
+    started_wall_s: float  # the same, time.time()
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A request sent up (its head, and its body's first bytes where they came with it)."""
+
+    checked: Checked
+    upstream: Upstream
+    exchange: Exchange
+    heads: HeadForwarder  # its answer's head, watched from the send
+    first_payload: bytes  # the body's payload sent with the head
+    held_head: bytes  # the head, when it waits to go up with a chunked body's first bytes
+
+
+def check(route: Route, head: Head) -> Checked | bytes:
+    """The request as it goes up, or the proxy's own answer refusing it (400, 401)."""
+    try:
+        line = RequestLine.of(head)
+        framer = request_body(head)
+    except FramingError as exc:
+        return error_response(400, "Bad Request", str(exc), "bad_request")
+    authorized = route.authorized_head(head)
+    if authorized is None:
+        message = "llm-tray proxy: a bearer token is required"
+        return error_response(401, "Unauthorized", message, "unauthorized")
+    forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
+    return Checked(head, line, framer, forwarded, time.monotonic(), time.time())
+
+
+def send(
+    checked: Checked,
+    client: Reader,
+    writer: asyncio.StreamWriter,
+    upstream: Upstream,
+    held: HeldBytes,
+    on_bad_chunk: BadChunk,
+) -> Sent:
+    """Send the request up. The head goes first, with the body's first bytes where they came with it
+    (one send: one packet, one wake of the upstream), and is never held for a body still to come
+    (Expect: 100-continue); a chunked body is read by the client side, which refuses a malformed one
+    before a byte of it goes up. Its answer's head is watched from then on."""
+    framer, forwarded = checked.framer, checked.forwarded
+    exchange = Exchange()
+    keep_for_replay(exchange, forwarded.raw, held)
+    held_head = b""
+    first_payload = b""
+    if client.pending and not framer.done and isinstance(framer, LengthBody):
+        first_bytes, client.pending = client.pending, b""
+        first_payload = send_body_piece(first_bytes, client, framer, upstream, exchange, forwarded.raw, held)
+    elif client.pending and not framer.done:
+        held_head = forwarded.raw
+    else:
+        upstream.writer.write(forwarded.raw)
+    heads = HeadForwarder(checked.line.method, exchange, writer, upstream, on_bad_chunk)
+    return Sent(checked, upstream, exchange, heads, first_payload, held_head)
+
+
+def send_body_piece(
+    data: bytes,
+    client: Reader,
+    framer: BodyFramer,
+    upstream: Upstream,
+    exchange: Exchange,
+    held_head: bytes,
+    held: HeldBytes,
+) -> bytes:
+    """Send what of `data` belongs to the body (after `held_head`, in one send), push back the rest
+    (the next request), keep a copy for a replay; the body's payload among it. FramingError: a
+    malformed body, of which nothing was sent."""
+    used, payload = framer.feed(data)
+    piece = data[:used] if used < len(data) else data
+    keep_for_replay(exchange, piece, held)
+    if held_head:
+        upstream.writer.writelines((held_head, piece))
+    else:
+        upstream.writer.write(piece)
+    client.unread(data[used:])
+    return payload
+
+
+def keep_for_replay(exchange: Exchange, data: bytes, held: HeldBytes) -> None:
+    """Keep a copy of what went upstream, under limits.REPLAY_KEPT_BYTES and the listener's budget for
+    held bodies (`held`): a request that got no byte of answer is sent once more on a new connection."""
+    replay = exchange.replay
+    if replay is None:
+        return
+    if len(replay) + len(data) > limits.REPLAY_KEPT_BYTES or not held.take(len(data)):
+        forget_replay(exchange, held)
+        return
+    replay += data
+
+
+def forget_replay(exchange: Exchange, held: HeldBytes) -> None:
+    """The copy is no longer needed (an answer has begun, or the exchange ended): its bytes given back."""
+    if exchange.replay is not None:
+        held.give(len(exchange.replay))
+        exchange.replay = None
