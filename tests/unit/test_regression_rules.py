@@ -72,3 +72,19 @@ def test_a_real_five_percent_drop_is_no_regression() -> None:
 
 def test_fewer_than_three_rates_are_no_evidence() -> None:
     assert _regression(EXACT_BASE, [10.0, 10.0], exact=True) is None
+
+
+def test_the_message_shows_the_evidences_own_figures_at_a_rounding_edge() -> None:
+    """A median of 15.4999 tok/s read "15" in the message and 15.5 ("16") in the evidence (seen in
+    cc64); the figure is rounded once and both show it."""
+    model = snapshots.model(phase="decoding", rate=15.4999)
+    view = ModelView(
+        server=snapshots.server(model),
+        model=model,
+        machine=resolve_machine(None),
+        trend=[TrendPoint(500, rate, True) for rate in (15.4, 15.4999, 15.6)],
+        baseline=EXACT_BASE,
+    )
+    (finding,) = [f for f in diagnose_model(view, Thresholds()) if f.kind == "regression"]
+    assert finding.evidence["decode_tok_s"] == 15.5
+    assert "100 → 16 tok/s, 84 % below" in finding.message  # 1 − 15.5 / 100

@@ -336,8 +336,11 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     needed_pct = t.regression_pct + (0.0 if exact else ESTIMATE_MARGIN_PCT)
     if (1 - max(p.decode_tok_s for p in newest) / base.decode_tok_s) * 100 < needed_pct:
         return None
-    now_rate = median(p.decode_tok_s for p in newest)
-    drop = 1 - now_rate / base.decode_tok_s
+    # rounded once: the message and the evidence show the same figures (15.4999 read "15" in the
+    # message and 15.5, "16", in the evidence)
+    now_rate = round(median(p.decode_tok_s for p in newest), 2)
+    base_rate = round(base.decode_tok_s, 2)
+    drop = 1 - now_rate / base_rate
     old_v, new_v = base.server_version, view.server.version
     engine = engine_label(view.server.kind)
     versions = bool(old_v and new_v and old_v != new_v)
@@ -345,13 +348,13 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     baseline = f"{kind + ' ' if kind == 'bench' else ''}baseline on this hardware at a comparable context"
     if versions:  # the build that made it slower, named first
         message = (
-            f"{model.name} is slower since {engine} {old_v} → {new_v}: {format_rate(base.decode_tok_s)} → "
+            f"{model.name} is slower since {engine} {old_v} → {new_v}: {format_rate(base_rate)} → "
             f"{format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its {baseline}."
         )
     else:
         message = (
             f"{model.name} decodes at {format_rate(now_rate)} tok/s, {drop * 100:.0f} % below its "
-            f"{format_rate(base.decode_tok_s)} tok/s {baseline}."
+            f"{format_rate(base_rate)} tok/s {baseline}."
         )
     fix = (
         f"Compare with the earlier {engine} build ({old_v}): run it again to confirm, check the release "
@@ -366,8 +369,8 @@ def _regression(view: ModelView, t: Thresholds) -> Finding | None:
         message += f" Held back now: {cause}."
         fix = "Check cooling and power limits before suspecting the server. " + fix
     evidence: dict[str, object] = {
-        "decode_tok_s": round(now_rate, 2),
-        "baseline_tok_s": round(base.decode_tok_s, 2),
+        "decode_tok_s": now_rate,
+        "baseline_tok_s": base_rate,
         "drop_pct": round(drop * 100, 1),
         "baseline_session": base.session_id,
         "baseline_source": base.source,
