@@ -238,12 +238,11 @@ class ProxyServer:
         if isinstance(checked, bytes):
             writer.write(checked)
             return None
-        if upstream is not None and upstream.usable():
-            return send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
-        ready = early.ready() if early is not None else None
-        if ready is None:
+        if upstream is None or not upstream.usable():
+            upstream = early.ready() if early is not None else None
+        if upstream is None:
             return checked
-        return send(checked, client, writer, ready, self.recording.held, self._bad_chunk)
+        return send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
 
     async def _serve(
         self,
