@@ -289,7 +289,7 @@ def test_speculation_regression_and_efficiency_fixes_carry_their_command() -> No
 
     baseline = Baseline(decode_tok_s=150.0, context_tokens=600, server_version="b5000", session_id="s0")
     now = replace(spec, decode_tok_s=90.0, draft_acceptance=None, spec_type=None, session_id="20250601-1")
-    trend = tuple(TrendPoint(600, 90.0, True) for _ in range(3))
+    trend = (TrendPoint(600, 90.0, True, request=True, decode_s=8.0),)  # one finished request
     v = view("llamacpp", now, baseline=baseline, trend=trend)
     v = replace(v, server=replace(v.server, version="b6500"))
     regression = finding(v, "regression")

@@ -25,7 +25,7 @@ from trayapp.core.model import Baseline, Finding, ModelStatus, ServerStatus
 from trayapp.core.offload import offload_finding
 from trayapp.core.peers import PeerBand, peer_band_json
 from trayapp.core.physics import REALISTIC_BAND
-from trayapp.core.server_kinds import engine_label, server_label
+from trayapp.core.server_kinds import engine_label, judged_by_request, server_label
 from trayapp.core.thresholds import Thresholds
 from trayapp.core.throttle import Throttle
 from trayapp.core.units import GB, format_rate
@@ -71,15 +71,19 @@ def band_text(calibrated_efficiency: float | None) -> str:
 
 
 class TrendPoint(NamedTuple):
-    """One single-stream decode rate of a session, at its context depth."""
+    """One single-stream decode rate of a session, at its context depth: a polled tick's, or a
+    finished request's over its whole decode (`request`)."""
 
     context_tokens: int
     decode_tok_s: float
     exact: bool  # server-reported (a finished request's timings) rather than polled
+    request: bool = False  # a finished request's own rate, not a tick's
+    decode_s: float = 0.0  # that request's decode seconds, where known
 
 
 ESTIMATE_MARGIN_PCT = 10.0  # a polled rate is within ~10 % of the server's own (tested on a busy host)
-REGRESSION_EVIDENCE = 3  # the fastest of this many newest rates must still be below the mark
+REGRESSION_EVIDENCE = 3  # the fastest of this many newest rates must still be below the mark...
+REGRESSION_EVIDENCE_S = 3.0  # ...or of the newest finished requests that decoded this long together
 
 
 @dataclass(frozen=True)
@@ -314,24 +318,43 @@ def _spec_fix(kind: str | None) -> str:
     )
 
 
+def regression_evidence(view: ModelView) -> list[TrendPoint]:
+    """The rates `_regression` judges, oldest first; [] while there is not enough to judge.
+
+    Where each finished request's own rate is seen (`judged_by_request`, or some already are), the
+    newest finished requests that together decoded `REGRESSION_EVIDENCE_S`, at most
+    `REGRESSION_EVIDENCE` of them: a busy host's ticks dip 30-40 % below the same request's own
+    average (seen beside a busy loop), and a slower build shows in whole requests anyway. Elsewhere
+    (vLLM, SGLang without the proxy) the newest `REGRESSION_EVIDENCE` polled ticks."""
+    trend = list(view.trend)
+    requests = [p for p in trend if p.request]
+    if not requests and not judged_by_request(view.server.kind):
+        return trend[-REGRESSION_EVIDENCE:] if len(trend) >= REGRESSION_EVIDENCE else []
+    evidence: list[TrendPoint] = []
+    for point in reversed(requests):
+        evidence.insert(0, point)
+        if len(evidence) == REGRESSION_EVIDENCE or sum(p.decode_s for p in evidence) >= REGRESSION_EVIDENCE_S:
+            return evidence
+    return []
+
+
 def _regression(view: ModelView, t: Thresholds) -> Finding | None:
     """Slower than the baseline, like with like: exact rates against an exact baseline need
     `regression_pct`; anything estimated needs `ESTIMATE_MARGIN_PCT` more (a poll's error is no
-    regression). The fastest of the `REGRESSION_EVIDENCE` newest rates must be that slow, so one
-    noisy tick raises nothing; the figure is their median."""
+    regression). The fastest of the rates judged (`regression_evidence`) must be that slow, so one
+    noisy tick or short request raises nothing; the figure is their median."""
     base = view.baseline
     model = view.model
     if base is None or base.decode_tok_s <= 0:
         return None
-    recent_points = list(view.trend)[-5:]
-    if len(recent_points) < REGRESSION_EVIDENCE:
+    newest = regression_evidence(view)
+    if not newest:
         return None
-    now_ctx = median(p.context_tokens for p in recent_points)
+    now_ctx = median(p.context_tokens for p in newest)
     if base.context_tokens is not None and abs(now_ctx - base.context_tokens) > max(
         1024, 0.5 * base.context_tokens
     ):
         return None  # a deeper context is slower anyway (kv_slowdown's business), not a regression
-    newest = recent_points[-REGRESSION_EVIDENCE:]
     exact = base.exact and all(p.exact for p in newest)
     needed_pct = t.regression_pct + (0.0 if exact else ESTIMATE_MARGIN_PCT)
     if (1 - max(p.decode_tok_s for p in newest) / base.decode_tok_s) * 100 < needed_pct:

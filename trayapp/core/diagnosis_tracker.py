@@ -101,14 +101,15 @@ class DiagnosisTracker:
             key = (server.url, status.name)
             self._remember(key, status)  # first: a context change seen now explains now
             own = [r for r in server_input.requests if r.model == status.name]
-            decoding = status.phase == "decoding" and status.session_id is not None
+            # a request finished now is judged too: `regression` weighs whole requests where it can
+            judged = (status.phase == "decoding" or bool(own)) and status.session_id is not None
             view = ModelView(
                 server=server,
                 model=status,
                 machine=server_input.machine,
                 previous=self._before_change.get(key),
                 trend=tuple(self._trend(status, own, fresh=server.age_s is None)),
-                baseline=baselines.get(key) if decoding else None,
+                baseline=baselines.get(key) if judged else None,
                 other_gpu_processes=[p for p in others if p.pid != status.server_pid],
                 vram_holders=(
                     self._holders_at_placement(key, status, server, hardware, now_wall_s)
@@ -151,7 +152,12 @@ class DiagnosisTracker:
             return trend
         for record in requests:
             if record.context_tokens is not None and record.decode_tok_s:
-                trend.append(TrendPoint(record.context_tokens, record.decode_tok_s, record.exact))
+                decoded = record.decode_tokens or 0
+                # its rate is an average over the decode: placed at the decode's middle depth
+                middle = record.context_tokens - decoded // 2
+                trend.append(
+                    TrendPoint(middle, record.decode_tok_s, record.exact, True, decoded / record.decode_tok_s)
+                )
         single = status.active_streams <= 1
         if (
             status.phase == "decoding"

@@ -24,7 +24,10 @@ class ServerKindRow:
     found on out of the box (a new default upstream, a companion app's), scanned beside
     `default_port`. `engine`: what its builds are builds of, when not its label ("llama.cpp").
     `rate_from_proxy`: the server shows nothing while it generates (no slots, no token counters), so
-    its live rate is the recording proxy's count of the tokens it streams (core/proxied_streams.py)."""
+    its live rate is the recording proxy's count of the tokens it streams (core/proxied_streams.py).
+    `request_rates`: each finished request's own decode rate is seen without the proxy's help (its
+    timings, or its slot polled to its end), or only through the proxy, which records every request:
+    `regression` judges those, not the polled ticks between."""
 
     label: str
     default_port: int | None
@@ -33,6 +36,7 @@ class ServerKindRow:
     other_ports: tuple[int, ...] = ()
     engine: str | None = None
     rate_from_proxy: bool = False
+    request_rates: bool = False
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
@@ -46,12 +50,17 @@ SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
         context_flag="-c",
         other_ports=(9931,),
         engine="llama.cpp",
+        request_rates=True,
     ),
-    "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False),
+    "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False, request_rates=True),
     "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
     "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True, context_flag="--context-length"),
-    "mlx": ServerKindRow("MLX-LM", 8080, openai_compatible=True, rate_from_proxy=True),  # llama-server's port
-    "openai": ServerKindRow("OpenAI-compatible server", None, openai_compatible=True, rate_from_proxy=True),
+    "mlx": ServerKindRow(  # on llama-server's port
+        "MLX-LM", 8080, openai_compatible=True, rate_from_proxy=True, request_rates=True
+    ),
+    "openai": ServerKindRow(
+        "OpenAI-compatible server", None, openai_compatible=True, rate_from_proxy=True, request_rates=True
+    ),
     "unknown": ServerKindRow("server", None, openai_compatible=False),  # a server not identified (yet)
 }
 
@@ -68,6 +77,12 @@ def server_label(kind: str) -> str:
     """What users call a kind of server: "llama-server", "LM Studio", "OpenAI-compatible server"."""
     row = server_kind_row(kind)
     return row.label if row is not None else kind
+
+
+def judged_by_request(kind: str) -> bool:
+    """Whether each finished request's own decode rate is seen for servers of `kind` (`request_rates`)."""
+    row = server_kind_row(kind)
+    return row is not None and row.request_rates
 
 
 def engine_label(kind: str) -> str:
