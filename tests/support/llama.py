@@ -227,7 +227,9 @@ def generate(
 ) -> dict[str, Any]:
     """One `/completion` request; returns the final response object (with `timings`).
 
-    Streaming consumes the SSE stream and returns its last object.
+    Streaming consumes the SSE stream and returns its last object; with `timings_per_token=True`
+    that object also holds "decode_ms_by_token": the server's own decode milliseconds when each
+    token was out (`predicted_n` → `predicted_ms`, 0 → 0.0), for `server_rate_between`.
     """
     body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "stream": stream, **params}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -238,12 +240,47 @@ def generate(
             result: dict[str, Any] = response.json()
             return result
         last: dict[str, Any] = {}
+        decode_ms_by_token: dict[int, float] = {0: 0.0}
         with client.stream("POST", url.rstrip("/") + "/completion", json=body, headers=headers) as response:
             response.raise_for_status()
             for line in response.iter_lines():
                 if line.startswith("data: ") and line[6:].strip() != "[DONE]":
                     last = json.loads(line[6:])
+                    timings = last.get("timings") or {}
+                    if "predicted_n" in timings and "predicted_ms" in timings:
+                        decode_ms_by_token[int(timings["predicted_n"])] = float(timings["predicted_ms"])
+        if params.get("timings_per_token"):
+            last["decode_ms_by_token"] = decode_ms_by_token
         return last
+
+
+def server_rate_of_window(
+    ticks: Sequence[tuple[float, int]],
+    index: int,
+    prompt_tokens: int,
+    decode_ms_by_token: Mapping[int, float],
+    window_s: float,
+) -> float | None:
+    """The server's own rate over the tokens a live rate read at `ticks[index]` covers: from the tick
+    about `window_s` before it (else the first) to it. `ticks`: (time s, context tokens) of the ticks
+    that saw the request decoding, oldest first; a context less the prompt is the tokens out."""
+    t_s, context = ticks[index]
+    start = max(
+        (tick for tick in ticks[:index] if tick[0] <= t_s - window_s),
+        key=lambda tick: tick[0],
+        default=ticks[0],
+    )
+    return server_rate_between(decode_ms_by_token, start[1] - prompt_tokens, context - prompt_tokens)
+
+
+def server_rate_between(decode_ms_by_token: Mapping[int, float], n_from: int, n_to: int) -> float | None:
+    """The server's own decode rate (tok/s) from its `n_from`-th token to its `n_to`-th, by its
+    per-token timings (`generate(..., stream=True, timings_per_token=True)`); None where either is
+    unknown or no time passed between them."""
+    ms_from, ms_to = decode_ms_by_token.get(n_from), decode_ms_by_token.get(n_to)
+    if ms_from is None or ms_to is None or ms_to <= ms_from:
+        return None
+    return (n_to - n_from) / ((ms_to - ms_from) / 1000)
 
 
 def decode_rate(url: str, **params: Any) -> float:

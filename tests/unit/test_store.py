@@ -473,6 +473,30 @@ def test_exact_figures_come_before_estimates(db: Path) -> None:
     assert found.session_id == "exact" and found.decode_tok_s == 60.0 and found.values == 1
 
 
+def test_a_polled_whole_request_comes_before_the_polled_ticks(db: Path) -> None:
+    """No exact figure: the session's one polled request (its rate over the whole decode, 52) is its
+    figure, not the median of the ticks around it (a busy host's dips: 30, 35, 40, 45, 50 → 40); a
+    session with ticks only still needs three of them."""
+    query = {
+        "model": "qwen3:8b",
+        "quantization": "Q4_K_M",
+        "hardware": "RTX 4090 (1008 GB/s) + 54 GB/s RAM",
+        "context_tokens": 600,
+    }
+    with Store(db, retention_days=365) as store:
+        for i, rate in enumerate((30.0, 35.0, 40.0, 45.0, 50.0)):
+            store.record(
+                snapshot(T0 + i, (model(session_id="polled", decode_tok_s=rate, context_tokens=600),))
+            )
+        whole = request(T0 + 5, session_id="polled", decode_tok_s=52.0, context_tokens=600, exact=False)
+        store.record(
+            snapshot(T0 + 5, requests=(whole,)), [session("polled", started_wall_s=T0, ended_wall_s=T0 + 5)]
+        )
+        found = store.baseline(**query, before_wall_s=T0 + 100)  # type: ignore[arg-type]
+    assert found is not None and not found.exact
+    assert found.session_id == "polled" and found.decode_tok_s == 52.0 and found.values == 1
+
+
 def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:
     query = {
         "model": "qwen3:8b",

@@ -3,8 +3,9 @@
 
 Only what deserves to be one: a bench whose decode runs spread more than `BASELINE_MAX_CV` is
 never a baseline (nor a calibration or a bench line); a session's exact figures (server timings of
-finished requests, proxy records) are used before its polled estimates, and a session with only
-estimates needs `min_values` of them; sessions with exact figures win over estimated ones, and of
+finished requests, proxy records) are used before its polled estimates, its finished requests' polled
+rates (each over a whole decode) before its polled ticks, and a session with only ticks needs
+`min_values` of them; sessions with exact figures win over estimated ones, and of
 the newest `TYPICAL_OF` such sessions the baseline is the median one (the lower of two), so one
 lucky fast session does not become the yardstick.
 
@@ -57,10 +58,10 @@ _BENCH_RATE_SQL = (
     "AND hardware IS :hardware AND depth_tokens = 0 AND decode_tok_s > 0 "
     "AND finished_wall_s < :before_wall_s " + _STABLE + "ORDER BY started_wall_s DESC LIMIT 1"
 )
-_RATES_SQL = (
-    "SELECT decode_tok_s, context_tokens, COALESCE(decode_exact, 0) FROM samples "
+_RATES_SQL = (  # rate, context, exact, a whole request's (1) or a polled tick's (0)
+    "SELECT decode_tok_s, context_tokens, COALESCE(decode_exact, 0), 0 FROM samples "
     "WHERE session_id = :session_id AND decode_tok_s > 0 AND t_wall_s < :before_wall_s "
-    "UNION ALL SELECT decode_tok_s, context_tokens, exact FROM requests WHERE session_id = :session_id "
+    "UNION ALL SELECT decode_tok_s, context_tokens, exact, 1 FROM requests WHERE session_id = :session_id "
     "AND decode_tok_s > 0 AND finished_wall_s < :before_wall_s"
 )
 
@@ -218,18 +219,21 @@ class BaselineQueries:
                     _RATES_SQL, {"session_id": session_id, "before_wall_s": before_wall_s}
                 ).fetchall()
                 used = [
-                    (r, c, bool(e))
-                    for r, c, e in rates
+                    (r, c, bool(e), bool(whole))
+                    for r, c, e, whole in rates
                     if comparable_context(c, context_tokens, context_tolerance)
                 ]
                 exact_used = [u for u in used if u[2]]
+                requests_used = [u for u in used if u[3]]
                 if exact_used:
                     used = exact_used
+                elif requests_used:  # like `regression` judges: whole requests before polled ticks
+                    used = requests_used
                 elif len(used) < max(min_values, 1):
                     continue
-                contexts = [c for _, c, _ in used if c is not None]
+                contexts = [u[1] for u in used if u[1] is not None]
                 found = Baseline(
-                    decode_tok_s=float(statistics.median(r for r, _, _ in used)),
+                    decode_tok_s=float(statistics.median(u[0] for u in used)),
                     context_tokens=int(statistics.median(contexts)) if contexts else None,
                     server_version=server_version,
                     session_id=session_id,
