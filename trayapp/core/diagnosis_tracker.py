@@ -154,7 +154,7 @@ class DiagnosisTracker:
             if record.context_tokens is not None and record.decode_tok_s:
                 decoded = record.decode_tokens or 0
                 # its rate is an average over the decode: placed at the decode's middle depth
-                middle = record.context_tokens - decoded // 2
+                middle = max(record.context_tokens - decoded // 2, 0)
                 trend.append(
                     TrendPoint(middle, record.decode_tok_s, record.exact, True, decoded / record.decode_tok_s)
                 )
