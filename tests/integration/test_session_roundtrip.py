@@ -132,6 +132,7 @@ def test_watch_recording_comes_back_from_export_with_the_same_numbers(
         if line["t"] > finished_at and (_model(line) or {}).get("phase") == "idle":
             break
     assert watch.ctrl_c() == 0, watch.stderr()  # Ctrl-C: watch closes its store and exits 0
+    stopped_wall_s = time.time()
 
     lines = watch.lines
     models = [(line, _model(line)) for line in lines]
@@ -196,8 +197,14 @@ def test_watch_recording_comes_back_from_export_with_the_same_numbers(
     assert session["requests"] == REQUESTS
     assert session["decode_tokens"] == sum(row["decode_tokens"] for row in requests)
     assert _rounded(session["peak_decode_tok_s"]) == max(m["decode_tok_s"] for _, m in decoding)
+    # watch ended its session as it stopped, at the session's last activity (its last busy tick):
+    # no session reads "live" once nothing records it
+    last_busy_t = max(line["t"] for line, m in models if m and m["phase"] != "idle")
+    assert session["ended_wall_s"] is not None
+    assert last_busy_t - 0.01 <= session["ended_wall_s"] <= stopped_wall_s, (session, last_busy_t)
     listed = json.loads(_cli("sessions", "--json"))
     assert [s["session_id"] for s in listed] == [session["session_id"]]
+    assert listed[0]["duration_s"] == pytest.approx(session["ended_wall_s"] - session["started_wall_s"])
 
 
 # --------------------------------------------------------------------------- (b) kill -9, (c) report

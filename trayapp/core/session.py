@@ -109,6 +109,11 @@ class SessionTracker:
     def open_sessions(self) -> list[SessionRecord]:
         return [t.session for t in self._tracks.values() if t.session is not None]
 
+    def end_all(self) -> list[SessionRecord]:
+        """Every open session, ended at its last activity: the recorder stops (a later start opens
+        new ones, so a session left open would read "live" with no one recording it)."""
+        return [self._end(track) for track in self._tracks.values() if track.session is not None]
+
     def note_alerts(self, server: str, model: str, kinds: set[str]) -> SessionRecord | None:
         """Add alert kinds raised now to the model's open session; the changed record, if it changed."""
         track = self._tracks.get((server, model))

@@ -292,6 +292,10 @@ class Monitor:
         self._polls = {}
         self._hardware.close()
         if self._store is not None:
+            try:  # its open sessions end as it stops recording: none reads "live" afterwards
+                self._store.record_sessions(self.pipeline.sessions.end_all())
+            except Exception as exc:  # a bug: logged once, the store still closes
+                self._bugs.report(exc, "store: ending the sessions")
             self._store.close()
             self._store = None
 

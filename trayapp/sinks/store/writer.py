@@ -180,6 +180,20 @@ class Store(StoreOpening, StoreQueries, BaselineQueries):
         self._set_error(error)
         return error
 
+    def record_sessions(self, sessions: Iterable[SessionRecord]) -> str | None:
+        """Store session rows alone (those a recorder ends as it stops); the error, if one, as
+        `record` returns it."""
+        rows = [session_row(s) for s in sessions]
+        if not self.writer or not rows:
+            return None
+        try:
+            self._write({"sessions": rows})
+        except sqlite3.Error as exc:
+            error = f"could not record to {self.path}: {exc}"
+            self._set_error(error)
+            return error
+        return None
+
     def _set_error(self, error: str | None) -> None:
         if error != self.last_error:  # log transitions, not ticks
             if error:
