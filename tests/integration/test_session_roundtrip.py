@@ -244,8 +244,11 @@ def test_kill_9_mid_session_loses_at_most_the_last_second(
     assert newest is not None
     # Each tick is committed before watch prints it; the store keeps a sample at least every second.
     assert newest >= last_printed["t"] - 1.0, f"samples end at {newest}, watch printed {last_printed['t']}"
+    with Store(store, writer=False) as reader:  # a reader changes nothing
+        assert reader.sessions(session_id=session_id)[0].ended_wall_s is None  # cut off, never ended
     with Store(store, writer=True) as reopened:  # the writer lock died with the process
-        assert reopened.sessions(session_id=session_id)[0].ended_wall_s is None  # cut off, never ended
+        # the next writer ends what the dead one left open, at the last moment recorded of it
+        assert reopened.sessions(session_id=session_id)[0].ended_wall_s == newest
 
     sessions = json.loads(_cli("sessions", "--json"))
     assert [s["session_id"] for s in sessions] == [session_id]

@@ -16,6 +16,16 @@ from trayapp.sinks.store.schema import StoreError, StoreLockedError, migrate
 
 log = logging.getLogger(__name__)
 
+# Sessions still open when a writer starts were left by one that died (kill -9, a power cut: the
+# writer lock allows one at a time; one that stops ends its own): ended at the last moment recorded
+# of them, so none reads "live" with nothing recording it.
+_END_ORPHANED_SESSIONS_SQL = (
+    "UPDATE sessions SET ended_wall_s = max(started_wall_s, "
+    "COALESCE((SELECT max(t_wall_s) FROM samples WHERE samples.session_id = sessions.session_id), 0), "
+    "COALESCE((SELECT max(finished_wall_s) FROM requests "
+    "WHERE requests.session_id = sessions.session_id), 0)) WHERE ended_wall_s IS NULL"
+)
+
 _QUICK_CHECK_BUDGET_S = 1.0
 
 
@@ -95,6 +105,7 @@ class StoreOpening:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA journal_size_limit = 8388608")
             migrate(conn, self.path)
+            conn.execute(_END_ORPHANED_SESSIONS_SQL)
         except BaseException:
             conn.close()
             raise
