@@ -13,8 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_servers import FakeLlamaSlots, FakeOllama, fixture_json
+from tests.support.llama import monitor_for, tick_until
+from trayapp.config import paths
+from trayapp.config.settings import Settings
 from trayapp.core.model import ModelReading, ServerReading
 from trayapp.core.placement import weights_bytes
+from trayapp.core.thresholds import Thresholds
+from trayapp.sinks.store import Store
 from trayapp.sources.http import make_client
 from trayapp.sources.processes import ChildServer
 from trayapp.sources.servers.ollama import NO_CHILD_REASON, OllamaProbe
@@ -170,3 +175,26 @@ def test_server_down_garbage_and_hang(ollama: FakeOllama) -> None:
         assert down.models == ()
     finally:
         gone.close()
+
+
+def test_a_recorder_that_stops_ends_its_sessions_and_alerts_in_the_store(ollama: FakeOllama) -> None:
+    """The monitor sees Ollama up, then failing past the alert's confirmation (1 s here): `server_down`
+    is raised. It stops: the store holds that alert ended at the last tick, and no session or alert
+    of it reads "live" afterwards."""
+    settings = Settings(thresholds=Thresholds(confirm_s=1.0))
+    monitor = monitor_for(ollama.url, record=True, settings=settings, measure_ram=False)
+    try:
+        assert monitor.tick().servers[0].status == "ok"
+        ollama.overrides["/api/ps"] = (500, {"error": "internal"})  # it stops answering
+        snapshots = tick_until(
+            monitor, lambda s: any(a.kind == "server_down" for a in s.alerts), limit_s=60, interval_s=0.3
+        )
+        last = snapshots[-1]
+        (down,) = [a for a in last.alerts if a.kind == "server_down"]
+        assert down.ended_wall_s is None
+    finally:
+        monitor.close()
+    with Store(paths.store_file(), writer=False) as store:
+        (stored,) = [a for a in store.alerts_between(0, 2e10) if a["alert_id"] == down.id]
+        assert stored["ended_wall_s"] == last.t_wall_s
+        assert all(s.ended_wall_s is not None for s in store.sessions())

@@ -499,18 +499,25 @@ def test_a_polled_whole_request_comes_before_the_polled_ticks(db: Path) -> None:
 
 def test_the_next_writer_ends_the_sessions_a_dead_one_left_open(db: Path) -> None:
     """A writer killed mid-session leaves it open; the next writer ends it at the last moment recorded
-    of it (its newest sample or request, whichever is later); a reader changes nothing."""
+    of it (its newest sample or request, whichever is later), and its open alerts at the last moment
+    it recorded anything; a reader changes nothing."""
     with Store(db) as store:
-        store.record(snapshot(T0 + 1, (model(session_id="s1"),)), [session("s1")])
+        store.record(
+            snapshot(T0 + 1, (model(session_id="s1"),), alerts=(alert("a1", since_wall_s=T0 + 1),)),
+            [session("s1")],
+        )
         store.record(snapshot(T0 + 2, (model(session_id="s1"),)))
         store.record(snapshot(T0 + 4, requests=(request(T0 + 4.5, session_id="s1"),)))
         store.record(snapshot(T0 + 5, (model(session_id="s2"),)), [session("s2", started_wall_s=T0 + 5)])
-        store.record_sessions([session("s3", started_wall_s=T0 + 6)])  # nothing recorded of it
+        store.record_stop([session("s3", started_wall_s=T0 + 6)])  # nothing recorded of it
     with Store(db, writer=False) as reader:
         assert [s.ended_wall_s for s in reader.sessions()] == [None, None, None]
+        assert [a["ended_wall_s"] for a in reader.alerts_between(T0, T0 + 10)] == [None]
     with Store(db) as store:
         ended = {s.id: s.ended_wall_s for s in store.sessions()}
+        (stored_alert,) = store.alerts_between(T0, T0 + 10)
     assert ended == {"s1": T0 + 4.5, "s2": T0 + 5, "s3": T0 + 6}
+    assert stored_alert["ended_wall_s"] == T0 + 5  # the newest sample
 
 
 def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:

@@ -292,8 +292,15 @@ class Monitor:
         self._polls = {}
         self._hardware.close()
         if self._store is not None:
-            try:  # its open sessions end as it stops recording: none reads "live" afterwards
-                self._store.record_sessions(self.pipeline.sessions.end_all())
+            last = self.last_snapshot
+            ended_wall_s = last.t_wall_s if last is not None else self._wall()
+            alerts = [
+                replace(a, ended_wall_s=ended_wall_s)
+                for a in (last.alerts if last is not None else ())
+                if a.ended_wall_s is None
+            ]
+            try:  # its sessions and alerts end as it stops recording: none reads "live" afterwards
+                self._store.record_stop(self.pipeline.sessions.end_all(), alerts)
             except Exception as exc:  # a bug: logged once, the store still closes
                 self._bugs.report(exc, "store: ending the sessions")
             self._store.close()

@@ -25,6 +25,11 @@ _END_ORPHANED_SESSIONS_SQL = (
     "COALESCE((SELECT max(finished_wall_s) FROM requests "
     "WHERE requests.session_id = sessions.session_id), 0)) WHERE ended_wall_s IS NULL"
 )
+# ...and its alerts, at the last moment it recorded anything (its newest sample or hardware row)
+_END_ORPHANED_ALERTS_SQL = (
+    "UPDATE alerts SET ended_wall_s = max(started_wall_s, COALESCE((SELECT max(t_wall_s) FROM samples), 0), "
+    "COALESCE((SELECT max(t_wall_s) FROM hardware), 0)) WHERE ended_wall_s IS NULL"
+)
 
 _QUICK_CHECK_BUDGET_S = 1.0
 
@@ -106,6 +111,7 @@ class StoreOpening:
             conn.execute("PRAGMA journal_size_limit = 8388608")
             migrate(conn, self.path)
             conn.execute(_END_ORPHANED_SESSIONS_SQL)
+            conn.execute(_END_ORPHANED_ALERTS_SQL)
         except BaseException:
             conn.close()
             raise

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from trayapp.core.bench import BenchResult
-from trayapp.core.model import SessionRecord, Snapshot
+from trayapp.core.model import Alert, SessionRecord, Snapshot
 from trayapp.sinks.store.baselines import BaselineQueries, new_baseline_caches
 from trayapp.sinks.store.lock import release_lock
 from trayapp.sinks.store.opening import StoreOpening
@@ -180,14 +180,14 @@ class Store(StoreOpening, StoreQueries, BaselineQueries):
         self._set_error(error)
         return error
 
-    def record_sessions(self, sessions: Iterable[SessionRecord]) -> str | None:
-        """Store session rows alone (those a recorder ends as it stops); the error, if one, as
-        `record` returns it."""
-        rows = [session_row(s) for s in sessions]
-        if not self.writer or not rows:
+    def record_stop(self, sessions: Iterable[SessionRecord], alerts: Iterable[Alert] = ()) -> str | None:
+        """Store what a recorder ends as it stops: its sessions and its alerts, ended; the error, if
+        one, as `record` returns it."""
+        rows = {"sessions": [session_row(s) for s in sessions], "alerts": [alert_row(a) for a in alerts]}
+        if not self.writer or not any(rows.values()):
             return None
         try:
-            self._write({"sessions": rows})
+            self._write(rows)
         except sqlite3.Error as exc:
             error = f"could not record to {self.path}: {exc}"
             self._set_error(error)
