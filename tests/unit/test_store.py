@@ -520,6 +520,22 @@ def test_the_next_writer_ends_the_sessions_a_dead_one_left_open(db: Path) -> Non
     assert stored_alert["ended_wall_s"] == T0 + 5  # the newest sample
 
 
+def test_a_writer_that_cannot_end_them_still_opens_and_records(
+    db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ending what a dead writer left open fails as a full disk fails an UPDATE (an OperationalError):
+    the writer says so and opens all the same; the sessions stay open, nothing is lost."""
+    with Store(db) as store:
+        store.record(snapshot(T0 + 1, (model(session_id="s1"),)), [session("s1")])
+    from trayapp.sinks.store import opening
+
+    monkeypatch.setattr(opening, "_END_ORPHANED_SESSIONS_SQL", "UPDATE no_such_table SET x = 1")
+    with Store(db) as store:
+        assert store.record(snapshot(T0 + 2, (model(session_id="s1"),))) is None
+        assert [s.ended_wall_s for s in store.sessions()] == [None]
+    assert "could not end what a stopped writer left open" in caplog.text
+
+
 def test_baseline_answers_are_cached_for_a_minute(db: Path) -> None:
     query = {
         "model": "qwen3:8b",

@@ -110,8 +110,11 @@ class StoreOpening:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA journal_size_limit = 8388608")
             migrate(conn, self.path)
-            conn.execute(_END_ORPHANED_SESSIONS_SQL)
-            conn.execute(_END_ORPHANED_ALERTS_SQL)
+            try:
+                conn.execute(_END_ORPHANED_SESSIONS_SQL)
+                conn.execute(_END_ORPHANED_ALERTS_SQL)
+            except sqlite3.OperationalError as exc:  # a full disk: recording goes on, they stay open
+                log.warning("store %s: could not end what a stopped writer left open: %s", self.path, exc)
         except BaseException:
             conn.close()
             raise
