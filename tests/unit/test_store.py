@@ -15,6 +15,7 @@ from trayapp.core.hardware_readings import HardwareSnapshot
 from trayapp.core.model import Alert, RequestRecord
 from trayapp.core.redact import redact_url
 from trayapp.sinks.store import Store, StoreError, StoreLockedError, schema_version
+from trayapp.sinks.store import opening as store_opening
 from trayapp.sinks.store import rows as store_rows
 from trayapp.sinks.store import schema as store_mod
 
@@ -527,9 +528,7 @@ def test_a_writer_that_cannot_end_them_still_opens_and_records(
     the writer says so and opens all the same; the sessions stay open, nothing is lost."""
     with Store(db) as store:
         store.record(snapshot(T0 + 1, (model(session_id="s1"),)), [session("s1")])
-    from trayapp.sinks.store import opening
-
-    monkeypatch.setattr(opening, "_END_ORPHANED_SESSIONS_SQL", "UPDATE no_such_table SET x = 1")
+    monkeypatch.setattr(store_opening, "_END_ORPHANED_SESSIONS_SQL", "UPDATE no_such_table SET x = 1")
     with Store(db) as store:
         assert store.record(snapshot(T0 + 2, (model(session_id="s1"),))) is None
         assert [s.ended_wall_s for s in store.sessions()] == [None]
