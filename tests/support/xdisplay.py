@@ -36,7 +36,9 @@ TRAYER_FLAGS = (
 )  # fmt: skip
 # Xvfb and trayer started again on a new display when one of them exits at once: with displays started
 # and stopped side by side (test runs in parallel), trayer sometimes cannot open a display number just
-# freed and taken again (3 in 18 starts of 3 displays at a time here; 0 in 18 with the retry).
+# freed and taken again (3 in 18 starts of 3 displays at a time here; 0 in 18 with the retry). A failed
+# display is kept until the start is over, so each attempt gets a number of its own: cc71 failed all
+# three on :0, each Xvfb choosing the number the one before had just freed.
 START_ATTEMPTS = 3
 START_TIMEOUT_S = 60.0  # Xvfb and trayer, cold, beside a busy neighbour (20 s was not enough once)
 
@@ -88,20 +90,25 @@ class XDisplay:
         return env
 
     def __enter__(self) -> XDisplay:
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                self._start_xvfb()
-                if self.tray:
-                    self._start_trayer()
-                return self
-            except StartFailed:
-                self.__exit__()
-                if attempt == START_ATTEMPTS:
+        failed: list[subprocess.Popen[bytes]] = []  # held until the start is over (see START_ATTEMPTS)
+        try:
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    self._start_xvfb()
+                    if self.tray:
+                        self._start_trayer()
+                    return self
+                except StartFailed:
+                    failed += self._procs
+                    self._procs = []
+                    if attempt == START_ATTEMPTS:
+                        raise
+                except BaseException:
+                    self.__exit__()  # a `with` does not call it when __enter__ raises
                     raise
-            except BaseException:
-                self.__exit__()  # a `with` does not call it when __enter__ raises
-                raise
-        raise AssertionError("unreachable")
+            raise AssertionError("unreachable")
+        finally:
+            _stop(failed)
 
     def _start_xvfb(self) -> None:
         width, height = self.size
@@ -158,10 +165,15 @@ class XDisplay:
 
     def __exit__(self, *exc: object) -> None:
         procs, self._procs = self._procs, []
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        _stop(procs)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate `procs`, the newest first (trayer before its Xvfb)."""
+    for proc in reversed(procs):
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
