@@ -330,11 +330,11 @@ def regression_evidence(view: ModelView) -> list[TrendPoint]:
     requests = [p for p in trend if p.request]
     if not requests and not judged_by_request(view.server.kind):
         return trend[-REGRESSION_EVIDENCE:] if len(trend) >= REGRESSION_EVIDENCE else []
-    evidence: list[TrendPoint] = []
-    for point in reversed(requests):
-        evidence.insert(0, point)
-        if len(evidence) == REGRESSION_EVIDENCE or sum(p.decode_s for p in evidence) >= REGRESSION_EVIDENCE_S:
-            return evidence
+    decoded_s = 0.0
+    for count, point in enumerate(reversed(requests), start=1):
+        decoded_s += point.decode_s
+        if count == REGRESSION_EVIDENCE or decoded_s >= REGRESSION_EVIDENCE_S:
+            return requests[-count:]
     return []
 
 

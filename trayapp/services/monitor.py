@@ -302,7 +302,7 @@ class Monitor:
             try:  # its sessions and alerts end as it stops recording: none reads "live" afterwards
                 self._store.record_stop(self.pipeline.sessions.end_all(), alerts)
             except Exception as exc:  # a bug: logged once, the store still closes
-                self._bugs.report(exc, "store: ending the sessions")
+                self._bugs.report(exc, "store: ending the sessions and alerts")
             self._store.close()
             self._store = None
 
