@@ -8,6 +8,8 @@ never for a request too large to keep; the copy is given back either way.
 A client's upstream connection is opened as the client connects (while its head arrives), closed
 unused when no head comes within limits.EARLY_UPSTREAM_HOLD_S, and never opened before a request on a
 listener that needs a token; one spent by its answers is replaced before the next request comes.
+When a client goes, its idle upstream connection is kept (limits.UPSTREAM_POOL_MOST a listener, each
+for limits.UPSTREAM_REUSE_IDLE_S) and the next client's request goes up on it.
 
 A response goes at the client's pace: while the client's buffer is full the proxy reads nothing more
 from the upstream (the upstream's own sends block), and a client that reads nothing for
@@ -329,6 +331,72 @@ def test_a_listener_with_a_token_opens_nothing_for_a_client_not_yet_authorized()
     # Accepted in the order they connected: an early connection for the refused client would be
     # counted before the authorized request's.
     assert upstream.connections == 1 and len(upstream.requests) == 1
+
+
+def _one_request(proxy: RunningProxy) -> bytes:
+    """One request on a connection of its own, closed once answered (as curl does)."""
+    with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+        sock.sendall(_raw_post(BODY))
+        return _read_answer(sock)
+
+
+def test_a_client_that_goes_leaves_its_upstream_connection_to_the_next_client() -> None:
+    """A client that opens a connection per request has each request go up on the connection the one
+    before it left, not after a connect; the listener closing closes it."""
+    with scripted() as (upstream, proxy):
+        answers = []
+        for _ in range(3):
+            answers.append(_one_request(proxy))
+            wait_until(lambda: proxy.kept_upstreams() == 1)  # the client gone, its connection kept
+        proxy.records.wait_for(3)
+        connections = upstream.connections
+    wait_until(lambda: upstream.ended == upstream.connections)
+    assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(ANSWER) for a in answers)
+    assert connections == 1 and len(upstream.requests) == 3
+
+
+def test_a_kept_connection_the_server_closes_under_a_new_clients_request_costs_it_nothing() -> None:
+    with scripted("answer", "close") as (upstream, proxy):
+        first = _one_request(proxy)
+        wait_until(lambda: proxy.kept_upstreams() == 1)
+        second = _one_request(proxy)  # up on the kept one, which closes without answering: sent again
+        records = proxy.records.wait_for(2)
+    assert first.endswith(ANSWER) and second.startswith(b"HTTP/1.1 200") and second.endswith(ANSWER)
+    assert upstream.connections == 2 and len(upstream.requests) == 3
+    assert [r.http_status for r in records] == [200, 200]
+
+
+def test_a_kept_upstream_connection_is_closed_once_idle_for_the_reuse_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Closed by the proxy (0.5 s here), long before the upstream would close it (5 s idle)."""
+    monkeypatch.setattr(limits, "UPSTREAM_REUSE_IDLE_S", 0.5)
+    with scripted() as (upstream, proxy):
+        answered = _one_request(proxy)
+        wait_until(lambda: proxy.kept_upstreams() == 1)
+        kept_s = time.monotonic()
+        wait_until(lambda: upstream.ended == 1)
+        held_s = time.monotonic() - kept_s
+        kept_after = proxy.kept_upstreams()
+        again = _one_request(proxy)  # a new connection carries it
+        proxy.records.wait_for(2)
+    assert answered.endswith(ANSWER) and again.endswith(ANSWER)
+    assert kept_after == 0 and held_s < 4.0
+    assert upstream.connections == 2
+
+
+def test_the_listener_keeps_at_most_its_limit_of_connections_for_the_next_clients() -> None:
+    most = limits.UPSTREAM_POOL_MOST
+    with scripted() as (upstream, proxy):
+        clients = [socket.create_connection(_address(proxy.url), timeout=10) for _ in range(most + 1)]
+        for sock in clients:  # each on its own upstream connection
+            sock.sendall(_raw_post(BODY))
+            assert _read_answer(sock).endswith(ANSWER)
+        for sock in clients:
+            sock.close()
+        wait_until(lambda: upstream.ended == 1 and proxy.kept_upstreams() == most)
+        proxy.records.wait_for(most + 1)
+    assert upstream.connections == most + 1
 
 
 def _address(url: str) -> tuple[str, int]:

@@ -48,6 +48,10 @@ class RunningProxy:
         """Request bytes the listener holds now (recorder pieces, prompt-count and replay copies)."""
         return self.thread.servers[0].recording.held.held_bytes
 
+    def kept_upstreams(self) -> int:
+        """Upstream connections the listener keeps for the next client (its clients gone)."""
+        return len(self.thread.servers[0].pool)
+
 
 @contextmanager
 def running_proxy(

@@ -134,6 +134,58 @@ class EarlyUpstream:
             opening.result().close()
 
 
+class UpstreamPool:
+    """Upstream connections whose clients have gone, kept for the next client (at most `most`, newest
+    taken first): a client that opens a connection per request (curl, a CLI, a script) has its request
+    go up at once, not after a connect, as a kept client connection's next request does. Each is
+    closed once idle limits.UPSTREAM_REUSE_IDLE_S, as a client's kept one would be: a server thread
+    (llama-server gives each open connection one) is held no longer than a client keeping its own
+    connection to the server would hold it."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._idle: list[tuple[Upstream, asyncio.TimerHandle]] = []  # oldest first
+        self._closed = False
+
+    def put(self, upstream: Upstream) -> None:
+        """Keep `upstream` (idle, its last answer whole), or close it when it may not be reused."""
+        if self._closed or self._most <= 0 or not upstream.usable():
+            upstream.close()
+            return
+        if len(self._idle) >= self._most:
+            oldest, timer = self._idle.pop(0)
+            timer.cancel()
+            oldest.close()
+        left_s = limits.UPSTREAM_REUSE_IDLE_S - (time.monotonic() - upstream.idle_since_s)
+        timer = asyncio.get_running_loop().call_later(max(0.0, left_s), self._expire, upstream)
+        self._idle.append((upstream, timer))
+
+    def take(self) -> Upstream | None:
+        """A kept connection still usable (the newest), no longer kept; None when there is none."""
+        while self._idle:
+            upstream, timer = self._idle.pop()
+            timer.cancel()
+            if upstream.usable():
+                return upstream
+            upstream.close()
+        return None
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    def _expire(self, upstream: Upstream) -> None:
+        self._idle = [(kept, timer) for kept, timer in self._idle if kept is not upstream]
+        upstream.close()
+
+    def close(self) -> None:
+        """Close every kept connection, and any put from now on (the listener closes)."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for upstream, timer in idle:
+            timer.cancel()
+            upstream.close()
+
+
 def _retrieve_failure(opening: asyncio.Future[Upstream]) -> None:
     """A failure no request asked for (the client sent nothing) is not an unretrieved exception."""
     if not opening.cancelled():

@@ -27,6 +27,10 @@ UPSTREAM_REUSE_IDLE_S = 4.0  # an upstream connection idle longer is not reused:
 EARLY_UPSTREAM_HOLD_S = 0.25  # a new client connection opens its upstream connection at once, while
 #                               its first head arrives (listeners without a token only); unused this
 #                               long (no head), it is closed, and opened again when a request comes
+UPSTREAM_POOL_MOST = 2  # upstream connections kept, per listener, after their clients have gone
+#                        (exchange.UpstreamPool): the next client's request goes up on one at once,
+#                        each closed after UPSTREAM_REUSE_IDLE_S idle; two, so that the pool holds at
+#                        most two of llama-server's HTTP threads (at least n_parallel + 2 of them)
 UPSTREAM_REUSE_MAX_ANSWERS = 4  # nor after this many answers: cpp-httplib (llama-server) closes a
 #                                 connection after its 5th request (keep_alive_max_count)
 

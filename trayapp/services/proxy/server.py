@@ -1,6 +1,7 @@
 """The pass-through pump: one asyncio listener per route, every byte forwarded as it arrives.
 
-Per client connection there is one upstream connection (kept alive while both sides allow).
+Per client connection there is one upstream connection (kept alive while both sides allow); when the
+client goes, an idle one is kept a few seconds for the next client (exchange.UpstreamPool).
 Per request two tasks run side by side: the client side (the request body, then a watch for
 the client hanging up) and the response pump (upstream → client: the head read and checked, then
 the body forwarded by the upstream's reads themselves, forwarding.py, the upstream paused while the
@@ -27,6 +28,7 @@ from trayapp.services.proxy.exchange import (
     Exchange,
     Upstream,
     UpstreamFailed,
+    UpstreamPool,
     drain,
     open_upstream,
     read_small,
@@ -65,6 +67,7 @@ class ProxyServer:
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
+        self.pool = UpstreamPool(limits.UPSTREAM_POOL_MOST)  # connections left by clients that went
 
     @property
     def listen_url(self) -> str:
@@ -107,6 +110,7 @@ class ProxyServer:
         self.cancel_connections()
         if self.slots.held:
             await asyncio.wait(self.slots.held, timeout=5)
+        self.pool.close()
         if self._server is not None:
             await self._server.wait_closed()
         await self.recording.close()
@@ -143,13 +147,15 @@ class ProxyServer:
         upstream: Upstream | None = None
         host, port = self.route.upstream_host, self.route.upstream_port
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
-        if self.route.token is None:
+        if self.route.token is None and not self.pool:  # else its request goes up on a kept one
             early = EarlyUpstream(host, port, limits.EARLY_UPSTREAM_HOLD_S)
+        begun: list[Checked | Sent | None] = []  # what the read that completed the head did; emptied
+        #                                          once `_serve` has answered it
         try:
             first = True
             while True:
                 self.slots.waiting(task, client.has_unread_bytes, fileno)
-                begun: list[Checked | Sent | None] = []  # what the read that completed the head did
+                begun = []
                 on_head = self._head_hook(task, client, writer, upstream, early, begun)
                 try:
                     if first:
@@ -173,6 +179,7 @@ class ProxyServer:
                 if head is None:
                     break
                 keep, upstream = await self._serve(begun[0], client, writer, upstream, early)
+                begun = []
                 if early is not None:  # taken by the request, or not needed (a refused request)
                     early.drop()
                     early = None
@@ -194,15 +201,34 @@ class ProxyServer:
             )
         finally:
             self.slots.release(task)
-            if early is not None:
-                early.drop()
-            if upstream is not None:
-                upstream.close()
+            closed = self._settle(begun, upstream, early)
             writer.close()  # before any await: a cancel arriving now must not leave a socket open
-            for closing in (writer, upstream.writer if upstream is not None else None):
+            for closing in (writer, closed.writer if closed is not None else None):
                 if closing is not None:  # the transport flushes what it holds, then closes
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await within(closing.wait_closed(), CLOSE_TIMEOUT_S)
+
+    def _settle(
+        self, begun: list[Checked | Sent | None], upstream: Upstream | None, early: EarlyUpstream | None
+    ) -> Upstream | None:
+        """The client has gone: its idle upstream connections go to the pool for the next client; one
+        that carries a request not answered to its end (`begun`: an exchange cut short) is closed.
+        The connection closed here, to wait for; None when none was."""
+        for sent in begun:
+            if isinstance(sent, Sent):
+                sent.upstream.close()
+        if early is not None:
+            spare = early.ready()  # opened for a next request that never came
+            early.drop()
+            if spare is not None:
+                self.pool.put(spare)
+        if upstream is None:
+            return None
+        if begun:
+            upstream.close()
+            return upstream
+        self.pool.put(upstream)
+        return None
 
     def _say_once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
         if key not in self._said:
@@ -239,7 +265,7 @@ class ProxyServer:
             writer.write(checked)
             return None
         if upstream is None or not upstream.usable():
-            upstream = early.ready() if early is not None else None
+            upstream = self.pool.take() or (early.ready() if early is not None else None)
         if upstream is None:
             return checked
         return send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
@@ -259,7 +285,7 @@ class ProxyServer:
         if isinstance(begun, Checked):
             checked = begun
             try:
-                opened = await early.take() if early is not None else None
+                opened = self.pool.take() or (await early.take() if early is not None else None)
                 if opened is None:
                     opened = await open_upstream(self.route.upstream_host, self.route.upstream_port)
             except UpstreamFailed as exc:
