@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import REPO, fake_upstream, our_proxy, relay_proxy  # noqa: E402
+from proxy_overhead import REPO, fake_upstream, our_proxy, relay_proxy
 
-BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 5})
+MESSAGES = [{"role": "user", "content": "hi"}]
+BODY = json.dumps({"model": "m", "messages": MESSAGES, "stream": True, "max_tokens": 5})
 
 
 def curl_ttfb_ms(url: str) -> float:
@@ -86,7 +87,8 @@ def main() -> int:
     if a.json:
         print(json.dumps({"rounds": a.rounds, "gap_s": a.gap_s, "variants": result}, indent=2))
     else:
-        print(f"curl, a fresh connection per request, {a.rounds} rounds, {a.gap_s:g} s apart (logs: {log_dir})")
+        print(f"curl, a fresh connection per request, {a.rounds} rounds, {a.gap_s:g} s apart")
+        print(f"(logs: {log_dir})")
         print("| variant | TTFB median ms | added median ms |\n|---|---|---|")
         for name, row in result.items():
             added = "—" if row["added_median_ms"] is None else f"{row['added_median_ms']:+.3f}"
