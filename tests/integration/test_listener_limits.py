@@ -457,6 +457,10 @@ class _FailingMonitor(FakeMonitor):
     def next_interval_s(self) -> float:
         return 0.05
 
+    def activity_seen(self) -> bool:
+
+        return False
+
 
 def test_the_agent_lives_through_ticks_that_fail(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]

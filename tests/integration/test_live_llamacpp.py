@@ -11,6 +11,8 @@ import os
 import signal
 import statistics
 import sys
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from tests.support.cli import Watch, run_cli
 from tests.support.llama import (
     LlamaServer,
+    OpenEndedGeneration,
     decode_rate,
     generate,
     generate_in_background,
@@ -32,6 +35,7 @@ from tests.support.llama import (
 from trayapp.config.settings import MonitorConfig, Settings
 from trayapp.core.rates import RATE_WINDOW_S
 from trayapp.core.thresholds import Thresholds
+from trayapp.services.poll_thread import wait_for_next_tick
 
 pytestmark = pytest.mark.llamacpp
 
@@ -311,3 +315,31 @@ def test_a_real_requests_energy_is_measured_or_unavailable_with_the_reason(llama
     assert energy is not None
     if not can_measure:
         assert energy.power_w is None and energy.reason and "RAPL" in energy.reason
+
+
+def test_an_idle_monitor_sees_a_request_start_within_a_look_not_a_poll(llama_server: LlamaServer) -> None:
+    """Idle, the monitor polls every 5 s; between polls it looks at the server's CPU each second
+    (`wait_for_next_tick`, the agent's wait; the tray's worker does the same), so a request sent
+    straight to the server is seen at the first look, not up to 5 s later: a request of a few seconds
+    is seen running, with its live rate. (Before, one that ended within the 5 s was never seen.)"""
+    monitor = monitor_for(llama_server.url)
+    stop = threading.Event()
+    try:
+        monitor.tick()
+        monitor.tick()  # idle: the next poll is poll_idle_s away
+        assert monitor.next_interval_s() == MonitorConfig().poll_idle_s == 5.0
+        generation = OpenEndedGeneration(llama_server.url, "Tell a story.")  # until stopped: any host's pace
+        started_s = time.monotonic()
+        try:
+            wait_for_next_tick(monitor, stop)
+            waited_s = time.monotonic() - started_s
+            first = monitor.tick().servers[0].models[0]
+            later = tick_until(monitor, lambda s: s.servers[0].models[0].decode_tok_s is not None, limit_s=60)
+        finally:
+            tokens = generation.stop()
+    finally:
+        monitor.close()
+    assert waited_s < MonitorConfig().poll_idle_s, f"the poll waited {waited_s:.1f} s: no look saw the work"
+    assert first.phase in ("prefill", "decoding"), first.phase
+    rate = later[-1].servers[0].models[0].decode_tok_s
+    assert rate is not None and rate > 0 and tokens > 0

@@ -34,6 +34,10 @@ class NoServers:
     def next_interval_s(self) -> float:
         return 0.05
 
+    def activity_seen(self) -> bool:
+
+        return False
+
     def apply_settings(self, settings: Settings) -> None:
         pass
 

@@ -39,6 +39,10 @@ class IdleMonitor:
     def next_interval_s(self) -> float:
         return 0.2
 
+    def activity_seen(self) -> bool:
+
+        return False
+
     def apply_settings(self, settings: Settings) -> None:
         pass
 

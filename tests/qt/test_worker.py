@@ -30,15 +30,24 @@ class SlowMonitor:
         self.built_on = threading.get_ident()
         self.warnings: list[str] = []
         self.store_error: str | None = None
+        self.active = False  # what activity_seen says (a local server used CPU since the last look)
+        self.looks = 0  # activity_seen calls
+        self.looks_since_tick = 0
 
     def tick(self) -> Snapshot:
         self.tick_threads.add(threading.get_ident())
         time.sleep(self.block_s)  # simulated blocking I/O, on the worker thread
         self.ticks += 1
+        self.looks_since_tick = 0
         return snap(float(self.ticks), server(model(rate=40.0 + self.ticks)))
 
     def next_interval_s(self) -> float:
         return self.interval_s
+
+    def activity_seen(self) -> bool:
+        self.looks += 1
+        self.looks_since_tick += 1
+        return self.active
 
     def apply_settings(self, settings: Settings) -> None:
         self.settings.append(settings)
@@ -122,6 +131,25 @@ def test_snapshots_keep_coming_pause_resume_and_settings(qtbot: QtBot, made: lis
     with qtbot.assertNotEmitted(runner.snapshot_ready, wait=200):
         pass
     assert made[0].ticks == ticks
+
+
+def test_between_idle_polls_the_servers_are_looked_at_and_work_there_polls_at_once(
+    qtbot: QtBot, made: list[SlowMonitor]
+) -> None:
+    """Idle (a 30 s interval here), the worker looks at the servers' CPU every ACTIVITY_CHECK_S and
+    does not tick; the first look that finds work ticks at once, not at the interval's end."""
+    runner = _runner(made, interval_s=30.0)
+    got: list[Snapshot] = []
+    runner.snapshot_ready.connect(got.append)
+    runner.start()
+    try:
+        qtbot.waitUntil(lambda: len(made) == 1 and made[0].looks_since_tick >= 2, timeout=10_000)
+        assert made[0].ticks == 1 and len(got) == 1  # looked twice (~2 s), polled once: at the start
+        made[0].active = True  # a request came
+        qtbot.waitUntil(lambda: made[0].ticks == 2, timeout=5000)  # ≤ ACTIVITY_CHECK_S, never 30 s
+        qtbot.waitUntil(lambda: len(got) == 2, timeout=2000)
+    finally:
+        assert runner.stop(5000)
 
 
 def test_tick_errors_are_reported_and_monitoring_continues(qtbot: QtBot) -> None:

@@ -30,6 +30,10 @@ class FakeMonitor:
     def next_interval_s(self) -> float:
         return 0.05
 
+    def activity_seen(self) -> bool:
+
+        return False
+
     def apply_settings(self, settings: Settings) -> None:
         self.applied.append(settings)
 

@@ -27,6 +27,10 @@ class FailingMonitor:
     def next_interval_s(self) -> float:
         return 1.5
 
+    def activity_seen(self) -> bool:
+
+        return False
+
 
 def test_a_failed_monitor_tick_is_said_once_and_retried(capsys: pytest.CaptureFixture[str]) -> None:
     emfile = OSError(errno.EMFILE, "Too many open files")

@@ -185,6 +185,7 @@ def _say_sampler(server: SnapshotServer) -> None:
 
 
 def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
+    from trayapp.services.poll_thread import wait_for_next_tick
     from trayapp.sinks.metrics import MetricsState, start_exporter
 
     state = MetricsState()
@@ -267,7 +268,7 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
                     log.warning("store: %s", monitor.store_error)
                 if args.duration is not None and time.monotonic() - started >= args.duration:
                     break
-                stop.wait(monitor.next_interval_s())
+                wait_for_next_tick(monitor, stop)
         finally:
             if snapshots is not None:
                 snapshots.stop(2.0)  # and its sampler file

@@ -127,6 +127,12 @@ class ProxyConfig:
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.listen_port}"
 
 
+# While everything idles, polls come every `poll_idle_s`; between them each server on this machine is
+# looked at this often (its process's CPU time: nothing asked of the server, services/poll_thread.py),
+# and work seen there starts the next poll at once: a request of a second or two is seen running.
+ACTIVITY_CHECK_S = 1.0
+
+
 @dataclass(frozen=True)
 class MonitorConfig:
     discover: bool = True

@@ -34,7 +34,7 @@ from trayapp.core.probe import ServerProbe
 from trayapp.core.proxied_streams import with_proxied_streams
 from trayapp.core.rate_helpers import merge_proxy_records, with_prompt_totals
 from trayapp.core.redact import redact_url
-from trayapp.services.poll_thread import PollThread, safe_poll
+from trayapp.services.poll_thread import PollThread, ServerActivity, safe_poll
 from trayapp.services.priors import stored_baselines, stored_bench_priors
 from trayapp.services.proxy.inbox import RecordInbox
 from trayapp.sources import secrets
@@ -94,6 +94,7 @@ class Monitor:
         if measure_ram and self._profile().ram_bandwidth_gbps is None:
             self._measure_ram_bandwidth()
         self._polls: dict[str, PollThread] = {}  # by server URL
+        self._activity = ServerActivity()
         self._last_reading: dict[str, tuple[ServerReading, float]] = {}
         self._store: Store | None = None
         self._record_bug: str | None = None  # the last tick's store bug, shown as the store error
@@ -274,6 +275,7 @@ class Monitor:
         snapshot = self._remote.merge(output.snapshot, now_mono + budget_s - self._clock())
         self.last_snapshot = snapshot
         self._recheck_ram_bandwidth(output.snapshot)
+        self.activity_seen()  # the servers' CPU marked after this poll: the next look counts from here
         return snapshot
 
     def next_interval_s(self) -> float:
@@ -283,6 +285,10 @@ class Monitor:
         if snap is not None and any(is_active(m.phase) for _, m in snap.models()):
             return cfg.poll_active_s
         return cfg.poll_idle_s
+
+    def activity_seen(self) -> bool:
+        """A server on this machine used CPU since the last look: poll now (poll_thread.ACTIVITY_CHECK_S)."""
+        return self._activity.seen((reading for reading, _ in self._last_reading.values()), self._clock())
 
     def close(self) -> None:
         self._remote.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,7 +21,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from shiboken6 import Shiboken
 
 from trayapp.config.bugs import BugLog, is_known_failure
-from trayapp.config.settings import Settings
+from trayapp.config.settings import ACTIVITY_CHECK_S, Settings
 from trayapp.core.model import Snapshot
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class MonitorLike(Protocol):
 
     def tick(self) -> Snapshot: ...
     def next_interval_s(self) -> float: ...
+    def activity_seen(self) -> bool: ...  # a local server used CPU since the last look (cheap)
     def apply_settings(self, settings: Settings) -> None: ...
     def close(self) -> None: ...
     @property
@@ -64,6 +66,8 @@ class MonitorWorker(QObject):
         self._stopping = False
         self._last_error: str | None = None
         self._warnings_seen = 0
+        self._due_mono_s: float | None = None  # between idle polls: when the next one is due
+        self._activity_failed = False
         self.store_error: str | None = None  # the store failure last reported (None: recording)
         self.ticks = 0
 
@@ -103,6 +107,11 @@ class MonitorWorker(QObject):
         monitor = self._monitor
         if monitor is None or self._paused or self._stopping:
             return
+        due_mono_s, self._due_mono_s = self._due_mono_s, None
+        if due_mono_s is not None and time.monotonic() < due_mono_s and not self._activity(monitor):
+            self._due_mono_s = due_mono_s
+            self._arm(min(ACTIVITY_CHECK_S, due_mono_s - time.monotonic()))
+            return
         snapshot = None
         try:
             snapshot = monitor.tick()
@@ -120,7 +129,20 @@ class MonitorWorker(QObject):
         self._report_warnings()
         if snapshot is not None:
             self.snapshot_ready.emit(snapshot)
-        self._arm(self._interval_s(monitor))
+        interval_s = self._interval_s(monitor)
+        if interval_s > ACTIVITY_CHECK_S:  # idle: a look at the servers' CPU each ACTIVITY_CHECK_S
+            self._due_mono_s = time.monotonic() + interval_s
+            interval_s = ACTIVITY_CHECK_S
+        self._arm(interval_s)
+
+    def _activity(self, monitor: MonitorLike) -> bool:
+        try:
+            return monitor.activity_seen()
+        except Exception:
+            if not self._activity_failed:  # logged once; the polls keep their interval
+                self._activity_failed = True
+                log.exception("activity_seen failed")
+            return False
 
     def _interval_s(self, monitor: MonitorLike) -> float:
         try:
@@ -145,6 +167,7 @@ class MonitorWorker(QObject):
         if paused:
             self._timer.stop()
         else:
+            self._due_mono_s = None  # resumed: a tick at once
             self._timer.start(0)
 
     @Slot(object)
