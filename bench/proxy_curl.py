@@ -2,15 +2,17 @@
 moment it connects (as curl, shell scripts and most CLIs do; `bench/proxy_overhead.py`'s own asyncio
 client writes a few hundred microseconds after its connect, which hides the proxy's upstream connect).
 
-    python bench/proxy_curl.py [--rounds 60] [--gap-s 0.3] [--proxy NAME=SRC …] [--relay] [--json]
+    python bench/proxy_curl.py [--rounds 60] [--gap-s 0.3] [--proxy NAME=SRC …] [--asyncio] [--relay]
+        [--json]
 
 Against the fake vLLM-style upstream of bench/proxy_overhead.py (its own process, 5 tokens, 20 ms
 prefill), variants in rotating order each round (direct, then each hop, the order reversed every
 other round) with `--gap-s` between requests: direct; ours (`llm-tray proxy --no-record` from this
-tree); more trees with `--proxy NAME=SRC` (a `git archive` of another commit); the Python relay
-(`--relay`). Per variant: curl's `time_starttransfer` (connect to the answer's first byte: the request
-path through the hop, the fake answering its head at once) median, and what the hop adds to direct,
-paired per round (median over rounds). Needs `curl` on PATH.
+tree, on uvloop where installed); the same on asyncio's loop (`--asyncio`); more trees with `--proxy
+NAME=SRC` (a `git archive` of another commit); the Python relay (`--relay`). Per variant: curl's
+`time_starttransfer` (connect to the answer's first byte: the request path through the hop, the fake
+answering its head at once) median, and what the hop adds to direct, paired per round (median over
+rounds). Needs `curl` on PATH.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--gap-s", type=float, default=0.3, help="pause after each request")
     p.add_argument("--proxy", action="append", default=[], metavar="NAME=SRC", help="another source tree")
+    p.add_argument("--asyncio", action="store_true", help="add ours on asyncio's event loop")
     p.add_argument("--relay", action="store_true", help="add the Python relay (the floor of a Python hop)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
@@ -60,6 +63,11 @@ def main() -> int:
             (log_dir / name).mkdir()
             hop = stack.enter_context(our_proxy(log_dir / name, "openai=" + upstream, src))
             variants[name] = f"http://127.0.0.1:{hop.port}"
+        if a.asyncio:
+            (log_dir / "asyncio").mkdir()
+            on_asyncio = our_proxy(log_dir / "asyncio", "openai=" + upstream, REPO, loop="asyncio")
+            hop = stack.enter_context(on_asyncio)
+            variants["asyncio"] = f"http://127.0.0.1:{hop.port}"
         if a.relay:
             variants["relay"] = f"http://127.0.0.1:{stack.enter_context(relay_proxy(log_dir, upstream)).port}"
         for url in variants.values():  # one untimed request each: imports, first connections

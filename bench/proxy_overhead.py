@@ -2,7 +2,7 @@
 
     python bench/proxy_overhead.py [--runs 5] [--requests 4] [--json] [--litellm-venv /tmp/litellm-venv]
         [--proxy before=/tmp/before-src] [--proxy counted=.@llamacpp] [--no-litellm] [--relay]
-        [--prompt-bytes N] [--keep-alive]
+        [--prompt-bytes N] [--keep-alive] [--asyncio]
 
 Streaming `POST /v1/chat/completions`, a fresh TCP connection per request (timed from before the
 connect), or with `--keep-alive` each client's connection kept from request to request as the OpenAI
@@ -10,7 +10,10 @@ SDKs and httpx keep theirs (timed from the request's write), from one asyncio cl
 same cheap client for every variant). Variants, interleaved request by request
 (direct, ours, litellm, direct, …) so that drift hits all of them equally:
 - direct: the client talks to the upstream;
-- ours: `llm-tray proxy --listen 127.0.0.1:0 --upstream KIND=URL --json --no-record`, its own process;
+- ours: `llm-tray proxy --listen 127.0.0.1:0 --upstream KIND=URL --json --no-record`, its own process,
+  on uvloop where installed (the `fast` extra, as the installers install it);
+- asyncio (with `--asyncio`): the same on asyncio's own event loop (`LLM_TRAY_PROXY_LOOP=asyncio`), as
+  where uvloop is not installed (Windows; a plain `pip install`);
 - more llm-tray proxies with `--proxy NAME=SRC[@KIND]` (another source tree, e.g. a `git archive` of
   the commit before a change, and the upstream kind it is told against the fake: `llamacpp` turns the
   prompt counter on, and the fake then answers `/apply-template` and `/tokenize` at llama-server's
@@ -417,10 +420,13 @@ class Proxy:
 
 
 @contextlib.contextmanager
-def our_proxy(log_dir: Path, upstream: str, src: Path) -> Iterator[Proxy]:
-    """`python -m trayapp proxy` from the source tree `src` (this checkout or a `git archive`)."""
+def our_proxy(log_dir: Path, upstream: str, src: Path, loop: str = "") -> Iterator[Proxy]:
+    """`python -m trayapp proxy` from the source tree `src` (this checkout or a `git archive`); `loop`
+    "asyncio" keeps asyncio's event loop where uvloop is installed."""
     env = {**os.environ, "LLM_TRAY_HOME": tempfile.mkdtemp(prefix="llm-tray-bench-", dir=log_dir)}
     env["PYTHONPATH"] = str(src)
+    if loop:
+        env["LLM_TRAY_PROXY_LOOP"] = loop
     cmd = [sys.executable, "-m", "trayapp", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream]
     proc = _spawn([*cmd, "--json", "--no-record"], log_dir, "ours", env, cwd=src)
     out = log_dir / "ours.out"
@@ -690,6 +696,12 @@ def all_proxies(
             proc_dir.mkdir(exist_ok=True)
             proxy = stack.enter_context(our_proxy(proc_dir, f"{told}={upstream_url}", src))
             proxies[name] = Proxy(name, proxy.port, proxy.proc)
+        if a.asyncio:
+            proc_dir = log_dir / "asyncio"
+            proc_dir.mkdir(exist_ok=True)
+            told = a.fake_kind if fake else "llamacpp"
+            proxy = stack.enter_context(our_proxy(proc_dir, f"{told}={upstream_url}", a.src, loop="asyncio"))
+            proxies["asyncio"] = Proxy("asyncio", proxy.port, proxy.proc)
         if a.relay:
             proxies["relay"] = stack.enter_context(relay_proxy(log_dir, upstream_url))
         if a.native_relay:
@@ -703,7 +715,7 @@ def _proxy_spec(text: str) -> tuple[str, Path, str | None]:
     """`NAME=SRC[@KIND]` → (name, source tree, upstream kind against the fake)."""
     name, _, rest = text.partition("=")
     src, _, kind = rest.partition("@")
-    if not name or not src or name in ("direct", "ours", "litellm", "relay", "native-relay"):
+    if not name or not src or name in ("direct", "ours", "asyncio", "litellm", "relay", "native-relay"):
         raise argparse.ArgumentTypeError(f"--proxy NAME=SRC[@KIND], a new name: {text!r}")
     return name, Path(src).resolve(), kind or None
 
@@ -723,6 +735,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no venv needed)")
     reuse = "each client keeps its connection from request to request (as the OpenAI SDKs and httpx do)"
     p.add_argument("--keep-alive", action="store_true", help=reuse)
+    on_asyncio = "add ours on asyncio's event loop (LLM_TRAY_PROXY_LOOP=asyncio), beside ours on uvloop"
+    p.add_argument("--asyncio", action="store_true", help=on_asyncio)
     p.add_argument("--relay", action="store_true", help="add the floor: a Python byte relay, nothing parsed")
     native = "add the floor of any hop: HAProxy relaying TCP (C), nothing parsed"
     p.add_argument("--native-relay", action="store_true", help=native)

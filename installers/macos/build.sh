@@ -56,7 +56,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q . pyinstaller
+"$VENV/bin/python" -m pip install -q ".[fast]" pyinstaller  # fast: uvloop, the proxy's event loop
 "$VENV/bin/python" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath "$DIST" --workpath "$WORK" installers/llm-tray.spec
 

@@ -117,3 +117,17 @@ def test_an_app_that_exits_cleanly_at_once_is_not_a_failure(start: Started) -> N
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert "exited at once, without an error" in result.stdout
     assert "llm-tray is already running: showing its dashboard" in result.stdout
+
+
+def test_where_uvloop_cannot_install_llm_tray_installs_without_it(start: Started) -> None:
+    """The `fast` extra (uvloop) is tried first; where pip cannot install it, plain llm-tray is."""
+    pip_calls = start.tmp_path / "pip-calls"
+    fails_on_fast = 'case "$*" in *"[fast]"*) echo "No matching distribution: uvloop" >&2; exit 1;; esac'
+    # the venv's python: records each pip install; the one with `fast` fails, as where uvloop has no wheel
+    executable(start.prefix / "bin" / "python", f'echo "$*" >> {pip_calls}\n{fails_on_fast}')
+    start.stand_in("exec sleep 60")
+    result = start.run()
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    installs = [line for line in pip_calls.read_text().splitlines() if not line.endswith("--upgrade pip")]
+    assert installs == ["-m pip install -q --upgrade .[fast]", "-m pip install -q --upgrade ."]
+    assert "uvloop did not install; the proxy uses asyncio's event loop" in result.stderr

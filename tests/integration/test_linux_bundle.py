@@ -18,8 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.support.fake_streaming import FakeStreamingUpstream
 from tests.support.trayapp_process import geometry, inside
 from tests.support.xdisplay import XDisplay, xdisplay_tools_missing
 
@@ -140,6 +142,8 @@ def test_the_bundle_leaves_out_what_llm_tray_never_loads(bundle: Path) -> None:
     for unused in ("yaml", "numpy/random", "PySide6/QtQml.abi3.so", "PySide6/Qt/translations"):
         assert not (internal / unused).exists(), unused
     assert not list(internal.rglob("readline*.so")) and not list(internal.rglob("libQt6Quick*"))
+    for only_the_tls_plugins in ("libQt6Network*", "libgssapi_krb5*", "libkrb5*", "libk5crypto*"):
+        assert not list(internal.rglob(only_the_tls_plugins)), only_the_tls_plugins
     assert [p for p in internal.rglob("*") if p.is_symlink() and not p.exists()] == []  # none dangling
     if shutil.which("cc") or shutil.which("gcc"):  # the spec swaps ICU's 31 MiB data for an empty package
         (icu_data,) = (internal / "PySide6" / "Qt" / "lib").glob("libicudata.so.*")
@@ -148,6 +152,36 @@ def test_the_bundle_leaves_out_what_llm_tray_never_loads(bundle: Path) -> None:
         python = next(internal.glob("libpython3*.so*"))
         sections = subprocess.run(["readelf", "-S", str(python)], capture_output=True, text=True, check=True)
         assert ".debug_info" not in sections.stdout and ".symtab" not in sections.stdout
+
+
+def test_the_bundled_proxy_forwards_on_uvloop(bundle: Path, run_env: dict[str, str], tmp_path: Path) -> None:
+    """build-linux.sh bundles uvloop (the `fast` extra), as does this test's own build where the
+    test environment has it; a bundle that carries it but cannot import it would fall back quietly."""
+    internal = bundle.parent / "_internal"
+    if importlib.util.find_spec("uvloop") is not None:
+        assert (internal / "uvloop").is_dir()
+    out = tmp_path / "proxy.out"
+    with FakeStreamingUpstream("openai", tokens=2) as upstream, out.open("wb") as sink:
+        args = [str(bundle), "proxy", "--listen", "127.0.0.1:0", "--upstream", f"openai={upstream.url}"]
+        proc = subprocess.Popen([*args, "--json", "--no-record"], cwd=run_env["LLM_TRAY_HOME"], env=run_env,
+                                stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            listening = _wait_for("the listening line", lambda: _listening(out), proc, RUN_TIMEOUT_S)
+            assert listening["event_loop"] == ("uvloop" if (internal / "uvloop").is_dir() else "asyncio")
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            with httpx.Client(trust_env=False, timeout=30) as client:
+                answer = client.post(listening["listen"] + "/v1/chat/completions", json=body)
+            assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(RUN_TIMEOUT_S) == 0, out.read_text()
+
+
+def _listening(out: Path) -> dict[str, str] | None:
+    for line in out.read_text(encoding="utf-8").splitlines():
+        if line.startswith("{") and json.loads(line).get("event") == "listening":
+            return dict(json.loads(line))
+    return None
 
 
 def _wait_for(what: str, get, proc: subprocess.Popen[bytes], timeout_s: float = TRAY_TIMEOUT_S):  # type: ignore[no-untyped-def]

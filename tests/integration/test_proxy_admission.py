@@ -14,6 +14,8 @@ import pytest
 from trayapp.services.proxy.admission import Slots
 from trayapp.sinks.listener import kernel_bytes_waiting
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 
 @pytest.fixture
 def pairs() -> Iterator[list[tuple[socket.socket, socket.socket]]]:

@@ -20,6 +20,8 @@ from trayapp.services.proxy.forwarding import HeadForwarder, forward_body
 from trayapp.services.proxy.limits import READ_BYTES
 from trayapp.services.proxy.reading import ForwardingReader, Reader
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 PAYLOAD = b'data: {"token": 1}\n\n'
 CHUNK = b"%x\r\n%s\r\n" % (len(PAYLOAD), PAYLOAD)

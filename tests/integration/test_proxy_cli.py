@@ -8,6 +8,7 @@ export format or the HTML report.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import uuid
 from pathlib import Path
@@ -63,6 +64,8 @@ def test_proxy_records_exact_requests_to_the_store_and_leaks_no_text(
         assert listening["upstream"] == llama_server.url and listening["listen"].startswith(
             "http://127.0.0.1:"
         )
+        installed_loop = "asyncio" if importlib.util.find_spec("uvloop") is None else "uvloop"
+        assert listening["event_loop"] == installed_loop  # said, and uvloop's where installed
         runs = [_through(listening["listen"], body, stream) for stream in (False, True)]
         # Sampled text may hold no phrase to search for (it once echoed the canary and a numbered
         # list): a greedy prose request too, whose text is the same on every run of this build.

@@ -21,6 +21,8 @@ from tests.support.proxy import running_proxy
 from trayapp.services.proxy import clients
 from trayapp.services.proxy.clients import ClientNamer
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
 def test_a_burst_of_connections_is_named_in_one_pass_over_proc(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,8 @@ from tests.support.proxy import running_proxy
 from trayapp.services.proxy.route import Route
 from trayapp.services.proxy.runner import ProxyThread
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 WORDS = ("Zanzibar", "quokka", "marmalade")
 TIMEOUT = httpx.Timeout(10.0)
 
@@ -49,6 +51,18 @@ def post_bytes(path: str, body: dict[str, Any], *extra_headers: str) -> bytes:
     head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
             f"Content-Length: {len(data)}", "Connection: close", *extra_headers]  # fmt: skip
     return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+def test_the_proxy_runs_on_the_event_loop_asked_for(each_event_loop: str) -> None:
+    with fake() as upstream, running_proxy(upstream.url, "ollama") as proxy:
+        assert proxy.thread.event_loop == each_event_loop
+        with httpx.Client(trust_env=False, timeout=TIMEOUT) as client:
+            body = {"model": "qwen3:30b", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+            assert client.post(proxy.url + "/api/chat", json=body).status_code == 200
+        (record,) = proxy.records.wait_for(1)
+    # The fake's knobs: 8 tokens, each 0.01 s → eval_count 8, 100 tok/s from Ollama's own durations.
+    assert record.http_status == 200 and record.decode_tokens == 8
+    assert record.decode_tok_s == pytest.approx(100.0, rel=0.01)
 
 
 @pytest.mark.parametrize("stream", [None, False])  # None: `stream` omitted, which Ollama streams

@@ -23,6 +23,8 @@ from tests.support.proxy import running_proxy
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.recorder import RequestTap
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 
 @dataclass
 class RawUpstream:

@@ -23,6 +23,8 @@ import pytest
 from tests.support.fake_streaming import FakeStreamingUpstream
 from trayapp.services.proxy import limits
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 BODIES = 10
 BODY_BYTES = 15 * 1000 * 1000
 MIB = 1024 * 1024

@@ -38,6 +38,8 @@ from tests.support.fake_servers import wait_until
 from tests.support.proxy import RunningProxy, running_proxy
 from trayapp.services.proxy import limits
 
+pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
+
 ANSWER = b'{"content":"ok"}'
 BIG_PATTERN = bytes(range(256))
 BIG_BYTES = 64 * 1024 * 1024  # far more than every buffer between the upstream and the client

@@ -261,6 +261,7 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
                 "listen": url,
                 "upstream": route.upstream_url,
                 "kind": route.server_kind,
+                "event_loop": proxies.event_loop,
             }
             print(json.dumps(line), flush=True)
         else:

@@ -55,6 +55,11 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """Which event loop the proxies run on, "uvloop" or "asyncio" (said by `llm-tray proxy --json`)."""
+    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
+
+
 async def start_all(
     routes: Sequence[Route], on_record: RecordSink, prompts: PromptBoard | None = None
 ) -> list[ProxyServer]:
@@ -85,6 +90,11 @@ class ProxyThread:
         self._loop.set_exception_handler(_LoopErrors().handle)
         self._servers: list[ProxyServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-tray-proxy", daemon=True)
+
+    @property
+    def event_loop(self) -> str:
+        """The proxies' event loop: "uvloop" or "asyncio"."""
+        return loop_name(self._loop)
 
     @property
     def servers(self) -> tuple[ProxyServer, ...]:
