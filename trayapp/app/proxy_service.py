@@ -70,7 +70,7 @@ class ProxyService:
                     "proxy %s: no TLS: the token and all traffic cross the network in clear text",
                     config.listen,
                 )
-            log.info("proxy %s → %s started", config.client_url, config.upstream)
+            log.info("proxy %s → %s started (%s)", config.client_url, config.upstream, thread.event_loop)
             self._running[config] = thread
         self.inbox.set_upstreams(c.upstream for c in self._running)  # their polled records give way
         return problems
