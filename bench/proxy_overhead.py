@@ -18,7 +18,7 @@ same cheap client for every variant). Variants, interleaved request by request
   the commit before a change, and the upstream kind it is told against the fake: `llamacpp` turns the
   prompt counter on, and the fake then answers `/apply-template` and `/tokenize` at llama-server's
   measured pace);
-- relay (with `--relay`): the floor of any Python hop — a byte relay on asyncio's transports (no HTTP
+- relay (with `--relay`): the floor of any Python hop — a byte relay on the event loop's transports (no HTTP
   read, parsed or recorded; a fresh upstream connection per client, TCP_NODELAY both sides), its own
   process, on the event loop `ours` uses (uvloop where installed);
 - native-relay (with `--native-relay`): the floor of any hop on this machine — HAProxy (C, one

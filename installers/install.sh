@@ -31,7 +31,7 @@ install_app() {
     fi
   fi
   "$PREFIX/bin/python" -m pip install -q --upgrade pip
-  # With the `fast` extra (uvloop: the recording proxy's event loop in C, ~0.3 ms less a request);
+  # With the `fast` extra (uvloop: the recording proxy's event loop in C, measured in docs/performance.md);
   # where it cannot install (no wheel for this platform, no compiler) llm-tray runs on asyncio's own.
   if ! "$PREFIX/bin/python" -m pip install -q --upgrade ".[fast]"; then
     echo "install.sh: uvloop did not install; the proxy uses asyncio's event loop" >&2
