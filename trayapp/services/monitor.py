@@ -287,7 +287,7 @@ class Monitor:
         return cfg.poll_idle_s
 
     def activity_seen(self) -> bool:
-        """A server on this machine used CPU since the last look: poll now (poll_thread.ACTIVITY_CHECK_S)."""
+        """A server on this machine used CPU since the last look: poll now (settings.ACTIVITY_CHECK_S)."""
         return self._activity.seen((reading for reading, _ in self._last_reading.values()), self._clock())
 
     def close(self) -> None:

@@ -55,11 +55,6 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def loop_name(loop: asyncio.AbstractEventLoop) -> str:
-    """Which event loop the proxies run on, "uvloop" or "asyncio" (said by `llm-tray proxy --json`)."""
-    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
-
-
 async def start_all(
     routes: Sequence[Route], on_record: RecordSink, prompts: PromptBoard | None = None
 ) -> list[ProxyServer]:
@@ -93,8 +88,8 @@ class ProxyThread:
 
     @property
     def event_loop(self) -> str:
-        """The proxies' event loop: "uvloop" or "asyncio"."""
-        return loop_name(self._loop)
+        """The proxies' event loop, "uvloop" or "asyncio" (said by `llm-tray proxy --json` and the log)."""
+        return "uvloop" if type(self._loop).__module__.split(".")[0] == "uvloop" else "asyncio"
 
     @property
     def servers(self) -> tuple[ProxyServer, ...]:
