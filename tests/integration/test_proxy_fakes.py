@@ -189,6 +189,36 @@ def test_a_client_hanging_up_mid_stream_closes_the_upstream() -> None:
     assert record.aborted
 
 
+@pytest.mark.parametrize("while_streaming", [True, False])
+def test_a_next_request_sent_before_the_answer_ended_is_answered_after_it(while_streaming: bool) -> None:
+    """HTTP/1.1 pipelining: the next request comes in the same write as the first (`while_streaming`
+    False), or while the first answer streams. Neither answer is cut, nor is the client taken to
+    have gone."""
+    body = {"model": "qwen3:30b", "messages": [{"role": "user", "content": "hi"}]}
+    first = post_bytes("/api/chat", body).replace(b"Connection: close\r\n", b"")
+    second = post_bytes("/api/chat", body)
+    with fake(tokens=20, token_delay_s=0.02) as upstream, running_proxy(upstream.url, "ollama") as proxy:
+        host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+        received = b""
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            if while_streaming:
+                sock.sendall(first)
+                while b"Zanzibar" not in received and b"quokka" not in received:  # a token has come
+                    received += sock.recv(65536)
+                sock.sendall(second)
+            else:
+                sock.sendall(first + second)
+            while chunk := sock.recv(65536):  # the second request says Connection: close
+                received += chunk
+        captures = upstream.wait_for_captures(2)
+        records = proxy.records.wait_for(2)
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert [capture.tokens_sent for capture in captures] == [20, 20]
+    assert not any(capture.client_disconnected for capture in captures)
+    assert [record.aborted for record in records] == [False, False]
+    assert [record.decode_tokens for record in records] == [20, 20]
+
+
 def test_a_token_is_required_when_set_and_never_forwarded() -> None:
     with fake() as upstream, running_proxy(upstream.url, "ollama", token="s3cret-token") as proxy:
         body = {"model": "m", "stream": False}

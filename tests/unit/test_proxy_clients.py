@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -29,18 +30,33 @@ def test_the_user_agents_product_token(user_agent: str | None, product: str | No
     assert user_agent_product(user_agent) == product
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async def polled() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(polled(), timeout_s)
+
+
+def named_once(*args: object) -> clients.Named:
+    async def ask() -> clients.Named:
+        return await ClientNamer().name(*args)  # type: ignore[arg-type]
+
+    return asyncio.run(ask())
+
+
 def test_a_remote_client_is_named_by_its_user_agent_without_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_scan(port: int) -> dict[int, int | None]:
         raise AssertionError("a remote peer needs no scan of this machine's sockets")
 
     monkeypatch.setattr(clients, "_scan", no_scan)
-    named = asyncio.run(ClientNamer().name(("192.168.1.20", 51234), 8081, "aider/0.86"))
+    named = named_once(("192.168.1.20", 51234), 8081, "aider/0.86")
     assert named == ("aider", None)
 
 
 def test_a_loopback_client_of_another_user_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(clients, "_scan", lambda port: {51234: None})  # psutil gave no pid: not ours
-    named = asyncio.run(ClientNamer().name(("127.0.0.1", 51234), 8081, "aider/0.86"))
+    named = named_once(("127.0.0.1", 51234), 8081, "aider/0.86")
     assert named == (OTHER_USER, None)
 
 
@@ -54,7 +70,7 @@ def test_a_loopback_client_the_scan_did_not_see_falls_back_to_its_user_agent(
         return {}
 
     monkeypatch.setattr(clients, "_scan", scan)
-    named = asyncio.run(ClientNamer().name(("::1", 40000, 0, 0), 8081, "curl/8.5"))
+    named = named_once(("::1", 40000, 0, 0), 8081, "curl/8.5")
     assert named == ("curl", None) and scans == [8081]
 
 
@@ -81,6 +97,34 @@ def test_a_bug_in_the_naming_is_logged_once_and_the_record_goes_out_unnamed(
     assert len(bugs) == 1 and bugs[0].exc_info is not None
 
 
+def test_a_record_waits_for_its_clients_name_at_most_client_name_wait_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record goes out named once its name comes, or unnamed once CLIENT_NAME_WAIT_S passed (its
+    lookup given up), whichever is first; one waiting never holds back another."""
+    monkeypatch.setattr(clients, "CLIENT_NAME_WAIT_S", 0.3)
+    emitted: list[FinishedRequest] = []
+
+    async def run() -> asyncio.Future[clients.Named]:
+        records = clients.NamedRecords(emitted.append)
+        loop = asyncio.get_running_loop()
+        never: asyncio.Future[clients.Named] = loop.create_future()
+        later: asyncio.Future[clients.Named] = loop.create_future()
+        records.hand_on(FinishedRequest(model="a", finished_wall_s=1.0), never)
+        records.hand_on(FinishedRequest(model="b", finished_wall_s=2.0), later)
+        assert emitted == []  # both wait
+        later.set_result(("aider", 4242))
+        await until(lambda: len(emitted) == 1)
+        assert [(r.model, r.client_name, r.client_pid) for r in emitted] == [("b", "aider", 4242)]
+        await until(lambda: len(emitted) == 2)  # the other given up by its own timer, before any close
+        await records.close()
+        return never
+
+    never = asyncio.run(run())
+    assert [(r.model, r.client_name) for r in emitted] == [("b", "aider"), ("a", None)]
+    assert never.cancelled()
+
+
 @pytest.mark.parametrize(("kept_s", "expected"), [(30.0, ["aider", "aider"]), (-1.0, ["aider", "bash"])])
 def test_a_clients_name_is_kept_for_a_while_then_read_again(
     monkeypatch: pytest.MonkeyPatch, kept_s: float, expected: list[str]
@@ -96,3 +140,22 @@ def test_a_clients_name_is_kept_for_a_while_then_read_again(
         return [await namer.name(("127.0.0.1", 51234), 8081, None) for _ in range(2)]
 
     assert asyncio.run(twice()) == [(name, 4242) for name in expected]
+
+
+def test_a_burst_of_clients_from_one_process_reads_its_name_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+
+    def process_name(pid: int) -> str:
+        reads.append(pid)
+        return "aider"
+
+    monkeypatch.setattr(clients, "_scan", lambda port: {port: 4242 for port in range(51000, 51005)})
+    monkeypatch.setattr(clients, "_process_name", process_name)
+    namer = ClientNamer()
+
+    async def burst() -> list[clients.Named]:
+        asks = [namer.name(("127.0.0.1", port), 8081, None) for port in range(51000, 51005)]
+        return list(await asyncio.gather(*asks))
+
+    assert asyncio.run(burst()) == [("aider", 4242)] * 5
+    assert reads == [4242]

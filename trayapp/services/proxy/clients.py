@@ -34,6 +34,7 @@ from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback
 from trayapp.core.model import FinishedRequest
 from trayapp.core.vram_holders import OTHER_USER
+from trayapp.sources import sock_diag
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def _scan(listen_port: int) -> dict[int, int | None]:
 def _sockets_to(listen_port: int) -> list[tuple[int, int]]:
     """(client port, socket inode) of each loopback TCP connection to `listen_port`."""
     try:
-        return _diag_sockets_to(listen_port)
+        return sock_diag.sockets_to(listen_port)
     except OSError as exc:  # no sock_diag here (a sandbox): the text listing
         log.debug("sock_diag refused (%s): reading /proc/net/tcp", exc)
     found: list[tuple[int, int]] = []
@@ -98,88 +99,6 @@ def _sockets_to(listen_port: int) -> list[tuple[int, int]]:
     return found
 
 
-_NETLINK_SOCK_DIAG = 4
-_SOCK_DIAG_BY_FAMILY = 20
-_NLM_F_REQUEST_DUMP = 0x1 | 0x300
-_NLMSG_DONE, _NLMSG_ERROR = 3, 2
-_NLMSG_HEAD = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
-_DIAG_REQUEST = struct.Struct("=BBBxI48x")  # family, protocol, extensions, states; any socket id
-_DIAG_MESSAGE = struct.Struct("=BBBB2H16s16sI8xIIIII")  # inet_diag_msg (ports big-endian: swapped below)
-
-
-def _diag_sockets_to(listen_port: int) -> list[tuple[int, int]]:
-    """`_sockets_to` by sock_diag netlink (linux/inet_diag.h): every TCP socket, in binary."""
-    found: list[tuple[int, int]] = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
-        link.settimeout(2.0)
-        for family in (socket.AF_INET, socket.AF_INET6):
-            request = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0xFFFFFFFF)
-            head = _NLMSG_HEAD.pack(
-                _NLMSG_HEAD.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0
-            )
-            link.send(head + request)
-            done = False
-            while not done:
-                data = link.recv(1 << 16)
-                at = 0
-                while at + _NLMSG_HEAD.size <= len(data):
-                    length, kind = _NLMSG_HEAD.unpack_from(data, at)[:2]
-                    if kind == _NLMSG_DONE:
-                        done = True
-                        break
-                    if kind == _NLMSG_ERROR or length < _NLMSG_HEAD.size:
-                        raise OSError("sock_diag answered an error")
-                    fields = _DIAG_MESSAGE.unpack_from(data, at + _NLMSG_HEAD.size)
-                    sport, dport, src, inode = (
-                        socket.ntohs(fields[4]),
-                        socket.ntohs(fields[5]),
-                        fields[6],
-                        fields[-1],
-                    )
-                    size = 4 if family == socket.AF_INET else 16
-                    if dport == listen_port and is_loopback(socket.inet_ntop(family, src[:size])):
-                        found.append((sport, inode))
-                    at += (length + 3) & ~3
-                if not data:
-                    raise OSError("sock_diag closed")
-    return found
-
-
-_DIAG_EXACT = struct.Struct("=BBBxI2H16s16sI2I")  # inet_diag_req_v2 naming one socket (ports big-endian)
-
-
-def _diag_inode(family: int, src: str, sport: int, dst: str, dport: int) -> int | None:
-    """The inode of the TCP socket bound to (src, sport) and connected to (dst, dport), by one
-    sock_diag lookup (a hash lookup in the kernel); None when there is none (gone meanwhile)."""
-    size = 4 if family == socket.AF_INET else 16
-    ids = (socket.inet_pton(family, src).ljust(16, b"\0"), socket.inet_pton(family, dst).ljust(16, b"\0"))
-    no_cookie = (0xFFFFFFFF, 0xFFFFFFFF)
-    request = _DIAG_EXACT.pack(
-        family,
-        socket.IPPROTO_TCP,
-        0,
-        0xFFFFFFFF,
-        socket.htons(sport),
-        socket.htons(dport),
-        *ids,
-        0,
-        *no_cookie,
-    )
-    head = _NLMSG_HEAD.pack(_NLMSG_HEAD.size + len(request), _SOCK_DIAG_BY_FAMILY, 0x1, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
-        link.settimeout(2.0)
-        link.send(head + request)
-        data = link.recv(1 << 12)
-    kind = _NLMSG_HEAD.unpack_from(data)[1]
-    if kind == _NLMSG_ERROR:
-        return None  # ENOENT: no such socket
-    fields = _DIAG_MESSAGE.unpack_from(data, _NLMSG_HEAD.size)
-    if socket.ntohs(fields[4]) != sport or fields[6][:size] != ids[0][:size]:
-        raise OSError("sock_diag answered another socket")
-    inode: int = fields[-1]
-    return inode or None
-
-
 def _owners_of(pairs: list[tuple[Address, Address]]) -> list[Owner]:
     """(known, pid) of each loopback client at `peer` connected to the listener at `local`: one lookup
     of each socket, then one pass over the descriptors of recent clients first for all of them (50
@@ -188,21 +107,31 @@ def _owners_of(pairs: list[tuple[Address, Address]]) -> list[Owner]:
     user may read holds it."""
     if not sys.platform.startswith("linux"):
         return [(False, None)] * len(pairs)
-    inodes = [_inode_of(peer, local) for peer, local in pairs]
+    inodes = _inodes_of(pairs)
     holders = _holders({inode for inode in inodes if inode is not None}, reversed(list(_RECENT_PIDS)))
     _remember(holders.values())
     return [(False, None) if inode is None else (True, holders.get(inode)) for inode in inodes]
 
 
-def _inode_of(peer: Address, local: Address) -> int | None:
-    """The inode of the client's socket, by one sock_diag lookup; None when gone, or when this way
-    cannot tell (asked in the wrong family for a v4-mapped address, sock_diag refused)."""
+def _inodes_of(pairs: list[tuple[Address, Address]]) -> list[int | None]:
+    """The inode of each client's socket, by one sock_diag lookup each on one netlink socket; None
+    when gone, or when this way cannot tell (asked in the wrong family for a v4-mapped address,
+    sock_diag refused)."""
+    try:
+        with sock_diag.Link() as link:
+            return [_inode_of(link, peer, local) for peer, local in pairs]
+    except OSError as exc:
+        log.debug("sock_diag refused: %s", exc)
+        return [None] * len(pairs)
+
+
+def _inode_of(link: sock_diag.Link, peer: Address, local: Address) -> int | None:
     src, dst = peer[0].split("%")[0], local[0].split("%")[0]
     if src.startswith("::ffff:") and dst.startswith("::ffff:"):  # an IPv4 client of a dual-stack listener
         src, dst = src[7:], dst[7:]
     family = socket.AF_INET6 if ":" in src else socket.AF_INET
     try:
-        return _diag_inode(family, src, peer[1], dst, local[1])
+        return link.inode_of(family, src, peer[1], dst, local[1])
     except (OSError, ValueError, struct.error) as exc:
         log.debug("sock_diag lookup failed: %s", exc)
         return None
@@ -271,7 +200,7 @@ def _owners_if_the_last_client(pairs: list[tuple[Address, Address]]) -> list[Own
         return None
     if len(fds) > QUICK_LOOKUP_MAX_FDS:
         return None
-    inodes = [_inode_of(peer, local) for peer, local in pairs]
+    inodes = _inodes_of(pairs)
     wanted = {inode for inode in inodes if inode is not None}
     if len(wanted) < len(inodes) or len(_sockets_among(pid, fds, set(wanted))) < len(wanted):
         return None
@@ -334,24 +263,41 @@ class ClientNamer:
         self._scanned_mono_s = float("-inf")
         self._scan_task: asyncio.Task[None] | None = None
         self._names: dict[int, tuple[str, float]] = {}  # pid → (process name, when read: monotonic s)
+        self._reading: dict[int, asyncio.Future[Named]] = {}  # pid → its name being read
         self._asked: list[
             tuple[tuple[str, int], tuple[str, int], asyncio.Future[tuple[bool, int | None]]]
         ] = []
         self._owners_task: asyncio.Task[None] | None = None
 
-    async def name(
+    def name(
         self, peer: object, listen_port: int, user_agent: str | None, local: object = None
-    ) -> Named:
+    ) -> asyncio.Future[Named]:
         """(name, pid) of the client at `peer` (the connection's peer address; `local`: its address
-        on this side, for a lookup of that one socket where the system allows it)."""
+        on this side, for a lookup of that one socket where the system allows it). Answered from
+        callbacks where that lookup tells (no task a request, issue #26), else by a scan's task."""
         port = _loopback_port(peer)
         if port is None:
-            return user_agent_product(user_agent), None
-        if _loopback_port(local) is not None:
-            assert isinstance(peer, tuple) and isinstance(local, tuple)
-            known, pid = await self._owner(peer[:2], local[:2])
-            if known:
-                return await self._named_pid(pid)
+            return _answered((user_agent_product(user_agent), None))
+        if _loopback_port(local) is None:
+            return asyncio.ensure_future(self._name_by_scan(port, listen_port, user_agent))
+        assert isinstance(peer, tuple) and isinstance(local, tuple)
+        named: asyncio.Future[Named] = asyncio.get_running_loop().create_future()
+
+        def owned(owner: asyncio.Future[Owner]) -> None:
+            if named.done():  # given up
+                return
+            if owner.exception() is not None:
+                named.set_exception(owner.exception())  # type: ignore[arg-type]  # not None: checked
+                return
+            known, pid = owner.result()
+            then = self._named_pid(pid) if known else self._name_by_scan(port, listen_port, user_agent)
+            _pass_on(asyncio.ensure_future(then), named)
+
+        self._owner(peer[:2], local[:2]).add_done_callback(owned)
+        return named
+
+    async def _name_by_scan(self, port: int, listen_port: int, user_agent: str | None) -> Named:
+        """`name` from a scan of every connection to the listener."""
         asked_mono_s = time.monotonic()
         for _ in range(2):  # a scan already running may have begun before this connection existed
             if port in self._ports and self._scanned_mono_s >= asked_mono_s - SCAN_FRESH_S:
@@ -361,16 +307,16 @@ class ClientNamer:
                 break
         if port not in self._ports:
             return user_agent_product(user_agent), None
-        return await self._named_pid(self._ports[port])
+        return await asyncio.shield(self._named_pid(self._ports[port]))  # shared: never cancelled by one
 
-    async def _owner(self, peer: Address, local: Address) -> Owner:
+    def _owner(self, peer: Address, local: Address) -> asyncio.Future[Owner]:
         """`_owners_of` for one connection: those asked while a lookup runs go together in the next
         (one thread hop and one pass over /proc for a burst of connections, not one each)."""
         answer: asyncio.Future[Owner] = asyncio.get_running_loop().create_future()
         self._asked.append((peer, local, answer))
         if self._owners_task is None or self._owners_task.done():
             self._owners_task = asyncio.ensure_future(self._look_up_owners())
-        return await answer
+        return answer
 
     async def _look_up_owners(self) -> None:
         while self._asked:
@@ -389,17 +335,25 @@ class ClientNamer:
                 if not answer.done():  # not given up meanwhile
                     answer.set_result(owner)
 
-    async def _named_pid(self, pid: int | None) -> Named:
+    def _named_pid(self, pid: int | None) -> asyncio.Future[Named]:
         if pid is None:
-            return OTHER_USER, None
+            return _answered((OTHER_USER, None))
         known = self._names.get(pid)
-        if known is None or time.monotonic() - known[1] > NAME_KEPT_S:  # a pid is reused by another process
-            read_mono_s = time.monotonic()
-            known = (await asyncio.to_thread(_process_name, pid), read_mono_s)
-            self._names.pop(pid, None)
-            self._names[pid] = known
-            if len(self._names) > 1024:  # pids come and go: keep the newest
-                self._names.pop(next(iter(self._names)))
+        if known is not None and time.monotonic() - known[1] <= NAME_KEPT_S:  # later, the pid may be reused
+            return _answered((known[0], pid))
+        reading = self._reading.get(pid)
+        if reading is None:  # one read for a burst of connections from one process, not one each
+            reading = self._reading[pid] = asyncio.ensure_future(self._read_name(pid))
+            reading.add_done_callback(lambda _: self._reading.pop(pid, None))
+        return reading
+
+    async def _read_name(self, pid: int) -> Named:
+        read_mono_s = time.monotonic()
+        known = (await asyncio.to_thread(_process_name, pid), read_mono_s)
+        self._names.pop(pid, None)
+        self._names[pid] = known
+        if len(self._names) > 1024:  # pids come and go: keep the newest
+            self._names.pop(next(iter(self._names)))
         return known[0], pid
 
     async def _rescan(self, listen_port: int) -> None:
@@ -415,12 +369,13 @@ class ClientNamer:
 
 class NamedRecords:
     """Hands each record on (`emit`) with its client's name: the name is looked up from the request's
-    start (`lookup`), and a record waits at most CLIENT_NAME_WAIT_S for it once its response ended."""
+    start (`lookup`), and a record waits at most CLIENT_NAME_WAIT_S for it once its response ended
+    (a callback and a timer: no task a record)."""
 
     def __init__(self, emit: Callable[[FinishedRequest], None]) -> None:
         self._emit = emit
         self._namer = ClientNamer()
-        self._waiting: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Future[Named], tuple[FinishedRequest, asyncio.TimerHandle]] = {}
         self._bugs = BugLog(log)
 
     def lookup(
@@ -431,25 +386,63 @@ class NamedRecords:
     def hand_on(self, record: FinishedRequest, naming: asyncio.Future[Named] | None) -> None:
         if naming is None:
             self._emit(record)
-            return
-        task = asyncio.ensure_future(self._named(record, naming))
-        self._waiting.add(task)
-        task.add_done_callback(self._waiting.discard)
+        elif naming.done():
+            self._emit_named(record, naming)
+        else:
+            timer = asyncio.get_running_loop().call_later(CLIENT_NAME_WAIT_S, self._give_up, naming)
+            self._waiting[naming] = (record, timer)
+            naming.add_done_callback(self._named)
 
-    async def _named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
-        try:
-            name, pid = await asyncio.wait_for(asyncio.shield(naming), CLIENT_NAME_WAIT_S)
+    def _named(self, naming: asyncio.Future[Named]) -> None:
+        waiting = self._waiting.pop(naming, None)
+        if waiting is not None:  # else given up: its record went out unnamed
+            waiting[1].cancel()
+            self._emit_named(waiting[0], naming)
+
+    def _give_up(self, naming: asyncio.Future[Named]) -> None:
+        """A client unnamed is a record all the same."""
+        waiting = self._waiting.pop(naming, None)
+        naming.cancel()
+        if waiting is not None:
+            waiting[1].cancel()
+            self._emit(waiting[0])
+
+    def _emit_named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
+        if not naming.cancelled() and naming.exception() is not None:  # a bug: logged once, out unnamed
+            self._bugs.report(naming.exception(), "proxy client naming")  # type: ignore[arg-type]
+        elif not naming.cancelled():
+            name, pid = naming.result()
             record = dataclasses.replace(record, client_name=name, client_pid=pid)
-        except asyncio.TimeoutError:  # a client unnamed is a record all the same
-            naming.cancel()
-        except Exception as exc:  # a bug in the naming: logged once, the record goes out unnamed
-            self._bugs.report(exc, "proxy client naming")
         self._emit(record)
 
     async def close(self) -> None:
         """Every record still waiting for its name goes out, named or not."""
         if self._waiting:
-            await asyncio.wait(self._waiting, timeout=CLIENT_NAME_WAIT_S + 1)
+            await asyncio.wait(list(self._waiting), timeout=CLIENT_NAME_WAIT_S + 1)
+        for naming in list(self._waiting):
+            self._give_up(naming)
+
+
+def _answered(value: Named) -> asyncio.Future[Named]:
+    answer: asyncio.Future[Named] = asyncio.get_running_loop().create_future()
+    answer.set_result(value)
+    return answer
+
+
+def _pass_on(source: asyncio.Future[Named], target: asyncio.Future[Named]) -> None:
+    """`target` gets `source`'s outcome once it has one (unless given up on meanwhile)."""
+
+    def done(source: asyncio.Future[Named]) -> None:
+        if target.done():
+            return
+        if source.cancelled():
+            target.cancel()
+        elif source.exception() is not None:
+            target.set_exception(source.exception())  # type: ignore[arg-type]  # not None: checked
+        else:
+            target.set_result(source.result())
+
+    source.add_done_callback(done)
 
 
 def _loopback_port(peer: object) -> int | None:

@@ -203,6 +203,36 @@ class HeadWatch:
             self.head.set_result(head)
 
 
+class HangUpWatch:
+    """The client's side of an exchange whose request body came whole with its head, watched from the
+    read callbacks (no task, no wait a request: issue #26): the client hanging up cancels `response`
+    (the pump; closing the upstream then stops the server generating), and its first bytes of a next
+    request end the watch, kept for that request (as the client side's "more")."""
+
+    def __init__(self, client: Reader, response: asyncio.Future[bool]) -> None:
+        stream = client.reader
+        assert isinstance(stream, ForwardingReader)  # the proxy's connections all read through one
+        self._client, self._stream = client, stream
+        self.response = response  # the pump now (a replay makes a new one)
+        self.gone = False  # the client hung up
+        if not client.pending:  # else the next request has begun already: nothing to watch
+            stream.attach(self)
+
+    def received(self, data: bytes) -> None:
+        self.stop()
+        self._client.pending += data
+
+    def ended(self, exc: Exception | None) -> None:
+        self.stop()
+        self.gone = True
+        if not self.response.done():
+            self.response.cancel()
+
+    def stop(self) -> None:
+        if self._stream.forwarder is self:
+            self._stream.forwarder = None
+
+
 class HeadBuffer:
     """A message head's bytes as they come, however they are split: linear in the head's size (each
     piece is appended once and only its new bytes, with the 3 before them, are searched for the blank

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes
-from trayapp.services.proxy.exchange import Exchange, Upstream
+from trayapp.services.proxy.exchange import Exchange, Upstream, UpstreamFailed
 from trayapp.services.proxy.forwarding import BadChunk, HeadForwarder
 from trayapp.services.proxy.http1 import (
     BodyFramer,
@@ -134,3 +134,14 @@ def forget_replay(exchange: Exchange, held: HeldBytes) -> None:
     if exchange.replay is not None:
         held.give(len(exchange.replay))
         exchange.replay = None
+
+
+def replay_after(failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer) -> bytes | None:
+    """The request's bytes to send again when the upstream closed the connection without a byte of
+    answer (a kept-alive connection the server was closing as the request went up): once, only for a
+    request sent whole and kept whole. None: the failure is the client's answer (502)."""
+    replay = exchange.replay
+    if exchange.replayed or replay is None or not failure.answered_nothing or not framer.done:
+        return None
+    exchange.replayed = True
+    return bytes(replay)

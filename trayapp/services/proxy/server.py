@@ -2,13 +2,15 @@
 
 Per client connection there is one upstream connection (kept alive while both sides allow); when the
 client goes, an idle one is kept a few seconds for the next client (exchange.UpstreamPool).
-Per request two tasks run side by side: the client side (the request body, then a watch for
-the client hanging up) and the response pump (upstream → client: the head read and checked, then
-the body forwarded by the upstream's reads themselves, forwarding.py, the upstream paused while the
-client's buffer is full). When the client hangs up at any stage — before the
-first byte, mid-stream, during a non-streaming request — the upstream connection is closed,
-which is how every server here learns to stop generating. The recorder tap sees de-framed
-payload as it passes, after the client got it, and keeps none; a recorder bug never breaks a stream.
+Per request the client side runs beside the response pump: a task forwarding the request body,
+then watching for the client hanging up, or, for a body that came whole with its head (the usual
+case), only that watch, in the client's read callbacks (reading.HangUpWatch). The response pump
+(upstream → client: the head read and checked, then the body forwarded by the upstream's reads
+themselves, forwarding.py, the upstream paused while the client's buffer is full) is a task. When
+the client hangs up at any stage — before the first byte, mid-stream, during a non-streaming
+request — the upstream connection is closed, which is how every server here learns to stop
+generating. The recorder tap sees de-framed payload as it passes, after the client got it, and
+keeps none; a recorder bug never breaks a stream.
 """
 
 from __future__ import annotations
@@ -41,13 +43,32 @@ from trayapp.services.proxy.http1 import (
 )
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
-from trayapp.services.proxy.reading import ForwardingReader, Idle, Reader, SlowHead, error_response, within
+from trayapp.services.proxy.reading import (
+    ForwardingReader,
+    HangUpWatch,
+    Idle,
+    Reader,
+    SlowHead,
+    error_response,
+    within,
+)
 from trayapp.services.proxy.recorder import RequestTap
 from trayapp.services.proxy.recording import LaterName, Recording, RecordSink
 from trayapp.services.proxy.route import Route
-from trayapp.services.proxy.sending import Checked, Sent, check, forget_replay, send, send_body_piece
+from trayapp.services.proxy.sending import (
+    Checked,
+    Sent,
+    check,
+    forget_replay,
+    replay_after,
+    send,
+    send_body_piece,
+)
 
 log = logging.getLogger(__name__)
+REPLAYED = (  # said once a listener
+    "proxy: upstream %s closed a connection without answering: the request was sent again on a new connection"
+)
 
 
 class ProxyServer:
@@ -204,7 +225,7 @@ class ProxyServer:
             closed = self._settle(begun, upstream, early)
             writer.close()  # before any await: a cancel arriving now must not leave a socket open
             for closing in (writer, closed.writer if closed is not None else None):
-                if closing is not None:  # the transport flushes what it holds, then closes
+                if closing is not None and closing.transport.get_write_buffer_size():  # flushed, then closed
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await within(closing.wait_closed(), CLOSE_TIMEOUT_S)
 
@@ -314,27 +335,38 @@ class ProxyServer:
         auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
         if first_payload:
             self.recording.body_sent(tap, first_payload, framer, auth, exchange)
-        client_side = asyncio.create_task(
-            self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
-        )
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, exchange, naming, heads))
+        client_side: asyncio.Task[str] | None = None  # the body still to forward, then the client watched
+        watch: HangUpWatch | None = None  # or, for a body that came whole, the client watched from its reads
+        if framer.done:
+            watch = HangUpWatch(client, response)
+        else:
+            client_side = asyncio.create_task(
+                self._client_side(client, framer, upstream, tap, auth, exchange, held_head)
+            )
         keep = False
         try:
             while True:
-                await asyncio.wait({client_side, response}, return_when=asyncio.FIRST_COMPLETED)
-                if (
-                    not response.done()
-                    and client_side.done()
-                    and client_side.result() in ("gone", "stalled", "bad")
-                ):
-                    response.cancel()  # the client hung up first: closing the upstream stops the server
-                    break
+                if client_side is not None:
+                    await asyncio.wait({client_side, response}, return_when=asyncio.FIRST_COMPLETED)
+                    if (
+                        not response.done()
+                        and client_side.done()
+                        and client_side.result() in ("gone", "stalled", "bad")
+                    ):
+                        response.cancel()  # the client hung up first: closing the upstream stops the server
+                        break
                 try:
                     keep = await response
+                except asyncio.CancelledError:
+                    if watch is None or not watch.gone:
+                        raise
+                    break  # the client hung up first: its watch cancelled the pump
                 except UpstreamFailed as exc:
-                    replay = self._replay_after(exc, exchange, framer)
+                    replay = replay_after(exc, exchange, framer)
                     if replay is None:
                         raise
+                    self._say_once("replay", REPLAYED, redact_url(self.route.upstream_url))
                     heads.stop()
                     upstream.close()  # it answered nothing: the request goes once more, on a new one
                     upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
@@ -343,6 +375,8 @@ class ProxyServer:
                     response = asyncio.create_task(
                         self._pump_response(upstream, writer, tap, exchange, naming, heads)
                     )
+                    if watch is not None:
+                        watch.response = response
                     continue
                 exchange.complete = True
                 break
@@ -362,12 +396,13 @@ class ProxyServer:
             heads.stop()
             self.recording.release(exchange)
             forget_replay(exchange, self.recording.held)
-            if not client_side.done():
-                client_side.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await client_side
-            if not response.done():
-                response.cancel()
+            if watch is not None:
+                watch.stop()
+            if client_side is not None:
+                client_side.cancel()  # (nothing when done)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await client_side
+            response.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await response
         if exchange.bad_body is not None and exchange.status is None:  # nothing answered yet: say why
@@ -419,22 +454,6 @@ class ProxyServer:
             return "gone"
         client.unread(data)
         return "more"
-
-    def _replay_after(self, failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer) -> bytes | None:
-        """The request's bytes to send again when the upstream closed the connection without a byte of
-        answer (a kept-alive connection the server was closing as the request went up): once, only
-        for a request sent whole and kept whole. None: the failure is the client's answer (502)."""
-        replay = exchange.replay
-        if exchange.replayed or replay is None or not failure.answered_nothing or not framer.done:
-            return None
-        exchange.replayed = True
-        self._say_once(
-            "replay",
-            "proxy: upstream %s closed a connection without answering: the request was sent again on "
-            "a new connection",
-            redact_url(self.route.upstream_url),
-        )
-        return bytes(replay)
 
     def _bad_chunk(self, exc: FramingError) -> None:
         self._say_once(
