@@ -286,6 +286,9 @@ class ClientNamer:
         def owned(owner: asyncio.Future[Owner]) -> None:
             if named.done():  # given up
                 return
+            if owner.cancelled():  # the loop is closing
+                named.cancel()
+                return
             if owner.exception() is not None:
                 named.set_exception(owner.exception())  # type: ignore[arg-type]  # not None: checked
                 return
