@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import ForwardingReader, Reader, within
+from trayapp.services.proxy.reading import ForwardingProtocol, ForwardingReader, Reader, within
 
 
 @dataclass
@@ -72,7 +72,7 @@ async def open_upstream(host: str, port: int) -> Upstream:
     try:  # `within`, not asyncio.wait_for (a task of its own per connect on Python < 3.12)
         loop = asyncio.get_running_loop()
         reader = ForwardingReader(limit=READ_BYTES, loop=loop)  # asyncio.open_connection, this reader
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        protocol = ForwardingProtocol(reader, loop=loop)
         transport, _ = await within(
             loop.create_connection(lambda: protocol, host, port), limits.CONNECT_TIMEOUT_S
         )

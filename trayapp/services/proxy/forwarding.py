@@ -45,36 +45,36 @@ class BodyForwarder:
         self._high_water_bytes = client.transport.get_write_buffer_limits()[1]
 
     def received(self, data: bytes) -> None:
-        """One read from the upstream: its body bytes to the client, its payload to the recorder."""
-        if self.done.done():
+        """One read from the upstream: its body bytes to the client, its payload to the recorder (one
+        call a read: the hop of every token, issue #26)."""
+        done = self.done
+        if done.done():
             return  # what follows the body's end (nothing a server sends unasked) is dropped
-        try:
-            self._forward(data, time.monotonic())  # received before forwarded: the client may read it at once
-        except Exception as exc:  # a bug: the pump's task raises it, as a read's would
-            if not self.done.done():
-                self.done.set_exception(exc)
-
-    def _forward(self, data: bytes, received_mono_s: float) -> None:
+        received_mono_s = time.monotonic()  # received before forwarded: the client may read it at once
         transport = self.client.transport
-        if transport.is_closing():
-            self.done.set_exception(Cut("the client went away"))
-            return
         try:
-            used, payload = self._framer.feed(data)
-        except FramingError as exc:  # a malformed chunk after the head went out: cut the response
-            self._on_bad_chunk(exc)
-            self.done.set_exception(Cut(str(exc)))
-            return
-        transport.write(data[:used] if used < len(data) else data)
-        if payload and self._on_payload is not None:
-            self._on_payload(payload, received_mono_s)
-        elif payload:
-            self._held.append((payload, received_mono_s))
-        if self._framer.done:
-            self.done.set_result(True)
-        elif self._draining is None and transport.get_write_buffer_size() > self._high_water_bytes:
-            self._upstream.pause_reading()  # the client reads slower than the server writes
-            self._draining = asyncio.ensure_future(self._resume_when_drained())
+            if transport.is_closing():
+                done.set_exception(Cut("the client went away"))
+                return
+            try:
+                used, payload = self._framer.feed(data)
+            except FramingError as exc:  # a malformed chunk after the head went out: cut the response
+                self._on_bad_chunk(exc)
+                done.set_exception(Cut(str(exc)))
+                return
+            transport.write(data[:used] if used < len(data) else data)
+            if payload and self._on_payload is not None:
+                self._on_payload(payload, received_mono_s)
+            elif payload:
+                self._held.append((payload, received_mono_s))
+            if self._framer.done:
+                done.set_result(True)
+            elif self._draining is None and transport.get_write_buffer_size() > self._high_water_bytes:
+                self._upstream.pause_reading()  # the client reads slower than the server writes
+                self._draining = asyncio.ensure_future(self._resume_when_drained())
+        except Exception as exc:  # a bug: the pump's task raises it, as a read's would
+            if not done.done():
+                done.set_exception(exc)
 
     def deliver_to(self, on_payload: Payload) -> None:
         """The payloads forwarded so far (the bytes read with the head, forwarded before the recorder

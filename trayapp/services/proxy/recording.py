@@ -90,10 +90,19 @@ class Recording:
             if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
                 exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
 
-    def response_body(self, tap: RequestTap, payload: bytes, received_mono_s: float) -> None:
-        self.feed(tap.response_body, payload, received_mono_s)
-        if self.prompts.pending and tap.first_text_mono_s is not None:
-            self.prompts.prompt_read(tap)
+    def body_reader(self, tap: RequestTap) -> Callable[[bytes, float], None]:
+        """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read)."""
+        read, prompts = tap.response_body, self.prompts
+
+        def response_body(payload: bytes, received_mono_s: float) -> None:
+            try:
+                read(payload, received_mono_s)
+            except Exception:
+                self._bug()
+            if prompts.pending and tap.first_text_mono_s is not None:
+                prompts.prompt_read(tap)
+
+        return response_body
 
     def record(self, tap: RequestTap, naming: LaterName | None, *, status: int | None, aborted: bool) -> None:
         """The request ended: its record goes on (named when the name comes). `status`: an answer the

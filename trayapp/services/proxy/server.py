@@ -44,6 +44,7 @@ from trayapp.services.proxy.http1 import (
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.reading import (
+    ForwardingProtocol,
     ForwardingReader,
     HangUpWatch,
     Idle,
@@ -98,9 +99,10 @@ class ProxyServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def protocol() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, reading through ours
-            reader = ForwardingReader(limit=READ_BYTES, loop=loop)
-            return asyncio.StreamReaderProtocol(reader, self._on_connection, loop=loop)
+        def protocol() -> ForwardingProtocol:  # asyncio.start_server's, reading through ours
+            return ForwardingProtocol(
+                ForwardingReader(limit=READ_BYTES, loop=loop), self._on_connection, loop
+            )
 
         self._server = await loop.create_server(
             protocol, self.route.listen_host, self.route.listen_port, backlog=limits.ACCEPT_BACKLOG
@@ -486,9 +488,7 @@ class ProxyServer:
             headers = {name.lower(): value for name, value in answer.head.headers}
             self.recording.feed(tap.response_head, answer.status, headers, answer.received_mono_s)
             if forwarder is not None:
-                forwarder.deliver_to(
-                    lambda payload, mono_s: self.recording.response_body(tap, payload, mono_s)
-                )
+                forwarder.deliver_to(self.recording.body_reader(tap))
             await drain(writer)
         except BaseException:
             if forwarder is not None:
