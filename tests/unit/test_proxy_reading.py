@@ -11,7 +11,7 @@ import pytest
 from trayapp.services.proxy.exchange import open_upstream
 from trayapp.services.proxy.http1 import FramingError
 from trayapp.services.proxy.limits import READ_BYTES
-from trayapp.services.proxy.reading import ForwardingReader, Reader
+from trayapp.services.proxy.reading import ForwardingReader, HangUpWatch, Reader
 
 PAD = b"X-Pad: " + b"p" * 3000 + b"\r\n"
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\n" + PAD + b"Content-Length: 2\r\n\r\n"
@@ -91,3 +91,40 @@ def test_on_head_runs_inside_the_read_that_completes_the_head_with_what_follows_
         assert head is not None and head.raw == HEAD
 
     asyncio.run(run())
+
+
+def test_a_hang_up_watch_cancels_the_pump_and_a_replays_pump_set_up_after_it() -> None:
+    """The client hanging up (its reads end) cancels the exchange's pump, and a pump set up after
+    that (a replay on a new connection) is cancelled as it is followed."""
+
+    async def run() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        stream = ForwardingReader(limit=READ_BYTES)
+        pump: asyncio.Future[bool] = loop.create_future()
+        watch = HangUpWatch(Reader(stream), pump)
+        stream.feed_eof()
+        replay: asyncio.Future[bool] = loop.create_future()
+        watch.follow(replay)
+        return watch.gone, pump.cancelled(), replay.cancelled()
+
+    assert asyncio.run(run()) == (True, True, True)
+
+
+def test_a_next_request_ends_the_hang_up_watch_and_is_kept_for_its_turn() -> None:
+    """Bytes of a next request while an answer streams are kept (pushed back), not taken for a hang-up;
+    the watch stops there, as a client side that saw "more" did."""
+
+    async def run() -> tuple[bool, bool, bytes]:
+        loop = asyncio.get_running_loop()
+        stream = ForwardingReader(limit=READ_BYTES)
+        reader = Reader(stream)
+        pump: asyncio.Future[bool] = loop.create_future()
+        watch = HangUpWatch(reader, pump)
+        stream.feed_data(HEAD[:10])
+        stream.feed_data(HEAD[10:])  # after the watch stopped: asyncio's buffer, as any read
+        stream.feed_eof()  # not watched any more: the pump is left to its answer
+        head = await reader.read_head()
+        assert head is not None
+        return watch.gone, pump.cancelled(), head.raw
+
+    assert asyncio.run(run()) == (False, False, HEAD)

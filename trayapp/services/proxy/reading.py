@@ -239,6 +239,13 @@ class HangUpWatch:
         if not client.pending:  # else the next request has begun already: nothing to watch
             stream.attach(self)
 
+    def follow(self, response: asyncio.Future[bool]) -> None:
+        """Watch for `response` from now on (a replay's pump): cancelled at once if the client has
+        gone while it was being set up."""
+        self.response = response
+        if self.gone:
+            response.cancel()
+
     def received(self, data: bytes) -> None:
         self.stop()
         self._client.pending += data

@@ -378,7 +378,7 @@ class ProxyServer:
                         self._pump_response(upstream, writer, tap, exchange, naming, heads)
                     )
                     if watch is not None:
-                        watch.response = response
+                        watch.follow(response)
                     continue
                 exchange.complete = True
                 break
