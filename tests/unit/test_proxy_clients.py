@@ -159,3 +159,19 @@ def test_a_burst_of_clients_from_one_process_reads_its_name_once(monkeypatch: py
 
     assert asyncio.run(burst()) == [("aider", 4242)] * 5
     assert reads == [4242]
+
+
+def test_a_failing_socket_lookup_fails_the_name_it_was_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the batch lookup reaches each name asked in it (NamedRecords then logs it once and
+    hands the record on unnamed), rather than leaving the name unanswered."""
+
+    def broken(pairs: object) -> None:
+        raise RuntimeError("a bug in the lookup")
+
+    monkeypatch.setattr(clients, "_owners_if_the_last_client", broken)
+
+    async def ask() -> clients.Named:
+        return await ClientNamer().name(("127.0.0.1", 51234), 8081, None, ("127.0.0.1", 8081))
+
+    with pytest.raises(RuntimeError, match="a bug in the lookup"):
+        asyncio.run(ask())

@@ -29,6 +29,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from trayapp.config.bugs import BugLog
 from trayapp.core.loopback import is_loopback
@@ -46,6 +47,7 @@ _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 Named = tuple[str | None, int | None]  # (name, pid)
 Owner = tuple[bool, int | None]  # (known, pid): see _owners_of
 Address = tuple[str, int]
+_T = TypeVar("_T")
 
 
 def user_agent_product(user_agent: str | None) -> str | None:
@@ -283,20 +285,12 @@ class ClientNamer:
         assert isinstance(peer, tuple) and isinstance(local, tuple)
         named: asyncio.Future[Named] = asyncio.get_running_loop().create_future()
 
-        def owned(owner: asyncio.Future[Owner]) -> None:
-            if named.done():  # given up
-                return
-            if owner.cancelled():  # the loop is closing
-                named.cancel()
-                return
-            if owner.exception() is not None:
-                named.set_exception(owner.exception())  # type: ignore[arg-type]  # not None: checked
-                return
-            known, pid = owner.result()
+        def owned(owner: Owner) -> None:
+            known, pid = owner
             then = self._named_pid(pid) if known else self._name_by_scan(port, listen_port, user_agent)
-            _pass_on(asyncio.ensure_future(then), named)
+            _chain(asyncio.ensure_future(then), named, named.set_result)
 
-        self._owner(peer[:2], local[:2]).add_done_callback(owned)
+        _chain(self._owner(peer[:2], local[:2]), named, owned)
         return named
 
     async def _name_by_scan(self, port: int, listen_port: int, user_agent: str | None) -> Named:
@@ -411,9 +405,11 @@ class NamedRecords:
             self._emit(waiting[0])
 
     def _emit_named(self, record: FinishedRequest, naming: asyncio.Future[Named]) -> None:
-        if not naming.cancelled() and naming.exception() is not None:  # a bug: logged once, out unnamed
-            self._bugs.report(naming.exception(), "proxy client naming")  # type: ignore[arg-type]
-        elif not naming.cancelled():
+        if naming.cancelled():
+            pass
+        elif (exc := naming.exception()) is not None:  # a bug: logged once, the record goes out unnamed
+            self._bugs.report(exc, "proxy client naming")
+        else:
             name, pid = naming.result()
             record = dataclasses.replace(record, client_name=name, client_pid=pid)
         self._emit(record)
@@ -432,18 +428,21 @@ def _answered(value: Named) -> asyncio.Future[Named]:
     return answer
 
 
-def _pass_on(source: asyncio.Future[Named], target: asyncio.Future[Named]) -> None:
-    """`target` gets `source`'s outcome once it has one (unless given up on meanwhile)."""
+def _chain(
+    source: asyncio.Future[_T], target: asyncio.Future[Named], on_result: Callable[[_T], None]
+) -> None:
+    """Once `source` ends: its result to `on_result`, its failure or cancellation to `target`; nothing
+    when `target` was given up on meanwhile."""
 
-    def done(source: asyncio.Future[Named]) -> None:
+    def done(source: asyncio.Future[_T]) -> None:
         if target.done():
             return
         if source.cancelled():
             target.cancel()
-        elif source.exception() is not None:
-            target.set_exception(source.exception())  # type: ignore[arg-type]  # not None: checked
+        elif (exc := source.exception()) is not None:
+            target.set_exception(exc)
         else:
-            target.set_result(source.result())
+            on_result(source.result())
 
     source.add_done_callback(done)
 
