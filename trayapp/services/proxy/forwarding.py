@@ -36,13 +36,14 @@ class BodyForwarder:
     ) -> None:
         self._framer = framer
         self.client = client
+        self._client_transport = client.transport  # read once: StreamWriter.transport is a property
         self._upstream = upstream
         self._on_payload: Payload | None = None  # until `deliver_to`, payloads are held
         self._held: list[tuple[bytes, float]] = []
         self._on_bad_chunk = on_bad_chunk
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._draining: asyncio.Task[None] | None = None
-        self._high_water_bytes = client.transport.get_write_buffer_limits()[1]
+        self._high_water_bytes = self._client_transport.get_write_buffer_limits()[1]
 
     def received(self, data: bytes) -> None:
         """One read from the upstream: its body bytes to the client, its payload to the recorder (one
@@ -51,7 +52,7 @@ class BodyForwarder:
         if done.done():
             return  # what follows the body's end (nothing a server sends unasked) is dropped
         received_mono_s = time.monotonic()  # received before forwarded: the client may read it at once
-        transport = self.client.transport
+        transport = self._client_transport
         try:
             if transport.is_closing():
                 done.set_exception(Cut("the client went away"))

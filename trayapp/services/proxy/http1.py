@@ -163,6 +163,10 @@ class ChunkedBody(BodyFramer):
         self._trailer_bytes = 0
 
     def feed(self, data: bytes) -> tuple[int, bytes]:
+        if not (self._line or self._data_left or self._crlf_left or self._in_trailers or self.done):
+            whole = _one_whole_chunk(data)
+            if whole is not None:  # a streamed token's usual read, framed in a few C calls (issue #26)
+                return len(data), whole
         at, payload = 0, []
         while at < len(data) and not self.done:
             if self._data_left:
@@ -218,6 +222,20 @@ class ChunkedBody(BodyFramer):
 
 
 _CHUNK_EXT = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+
+def _one_whole_chunk(data: bytes) -> bytes | None:
+    """The payload of `data` when it is exactly one chunk of data with a plain size line (`1a` CRLF,
+    the data, CRLF), else None: the general path reads it (extensions, the last chunk, several chunks
+    or part of one in a read, anything malformed). Read by the same rules as the general path."""
+    eol = data.find(b"\r\n", 0, 18)  # at most 16 hex digits before it
+    if eol <= 0 or not _HEXDIG.fullmatch(data, 0, eol):
+        return None
+    start = eol + 2
+    end = start + int(data[:eol], 16)
+    if end == start or len(data) != end + 2 or not data.endswith(b"\r\n"):
+        return None
+    return data[start:end]
 
 
 def _content_length(head: Head) -> int:

@@ -62,7 +62,7 @@ _CLOSE = frozenset(b"}]")
 
 def wants_model(found: dict[str, Any]) -> bool:
     """Whether lines should still be read for a model name (none seen yet)."""
-    return not any(key in found for key in _MODEL_KEYS)
+    return found.keys().isdisjoint(_MODEL_KEYS)
 
 
 def merge_found(found: dict[str, Any], new: dict[str, Any]) -> None:

@@ -198,7 +198,7 @@ class RequestTap:
 
     def response_body(self, payload: bytes, now_mono_s: float) -> None:
         """De-chunked body bytes as they pass."""
-        if not self.active or not payload:
+        if self.family is None or not payload:
             return
         if self.mode is None:
             self.response_head(200, {}, now_mono_s)
