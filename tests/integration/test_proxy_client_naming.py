@@ -63,6 +63,31 @@ def test_a_last_client_with_many_descriptors_is_looked_up_on_a_thread(
     assert burst.threads and burst.loop_thread not in burst.threads
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_burst_named_one_by_one_reads_the_last_clients_descriptors_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20 connections of the last client named one after another (each stream's lookup begins at its
+    first text, so a burst's come one by one) read that process's descriptors once, not 20 times; a
+    socket it opens afterwards is not among those read, and is found by a new pass."""
+    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
+    monkeypatch.setattr(clients, "_LAST_CLIENT_SOCKETS", clients._SocketsSeen())
+    monkeypatch.setattr(clients, "LAST_CLIENT_SOCKETS_KEPT_S", 60.0)  # one pass for both bursts below
+    passes: list[int] = []
+    real_socket_inodes = clients._socket_inodes
+
+    def counted(pid: int, fds: list[str]) -> list[int]:
+        passes.append(pid)
+        return real_socket_inodes(pid, fds)
+
+    monkeypatch.setattr(clients, "_socket_inodes", counted)
+    me = (psutil.Process().name(), os.getpid())
+    assert _name_a_burst(20, one_by_one=True).names == [me] * 20
+    assert passes == [os.getpid()]
+    assert _name_a_burst(3, one_by_one=True).names == [me] * 3  # new sockets: not in the pass kept
+    assert passes == [os.getpid()] * 2
+
+
 @dataclass
 class _Burst:
     names: list[clients.Named]
@@ -70,15 +95,25 @@ class _Burst:
     loop_thread: int
 
 
-def _name_a_burst(count: int) -> _Burst:
+def _name_a_burst(count: int, one_by_one: bool = False) -> _Burst:
+    """Name `count` connections of this process, asked together (one batch) or `one_by_one` (each
+    asked once the one before is named: one batch each, as a burst's streams reach their first text)."""
     threads: set[int] = set()
-    real_sockets_among = clients._sockets_among
+    real_sockets_among, real_socket_inodes = clients._sockets_among, clients._socket_inodes
 
     def watched(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
         threads.add(threading.get_ident())
         return real_sockets_among(pid, fds, wanted)
 
-    with socket.socket() as listener, _patched(clients, "_sockets_among", watched):
+    def watched_all(pid: int, fds: list[str]) -> list[int]:
+        threads.add(threading.get_ident())
+        return real_socket_inodes(pid, fds)
+
+    with (
+        socket.socket() as listener,
+        _patched(clients, "_sockets_among", watched),
+        _patched(clients, "_socket_inodes", watched_all),
+    ):
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         local = listener.getsockname()
@@ -89,6 +124,10 @@ def _name_a_burst(count: int) -> _Burst:
             namer = ClientNamer()
 
             async def name_all() -> list[clients.Named]:
+                if one_by_one:
+                    return [
+                        await namer.name(conn.getsockname(), local[1], "curl/8.5", local) for conn in conns
+                    ]
                 asks = [namer.name(conn.getsockname(), local[1], "curl/8.5", local) for conn in conns]
                 return list(await asyncio.gather(*asks))
 

@@ -185,26 +185,67 @@ def _sockets_among(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
 
 
 QUICK_LOOKUP_MAX_FDS = 256  # the last client's descriptors are read on the event loop up to this many
+LAST_CLIENT_SOCKETS_KEPT_S = 0.5  # one pass over them answers the lookups of a burst this long
+
+
+class _SocketsSeen:
+    """The sockets one pass over a process's descriptors found: the lookups of a burst that come one
+    by one (each stream's at its first text) read the last client's descriptors once, not once each
+    (issue #26). A socket not among them (opened since) makes a new pass."""
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._read_mono_s = float("-inf")
+        self._inodes: frozenset[int] = frozenset()
+
+    def holds(self, pid: int, wanted: set[int]) -> bool | None:
+        """Whether `pid` holds every socket of `wanted` (inodes); None when its descriptors are not
+        read here (gone, or more than QUICK_LOOKUP_MAX_FDS)."""
+        now = time.monotonic()
+        if (
+            pid == self._pid
+            and now - self._read_mono_s <= LAST_CLIENT_SOCKETS_KEPT_S
+            and wanted <= self._inodes
+        ):
+            return True
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            return None
+        if len(fds) > QUICK_LOOKUP_MAX_FDS:
+            return None
+        self._pid, self._read_mono_s, self._inodes = pid, now, frozenset(_socket_inodes(pid, fds))
+        return wanted <= self._inodes
+
+
+_LAST_CLIENT_SOCKETS = _SocketsSeen()
+
+
+def _socket_inodes(pid: int, fds: list[str]) -> list[int]:
+    """The inodes of the sockets among `pid`'s descriptors `fds`."""
+    inodes: list[int] = []
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            continue
+        if link.startswith("socket:["):
+            inodes.append(int(link[8:-1]))
+    return inodes
 
 
 def _owners_if_the_last_client(pairs: list[tuple[Address, Address]]) -> list[Owner] | None:
     """`_owners_of` when the process that was the last client holds every socket — a burst of
     connections usually comes from one process: one sock_diag lookup each, and that process's
-    descriptors, at most QUICK_LOOKUP_MAX_FDS (~1 ms for 50 connections, cheap enough for the event
-    loop, where a worker thread contending for the GIL added ~6 ms to 50 streams' first tokens).
-    None: not so (or not Linux), ask `_owners_of` on a thread."""
+    descriptors, at most QUICK_LOOKUP_MAX_FDS, read once for the burst (~1 ms for 50 connections,
+    cheap enough for the event loop, where a worker thread contending for the GIL added ~6 ms to 50
+    streams' first tokens). None: not so (or not Linux), ask `_owners_of` on a thread."""
     if not sys.platform.startswith("linux") or not _RECENT_PIDS:
         return None
     pid = next(reversed(_RECENT_PIDS))
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    if len(fds) > QUICK_LOOKUP_MAX_FDS:
-        return None
     inodes = _inodes_of(pairs)
     wanted = {inode for inode in inodes if inode is not None}
-    if len(wanted) < len(inodes) or len(_sockets_among(pid, fds, set(wanted))) < len(wanted):
+    if len(wanted) < len(inodes) or not _LAST_CLIENT_SOCKETS.holds(pid, wanted):
         return None
     return [(True, pid)] * len(pairs)
 

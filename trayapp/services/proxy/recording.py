@@ -27,8 +27,9 @@ RecordSink = Callable[[Route, FinishedRequest], None]
 
 
 class LaterName:
-    """A request's client lookup, begun by `begin()` (once the answer's head went to the client, or
-    when the record is made) or limits.NAME_CLIENT_AFTER_S after it was made, whichever is first."""
+    """A request's client lookup, begun by `begin()` (once the answer's head went to the client, a
+    stream's first text, or when the record is made) or limits.NAME_CLIENT_AFTER_S after it was made,
+    whichever is first."""
 
     def __init__(self, lookup: Callable[[], asyncio.Future[Named]]) -> None:
         self._lookup = lookup
@@ -90,17 +91,25 @@ class Recording:
             if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
                 exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
 
-    def body_reader(self, tap: RequestTap) -> Callable[[bytes, float], None]:
-        """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read)."""
+    def body_reader(self, tap: RequestTap, naming: LaterName | None = None) -> Callable[[bytes, float], None]:
+        """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read).
+        At the first text, the prompt has been read, and the client's lookup begins if it has not:
+        a stream's client is there until its end, and a burst of streams starting together gets
+        every first token before any lookup (issue #26)."""
         read, prompts = tap.response_body, self.prompts
+        first_text_seen = False
 
         def response_body(payload: bytes, received_mono_s: float) -> None:
+            nonlocal first_text_seen
             try:
                 read(payload, received_mono_s)
             except Exception:
                 self._bug()
-            if prompts.pending and tap.first_text_mono_s is not None:
+            if not first_text_seen and tap.first_text_mono_s is not None:
+                first_text_seen = True
                 prompts.prompt_read(tap)
+                if naming is not None:
+                    naming.begin()
 
         return response_body
 

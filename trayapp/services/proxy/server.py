@@ -475,20 +475,20 @@ class ProxyServer:
         heads: HeadForwarder,
     ) -> bool:
         """Forward one response; True when the upstream connection may carry another request. The
-        client's lookup (`naming`) begins once the head and the body's first bytes are out."""
+        client's lookup (`naming`) begins once the head and the first bytes are out (a stream's text)."""
         answer = await heads.forwarded()  # the head and the first bytes went out in the read callback
         forget_replay(exchange, self.recording.held)  # an answer has begun: it is never sent again
         forwarder = answer.body
         try:  # the recorder's work (the head told, the request read, the client named) from here on
-            if naming is not None:
-                naming.begin()
             if exchange.parsed is not None:  # a big request body still being read off the loop
                 with contextlib.suppress(Exception):
                     await asyncio.shield(exchange.parsed)
             headers = {name.lower(): value for name, value in answer.head.headers}
             self.recording.feed(tap.response_head, answer.status, headers, answer.received_mono_s)
+            if naming is not None and not tap.streaming:
+                naming.begin()
             if forwarder is not None:
-                forwarder.deliver_to(self.recording.body_reader(tap))
+                forwarder.deliver_to(self.recording.body_reader(tap, naming))
             await drain(writer)
         except BaseException:
             if forwarder is not None:
