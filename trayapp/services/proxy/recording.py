@@ -94,8 +94,8 @@ class Recording:
     def body_reader(self, tap: RequestTap, naming: LaterName | None = None) -> Callable[[bytes, float], None]:
         """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read).
         At the first text, the prompt has been read, and the client's lookup begins if it has not:
-        a stream's client is there until its end, and a burst of streams starting together gets
-        every first token before any lookup (issue #26)."""
+        a stream's client is there until its end, and the lookups of streams starting together no
+        longer come among their heads and first tokens (issue #26)."""
         read, prompts = tap.response_body, self.prompts
         first_text_seen = False
 

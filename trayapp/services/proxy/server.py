@@ -475,7 +475,7 @@ class ProxyServer:
         heads: HeadForwarder,
     ) -> bool:
         """Forward one response; True when the upstream connection may carry another request. The
-        client's lookup (`naming`) begins once the head and the first bytes are out (a stream's text)."""
+        client's lookup (`naming`) begins once the head is out; a stream's, at its first text."""
         answer = await heads.forwarded()  # the head and the first bytes went out in the read callback
         forget_replay(exchange, self.recording.held)  # an answer has begun: it is never sent again
         forwarder = answer.body
