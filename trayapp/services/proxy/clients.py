@@ -172,16 +172,21 @@ def _sockets_among(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
     `wanted` as they are found."""
     held: list[int] = []
     for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
-            continue
-        if link.startswith("socket:[") and (inode := int(link[8:-1])) in wanted:
+        if (inode := _socket_inode(pid, fd)) is not None and inode in wanted:
             wanted.discard(inode)
             held.append(inode)
             if not wanted:
                 break
     return held
+
+
+def _socket_inode(pid: int, fd: str) -> int | None:
+    """The inode of the socket `pid` holds as descriptor `fd`; None for anything else, or when gone."""
+    try:
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+        return None
+    return int(link[8:-1]) if link.startswith("socket:[") else None
 
 
 QUICK_LOOKUP_MAX_FDS = 256  # the last client's descriptors are read on the event loop up to this many
@@ -223,15 +228,7 @@ _LAST_CLIENT_SOCKETS = _SocketsSeen()
 
 def _socket_inodes(pid: int, fds: list[str]) -> list[int]:
     """The inodes of the sockets among `pid`'s descriptors `fds`."""
-    inodes: list[int] = []
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
-            continue
-        if link.startswith("socket:["):
-            inodes.append(int(link[8:-1]))
-    return inodes
+    return [inode for fd in fds if (inode := _socket_inode(pid, fd)) is not None]
 
 
 def _owners_if_the_last_client(pairs: list[tuple[Address, Address]]) -> list[Owner] | None:
