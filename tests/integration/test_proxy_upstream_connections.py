@@ -357,6 +357,31 @@ def test_a_client_that_goes_leaves_its_upstream_connection_to_the_next_client() 
     assert connections == 1 and len(upstream.requests) == 3
 
 
+def test_a_clients_connection_close_is_its_own_and_never_closes_the_kept_upstream_connection() -> None:
+    """`Connection: close` and the headers a Connection header names are about the client's
+    connection (RFC 9110 §7.6.1): none goes up, so the upstream connection is kept for the next
+    client (as urllib's requests, which all say close, go up on one); the client's connection ends
+    after the answer, which comes as the upstream sent it."""
+    with scripted() as (upstream, proxy):
+        answers = []
+        for _ in range(3):
+            with socket.create_connection(_address(proxy.url), timeout=10) as sock:
+                headers = ("Connection: close, X-Hop", "X-Hop: 1", "Keep-Alive: timeout=5", "Upgrade: h2c")
+                sock.sendall(_raw_post(BODY, *headers))
+                answers.append(_read_answer(sock))
+                assert sock.recv(1) == b""  # the proxy closes it after the answer
+            wait_until(lambda: proxy.kept_upstreams() == 1)  # the client gone, its connection kept
+        proxy.records.wait_for(3)
+        connections = upstream.connections
+    sent = [request.split(b"\r\n\r\n", 1)[0].lower() for request in upstream.requests]
+    assert connections == 1 and len(sent) == 3
+    for head in sent:
+        assert b"connection" not in head and b"x-hop" not in head and b"keep-alive" not in head
+        assert b"upgrade" not in head and b"host: 127.0.0.1" in head and b"content-length: " in head
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(ANSWER)
+
+
 def test_a_kept_connection_the_server_closes_under_a_new_clients_request_costs_it_nothing() -> None:
     with scripted("answer", "close") as (upstream, proxy):
         first = _one_request(proxy)

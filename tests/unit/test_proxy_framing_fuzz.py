@@ -348,3 +348,63 @@ def test_one_whole_chunk_a_read_is_framed_as_the_general_path_frames_it() -> Non
     for bad in (b"5\nhello\r\n", b"5\r\nhello\n\r", b"5\r\nhelloXY", b"00000000000000005\r\nhello\r\n"):
         with pytest.raises(FramingError):
             ChunkedBody().feed(bad)
+
+
+HEAD_PIECES = st.sampled_from(
+    ["Host", "X-A", "content-length", "Content-Length", ":", " ", "\t", "  v ", "a:b", "é", "\x00", "\x7f",
+     "\r", "\n", "\r\n", "\x85", "ÿ", "x y", "\t1\t", "@", ""]
+)  # fmt: skip
+
+
+@st.composite
+def heads(draw: st.DrawFn) -> bytes:
+    valid = ["POST /v1 HTTP/1.1", "HTTP/1.1 200 OK", "GET / HTTP/1.0"]
+    start = draw(st.sampled_from(valid * 3 + ["", "GET"]))
+    lines = []
+    for _ in range(draw(st.integers(0, 4))):
+        if draw(st.integers(0, 3)):  # mostly a header line, its value any of the pieces
+            name = draw(st.sampled_from(["Host", "X-A", "content-length", "Accept", "a"]))
+            lines.append(name + ":" + "".join(draw(st.lists(HEAD_PIECES, max_size=4))))
+        else:
+            lines.append("".join(draw(st.lists(HEAD_PIECES, min_size=1, max_size=5))))
+    return (start + "\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode("latin-1")
+
+
+@FUZZ
+@given(heads())
+def test_a_head_is_read_at_once_as_it_is_read_line_by_line(raw: bytes) -> None:
+    """`parse_head` reads every header line in a few regex calls; the line-by-line reading (its
+    fallback, which names the bad line) is the reference: the same head, or the same refusal."""
+    if _over_time():
+        return
+    from trayapp.services.proxy.http1 import _parse_head_line_by_line
+
+    try:
+        reference = _parse_head_line_by_line(raw)
+    except FramingError as exc:
+        with pytest.raises(FramingError) as refused:
+            parse_head(raw)
+        assert str(refused.value) == str(exc)
+        event("refused")
+        return
+    parsed = parse_head(raw)
+    assert (parsed.start_line, parsed.headers, parsed.raw) == (reference.start_line, reference.headers, raw)
+    assert parsed.by_name == {
+        name: [value for key, value in reference.headers if key.lower() == name]
+        for name in {key.lower() for key, _ in reference.headers}
+    }
+    event("read")
+
+
+def test_a_head_read_at_once_keeps_names_as_sent_and_values_without_their_outer_blanks() -> None:
+    parsed = parse_head(b"POST /v1 HTTP/1.1\r\nX-Mixed:  a: b \t\r\nx-mixed:\r\nHost:\tlocalhost\r\n\r\n")
+    assert parsed.headers == (("X-Mixed", "a: b"), ("x-mixed", ""), ("Host", "localhost"))
+    assert parsed.get("X-MIXED") == "a: b, " and parsed.get("host") == "localhost"
+    assert parsed.get("no") is None
+    for bad, says in (
+        (b"POST / HTTP/1.1\r\nX : 1\r\n\r\n", "malformed header line"),
+        (b"POST / HTTP/1.1\r\nX: 1\n2\r\n\r\n", "control character"),
+        (b"POST / HTTP/1.1\r\n folded\r\n\r\n", "malformed header line"),
+    ):
+        with pytest.raises(FramingError, match=says):
+            parse_head(bad)

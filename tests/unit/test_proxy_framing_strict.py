@@ -147,3 +147,32 @@ def test_the_forwarded_head_states_its_framing_once() -> None:
     chunked = parse_head(head("POST / HTTP/1.1", "Transfer-Encoding:  Chunked ", "X: 1"))
     out = normalised(chunked, request_body(chunked), drop=("x",))
     assert out.raw == b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_the_forwarded_head_leaves_out_what_is_about_the_clients_connection() -> None:
+    """RFC 9110 §7.6.1: `Connection`, the names it lists, and the connection's own headers stay on
+    the client's hop; a listed Host or framing header is not the connection's and still goes up."""
+    lines = ["Host: a", "Connection: close, X-Trace , host, Content-Length", "X-Trace: 1",
+             "Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "Upgrade: h2c",
+             "Content-Length: 2", "X-Kept: y"]  # fmt: skip
+    parsed = parse_head(head("POST /v1 HTTP/1.1", *lines))
+    forwarded = normalised(parsed, request_body(parsed))
+    assert forwarded.raw == b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-Kept: y\r\nContent-Length: 2\r\n\r\n"
+    plain = parse_head(head("GET / HTTP/1.1", "Host: a", "Accept: */*"))
+    assert normalised(plain, request_body(plain)).raw == plain.raw  # nothing of the kind: as it came
+
+
+def test_a_head_already_in_its_one_form_goes_up_as_it_came_and_any_other_is_restated() -> None:
+    as_is = parse_head(head("POST /v1 HTTP/1.1", "Host: a", "Content-Length: 12", "Accept: */*"))
+    assert normalised(as_is, request_body(as_is)) is as_is
+    chunked = parse_head(head("POST /v1 HTTP/1.1", "Host: a", "Transfer-Encoding: chunked"))
+    assert normalised(chunked, request_body(chunked)) is chunked
+    restated = {
+        "Content-Length: 012": b"Content-Length: 12\r\n",  # one value, one spelling
+        "Transfer-Encoding: Chunked": b"Transfer-Encoding: chunked\r\n",
+        "Content-Length: 12, 12": b"Content-Length: 12\r\n",
+    }
+    for line, framing in restated.items():
+        parsed = parse_head(head("POST /v1 HTTP/1.1", "Host: a", line))
+        expected = b"POST /v1 HTTP/1.1\r\nHost: a\r\n" + framing + b"\r\n"
+        assert normalised(parsed, request_body(parsed)).raw == expected

@@ -5,6 +5,7 @@ literal (`tests/unit/test_one_rule_each.py` fails on a re-spelling)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -14,6 +15,7 @@ LOOPBACK_HOST = "127.0.0.1"  # the key every name of this machine's loopback is 
 LOOPBACK_HOST_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
 
+@functools.lru_cache(maxsize=256)  # asked once a proxied request, of the few addresses clients use
 def is_loopback(host: str) -> bool:
     """`localhost`, 127.0.0.0/8 or ::1 (brackets allowed, case ignored). A wildcard (0.0.0.0, ::)
     is not: a listener bound to it answers every network."""

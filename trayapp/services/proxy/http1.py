@@ -12,7 +12,7 @@ byte by byte.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trayapp.services.proxy.limits import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES
 
@@ -27,13 +27,25 @@ class Head:
 
     start_line: str
     headers: tuple[tuple[str, str], ...]  # as sent (name case kept), in order
-    raw: bytes  # through the blank line that ends the head
+    raw: bytes  # through the blank line that ends the head (b"" in one the proxy made, not yet sent)
+
+    by_name: dict[str, list[str]] = field(init=False, repr=False, compare=False)
+    """Each header's values in order, under its lower-cased name."""
+
+    def __post_init__(self) -> None:
+        index: dict[str, list[str]] = {}
+        for key, value in self.headers:
+            name = key.lower()
+            if name in index:
+                index[name].append(value)
+            else:
+                index[name] = [value]
+        object.__setattr__(self, "by_name", index)  # frozen: set once, here
 
     def get(self, name: str) -> str | None:
         """The value of header `name` (any case); several are joined with ", " as RFC 9110 allows."""
-        wanted = name.lower()
-        values = [value for key, value in self.headers if key.lower() == wanted]
-        return ", ".join(values) if values else None
+        values = self.by_name.get(name.lower())
+        return (values[0] if len(values) == 1 else ", ".join(values)) if values else None
 
     def tokens(self, name: str) -> set[str]:
         """A comma-separated header's items, lower-cased (`Connection`, `Transfer-Encoding`)."""
@@ -59,6 +71,14 @@ def parse_head(raw: bytes) -> Head:
     do), no line folding, header names are tokens, values hold no control characters."""
     if not raw.endswith(b"\r\n\r\n"):
         raise FramingError("a head must end with an empty line (CRLF CRLF)")
+    start, _, block = raw[:-2].decode("latin-1").partition("\r\n")  # each header line ends in CRLF
+    if start and _START_LINE.fullmatch(start) and " " in start and _HEADER_BLOCK.fullmatch(block):
+        return Head(start, tuple(_HEADER_FIELD.findall(block)), raw)  # a few C calls, whatever its length
+    return _parse_head_line_by_line(raw)  # says what is wrong
+
+
+def _parse_head_line_by_line(raw: bytes) -> Head:
+    """`parse_head`, a line at a time: the same rules, and the FramingError naming the bad line."""
     text = raw[:-4].decode("latin-1")  # latin-1 decodes any byte: the bytes are checked below
     lines = text.split("\r\n")
     start = lines[0]
@@ -79,6 +99,10 @@ def parse_head(raw: bytes) -> Head:
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 _START_LINE = re.compile(r"[\x21-\x7e\x80-\xff]+ [^\x00-\x08\x0a-\x1f\x7f]*")
+# Every header line of a head at once, by the same rules (a token, a colon, a field value, CRLF);
+# then each line's name and value, the value's surrounding spaces and tabs left out
+_HEADER_BLOCK = re.compile(r"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r\n)*")
+_HEADER_FIELD = re.compile(r"([^:\r\n]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
 _HEXDIG = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
@@ -240,12 +264,7 @@ def _one_whole_chunk(data: bytes) -> bytes | None:
 
 def _content_length(head: Head) -> int:
     """The one Content-Length: ASCII digits only; repeated (as headers or a list) only if equal."""
-    values = {
-        item.strip(" \t")
-        for name, value in head.headers
-        if name.lower() == "content-length"
-        for item in value.split(",")
-    }
+    values = {item.strip(" \t") for value in head.by_name["content-length"] for item in value.split(",")}
     if len(values) != 1:
         raise FramingError("conflicting Content-Length values")
     (value,) = values
@@ -258,7 +277,7 @@ def _is_chunked(head: Head) -> bool:
     """Transfer-Encoding is absent (False) or exactly `chunked` (True); FramingError for anything
     else (RFC 9112 §6.1: chunked must be the final coding; this proxy knows no other coding, and a
     list or a second header is how requests are smuggled past a lenient server)."""
-    values = [value for name, value in head.headers if name.lower() == "transfer-encoding"]
+    values = head.by_name.get("transfer-encoding")
     if not values:
         return False
     if len(values) != 1 or values[0].strip(" \t").lower() != "chunked":
@@ -295,12 +314,30 @@ def response_body(head: Head, request_method: str) -> BodyFramer:
 
 
 _HOP_BY_HOP_FRAMING = ("content-length", "transfer-encoding")
+# A connection's own headers (RFC 9110 §7.6.1), never passed to the next hop: `Connection` and the
+# names it lists, and the ones meant that way whether listed or not (an upgraded connection is not
+# something this proxy carries). Framing and Host are never dropped as a connection's: a request's
+# framing is stated again, a response's body is forwarded as framed, and a request needs its Host.
+_CONNECTION_OWN = frozenset({"connection", "proxy-connection", "keep-alive", "upgrade"})
+_NEVER_CONNECTION_OWN = frozenset({*_HOP_BY_HOP_FRAMING, "host"})
+
+
+def connection_own(head: Head) -> frozenset[str]:
+    """The (lower-case) names of `head`'s headers that are about its connection, not its message."""
+    if "connection" not in head.by_name:
+        return _CONNECTION_OWN
+    return (_CONNECTION_OWN | head.tokens("connection")) - _NEVER_CONNECTION_OWN
 
 
 def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> Head:
-    """The head to forward: its start line and headers rebuilt one per line, the framing stated once
-    (`Transfer-Encoding: chunked`, or one `Content-Length`), and the headers named in `drop` left out."""
-    skipped = (*_HOP_BY_HOP_FRAMING, *drop)
+    """The request head to forward: its start line and headers rebuilt one per line, the framing
+    stated once (`Transfer-Encoding: chunked`, or one `Content-Length`), the client's connection's
+    own headers (`connection_own`: a client's `Connection: close` would close the connection the
+    proxy keeps to the upstream) and the headers named in `drop` left out. A head that already is
+    so (the usual one) goes up as it came."""
+    if head.raw and not drop and _goes_up_as_it_came(head, framer):  # (b"": a head the proxy made)
+        return head
+    skipped = {*_HOP_BY_HOP_FRAMING, *connection_own(head), *drop}
     headers = [(key, value) for key, value in head.headers if key.lower() not in skipped]
     if isinstance(framer, ChunkedBody):
         headers.append(("Transfer-Encoding", "chunked"))
@@ -308,3 +345,18 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
         headers.append(("Content-Length", str(_content_length(head))))
     raw = head.start_line + "\r\n" + "".join(f"{key}: {value}\r\n" for key, value in headers) + "\r\n"
     return Head(head.start_line, tuple(headers), raw.encode("latin-1"))
+
+
+def _goes_up_as_it_came(head: Head, framer: BodyFramer) -> bool:
+    """Nothing of the head's connection in it, and its framing stated once in its one form."""
+    names = head.by_name
+    if not _CONNECTION_OWN.isdisjoint(names):
+        return False
+    if isinstance(framer, ChunkedBody):
+        return names["transfer-encoding"] == ["chunked"] and "content-length" not in names
+    if not isinstance(framer, LengthBody) or "transfer-encoding" in names:
+        return False
+    lengths = names.get("content-length")
+    if lengths is None:
+        return True
+    return len(lengths) == 1 and bool(_DIGITS.fullmatch(lengths[0])) and str(int(lengths[0])) == lengths[0]

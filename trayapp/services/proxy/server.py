@@ -36,11 +36,7 @@ from trayapp.services.proxy.exchange import (
     read_small,
 )
 from trayapp.services.proxy.forwarding import HeadForwarder, forward_body
-from trayapp.services.proxy.http1 import (
-    BodyFramer,
-    FramingError,
-    Head,
-)
+from trayapp.services.proxy.http1 import BodyFramer, FramingError, Head
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.reading import (
@@ -88,6 +84,7 @@ class ProxyServer:
         self._server: asyncio.Server | None = None
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
+        self.upstream_address = (route.upstream_host, route.upstream_port)  # read once a connection
         self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
         self.pool = UpstreamPool(limits.UPSTREAM_POOL_MOST)  # connections left by clients that went
 
@@ -168,7 +165,7 @@ class ProxyServer:
         sock = writer.get_extra_info("socket")
         fileno = sock.fileno() if sock is not None else -1
         upstream: Upstream | None = None
-        host, port = self.route.upstream_host, self.route.upstream_port
+        host, port = self.upstream_address
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
         if self.route.token is None and not self.pool:  # else its request goes up on a kept one
             early = EarlyUpstream(host, port, limits.EARLY_UPSTREAM_HOLD_S)
@@ -310,7 +307,7 @@ class ProxyServer:
             try:
                 opened = self.pool.take() or (await early.take() if early is not None else None)
                 if opened is None:
-                    opened = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+                    opened = await open_upstream(*self.upstream_address)
             except UpstreamFailed as exc:
                 upstream_name = redact_url(self.route.upstream_url)
                 message = f"llm-tray proxy: upstream {upstream_name} unreachable ({exc})"
@@ -334,7 +331,8 @@ class ProxyServer:
         started_mono_s, started_wall_s = checked.started_mono_s, checked.started_wall_s
         tap = self.recording.tap(line, started_mono_s, started_wall_s)
         naming = self.recording.name_client(tap, head, writer, self.port)  # begun after the answer's head
-        auth = dict((k.lower(), v) for k, v in forwarded.headers).get("authorization")
+        auths = forwarded.by_name.get("authorization")
+        auth = auths[-1] if auths else None
         if first_payload:
             self.recording.body_sent(tap, first_payload, framer, auth, exchange)
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, exchange, naming, heads))
@@ -371,7 +369,7 @@ class ProxyServer:
                     self._say_once("replay", REPLAYED, redact_url(self.route.upstream_url))
                     heads.stop()
                     upstream.close()  # it answered nothing: the request goes once more, on a new one
-                    upstream = await open_upstream(self.route.upstream_host, self.route.upstream_port)
+                    upstream = await open_upstream(*self.upstream_address)
                     upstream.writer.write(replay)
                     heads = HeadForwarder(line.method, exchange, writer, upstream, self._bad_chunk)
                     response = asyncio.create_task(
@@ -483,7 +481,7 @@ class ProxyServer:
             if exchange.parsed is not None:  # a big request body still being read off the loop
                 with contextlib.suppress(Exception):
                     await asyncio.shield(exchange.parsed)
-            headers = {name.lower(): value for name, value in answer.head.headers}
+            headers = {name: values[-1] for name, values in answer.head.by_name.items()}
             self.recording.feed(tap.response_head, answer.status, headers, answer.received_mono_s)
             if naming is not None and not tap.streaming:
                 naming.begin()
