@@ -19,7 +19,7 @@ from trayapp.app.tray_app import MonitorFactory, TrayApp
 from trayapp.config.settings import EndpointConfig, Settings, watched_settings
 from trayapp.core.hardware_readings import HardwareProfile
 from trayapp.services.proxy.inbox import RecordInbox
-from trayapp.sources.malloc import release_free_memory
+from trayapp.sources.malloc import release_free_memory, settle_the_heap
 from trayapp.ui.icons import app_icon
 from trayapp.ui.qtcompat import apply_workarounds, stop_source_caching
 from trayapp.ui.worker import MonitorLike
@@ -59,11 +59,14 @@ RELEASE_EVERY_MS = 600_000
 
 def _release_free_memory_now_and_then(app: QApplication) -> QTimer:
     """glibc keeps the pages start-up freed (~3 MiB of an idle tray's RSS): handed back once start-up is
-    done, then every 10 minutes (a few ms on the GUI thread; nothing off glibc)."""
+    done, then every 10 minutes (a few ms on the GUI thread; nothing off glibc). At the first, the
+    objects start-up made are left out of Python's later collections (`settle_the_heap`)."""
     timer = QTimer(app)
     timer.setObjectName("release-free-memory")
 
     def release() -> None:
+        if timer.interval() == RELEASE_FIRST_MS:
+            settle_the_heap()  # start-up's objects out of every later collection
         release_free_memory()
         timer.setInterval(RELEASE_EVERY_MS)
 

@@ -206,6 +206,7 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
     from trayapp.services.proxy.inbox import RecordInbox
     from trayapp.services.proxy.runner import ProxyThread
     from trayapp.sinks.sampler_file import RecordForwarder
+    from trayapp.sources.malloc import settle_the_heap
 
     routes = build_routes(args)
     sampler, refusal = (None, None) if args.no_record else _sampler_for_records()
@@ -266,6 +267,7 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
             print(json.dumps(line), flush=True)
         else:
             print(f"llm-tray proxy: {url} -> {route.upstream_url}: point clients at {url}", flush=True)
+    settle_the_heap()  # started: no full collection over start-up's objects under a stream
     # A plain flag, not an Event: a handler that sets an Event can deadlock on the lock of the
     # Event's own wait, which the main thread may hold when the signal comes (seen with wait(0)).
     stopping: list[int] = []
