@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.fake_servers import wait_until
 from tests.support.fake_streaming import FakeStreamingUpstream
 from tests.support.proxy import running_proxy
 from trayapp.services.proxy import limits
@@ -220,6 +221,19 @@ def test_the_token_sent_in_both_headers_is_never_forwarded() -> None:
     sent = upstream.all_bytes()
     assert b"s3cret-token" not in sent and b"Authorization: Bearer upstream-key" in sent
     assert b"proxy-authorization" not in sent.lower()
+
+
+def test_proxy_credentials_never_go_upstream_from_a_listener_without_a_token() -> None:
+    with raw_upstream() as upstream, running_proxy(upstream.url) as proxy:
+        response = exchange(
+            proxy.url,
+            b"GET /v1/models HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Bearer corp-proxy-pass\r\n"
+            b"Authorization: Bearer upstream-key\r\nConnection: close\r\n\r\n",
+        )
+        wait_until(lambda: bool(upstream.received))  # kept once its connection ended
+    assert status(response) == 200
+    sent = upstream.all_bytes()
+    assert b"corp-proxy-pass" not in sent and b"Authorization: Bearer upstream-key" in sent
 
 
 def test_a_non_ascii_token_is_refused_at_start_with_a_message() -> None:

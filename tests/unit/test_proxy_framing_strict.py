@@ -149,12 +149,13 @@ def test_the_forwarded_head_states_its_framing_once() -> None:
     assert out.raw == b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def test_the_forwarded_head_leaves_out_what_is_about_the_clients_connection() -> None:
+def test_the_forwarded_head_leaves_out_what_is_for_the_clients_hop_only() -> None:
     """RFC 9110 §7.6.1: `Connection`, the names it lists, and the connection's own headers stay on
-    the client's hop; a listed Host or framing header is not the connection's and still goes up."""
+    the client's hop, as do the credentials it gives a proxy; a listed Host or framing header is not
+    the connection's and still goes up."""
     lines = ["Host: a", "Connection: close, X-Trace , host, Content-Length", "X-Trace: 1",
              "Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "Upgrade: h2c",
-             "Content-Length: 2", "X-Kept: y"]  # fmt: skip
+             "Proxy-Authorization: Bearer for-this-hop", "Content-Length: 2", "X-Kept: y"]  # fmt: skip
     parsed = parse_head(head("POST /v1 HTTP/1.1", *lines))
     forwarded = normalised(parsed, request_body(parsed))
     assert forwarded.raw == b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-Kept: y\r\nContent-Length: 2\r\n\r\n"

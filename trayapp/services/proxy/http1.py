@@ -314,30 +314,32 @@ def response_body(head: Head, request_method: str) -> BodyFramer:
 
 
 _HOP_BY_HOP_FRAMING = ("content-length", "transfer-encoding")
-# A connection's own headers (RFC 9110 §7.6.1), never passed to the next hop: `Connection` and the
-# names it lists, and the ones meant that way whether listed or not (an upgraded connection is not
-# something this proxy carries). Framing and Host are never dropped as a connection's: a request's
-# framing is stated again, a response's body is forwarded as framed, and a request needs its Host.
-_CONNECTION_OWN = frozenset({"connection", "proxy-connection", "keep-alive", "upgrade"})
-_NEVER_CONNECTION_OWN = frozenset({*_HOP_BY_HOP_FRAMING, "host"})
+# The headers for this hop only, never passed to the next: a connection's own (RFC 9110 §7.6.1:
+# `Connection` and the names it lists, and the ones meant that way whether listed or not; an
+# upgraded connection is not something this proxy carries), and the credentials a client gives a
+# proxy (`Proxy-Authorization`, RFC 9110 §11.7.2: the upstream is a server, not a proxy). Framing and
+# Host are never dropped as a hop's: a request's framing is stated again, a response's body is
+# forwarded as framed, and a request needs its Host.
+_HOP_OWN = frozenset({"connection", "proxy-connection", "keep-alive", "upgrade", "proxy-authorization"})
+_NEVER_HOP_OWN = frozenset({*_HOP_BY_HOP_FRAMING, "host"})
 
 
-def connection_own(head: Head) -> frozenset[str]:
-    """The (lower-case) names of `head`'s headers that are about its connection, not its message."""
+def hop_own(head: Head) -> frozenset[str]:
+    """The (lower-case) names of `head`'s headers that are for this hop only, not its message."""
     if "connection" not in head.by_name:
-        return _CONNECTION_OWN
-    return (_CONNECTION_OWN | head.tokens("connection")) - _NEVER_CONNECTION_OWN
+        return _HOP_OWN
+    return (_HOP_OWN | head.tokens("connection")) - _NEVER_HOP_OWN
 
 
 def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> Head:
     """The request head to forward: its start line and headers rebuilt one per line, the framing
-    stated once (`Transfer-Encoding: chunked`, or one `Content-Length`), the client's connection's
-    own headers (`connection_own`: a client's `Connection: close` would close the connection the
-    proxy keeps to the upstream) and the headers named in `drop` left out. A head that already is
+    stated once (`Transfer-Encoding: chunked`, or one `Content-Length`), the headers for this hop only
+    (`hop_own`: a client's `Connection: close` would close the connection the proxy keeps to the
+    upstream) and the headers named in `drop` left out. A head that already is
     so (the usual one) goes up as it came."""
     if head.raw and not drop and _goes_up_as_it_came(head, framer):  # (b"": a head the proxy made)
         return head
-    skipped = {*_HOP_BY_HOP_FRAMING, *connection_own(head), *drop}
+    skipped = {*_HOP_BY_HOP_FRAMING, *hop_own(head), *drop}
     headers = [(key, value) for key, value in head.headers if key.lower() not in skipped]
     if isinstance(framer, ChunkedBody):
         headers.append(("Transfer-Encoding", "chunked"))
@@ -348,9 +350,9 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
 
 
 def _goes_up_as_it_came(head: Head, framer: BodyFramer) -> bool:
-    """Nothing of the head's connection in it, and its framing stated once in its one form."""
+    """Nothing for this hop only in it, and its framing stated once in its one form."""
     names = head.by_name
-    if not _CONNECTION_OWN.isdisjoint(names):
+    if not _HOP_OWN.isdisjoint(names):
         return False
     if isinstance(framer, ChunkedBody):
         return names["transfer-encoding"] == ["chunked"] and "content-length" not in names

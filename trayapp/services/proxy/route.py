@@ -47,8 +47,9 @@ class Route:
 
     def authorized_head(self, head: Head) -> Head | None:
         """The head to forward when the client may use the proxy (our token removed), else None.
-        `Proxy-Authorization` is for this hop and never forwarded; `Authorization` is forwarded
-        unless it carries our token (it is then ours, not the upstream's API key)."""
+        `Proxy-Authorization` is for this hop and never forwarded (http1.normalised leaves it out
+        whether or not the listener has a token); `Authorization` is forwarded unless it carries our
+        token (it is then ours, not the upstream's API key)."""
         token = self.token
         if token is None:
             return head
