@@ -335,8 +335,8 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
     """The request head to forward: its start line and headers rebuilt one per line, the framing
     stated once (`Transfer-Encoding: chunked`, or one `Content-Length`), the headers for this hop only
     (`hop_own`: a client's `Connection: close` would close the connection the proxy keeps to the
-    upstream) and the headers named in `drop` left out. A head that already is
-    so (the usual one) goes up as it came."""
+    upstream) and the headers named in `drop` left out. A head that already is so (the usual one)
+    goes up as it came."""
     if head.raw and not drop and _goes_up_as_it_came(head, framer):  # (b"": a head the proxy made)
         return head
     skipped = {*_HOP_BY_HOP_FRAMING, *hop_own(head), *drop}

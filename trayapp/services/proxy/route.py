@@ -47,9 +47,9 @@ class Route:
 
     def authorized_head(self, head: Head) -> Head | None:
         """The head to forward when the client may use the proxy (our token removed), else None.
-        `Proxy-Authorization` is for this hop and never forwarded (http1.normalised leaves it out
-        whether or not the listener has a token); `Authorization` is forwarded unless it carries our
-        token (it is then ours, not the upstream's API key)."""
+        `Authorization` is forwarded unless it carries our token (it is then ours, not the
+        upstream's API key); `Proxy-Authorization`, for this hop only, never is (http1.normalised
+        leaves it out of every forwarded head)."""
         token = self.token
         if token is None:
             return head
@@ -66,6 +66,5 @@ class Route:
                 ours.add(name)
         if not ours:
             return None
-        dropped = {"proxy-authorization", *ours}
-        headers = tuple((key, value) for key, value in head.headers if key.lower() not in dropped)
+        headers = tuple((key, value) for key, value in head.headers if key.lower() not in ours)
         return Head(head.start_line, headers, b"")
