@@ -357,6 +357,31 @@ def test_a_client_that_goes_leaves_its_upstream_connection_to_the_next_client() 
     assert connections == 1 and len(upstream.requests) == 3
 
 
+def test_clients_connecting_together_beside_a_kept_connection_open_their_own_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One kept connection serves one of the clients that connect together; the others open theirs as
+    they connect, not once their heads have come (50 streams starting together used to wait for 48
+    connects behind every head, issue #26). The held connections last long enough for a busy host."""
+    monkeypatch.setattr(limits, "EARLY_UPSTREAM_HOLD_S", 30.0)
+    with scripted() as (upstream, proxy):
+        assert _one_request(proxy).endswith(ANSWER)
+        wait_until(lambda: proxy.kept_upstreams() == 1)
+        clients = [socket.create_connection(_address(proxy.url), timeout=10) for _ in range(3)]
+        try:
+            wait_until(lambda: upstream.connections == 3)  # the kept one, and two opened before any head
+            for sock in clients:
+                sock.sendall(_raw_post(BODY))
+            answers = [_read_answer(sock) for sock in clients]
+        finally:
+            for sock in clients:
+                sock.close()
+        proxy.records.wait_for(4)
+        connections = upstream.connections
+    assert all(answer.endswith(ANSWER) for answer in answers)
+    assert connections == 3 and len(upstream.requests) == 4  # none opened once its head came
+
+
 def test_a_clients_connection_close_is_its_own_and_never_closes_the_kept_upstream_connection() -> None:
     """`Connection: close` and the headers a Connection header names are about the client's
     connection (RFC 9110 §7.6.1): none goes up, so the upstream connection is kept for the next

@@ -145,6 +145,7 @@ class UpstreamPool:
     def __init__(self, most: int) -> None:
         self._most = most
         self._idle: list[tuple[Upstream, asyncio.TimerHandle]] = []  # oldest first
+        self._promised = 0  # kept connections set aside for clients whose first request is to come
         self._closed = False
 
     def put(self, upstream: Upstream) -> None:
@@ -169,6 +170,21 @@ class UpstreamPool:
                 return upstream
             upstream.close()
         return None
+
+    def promise(self) -> bool:
+        """Set a kept connection aside for a client that has just connected, True, while the pool
+        keeps more than it has promised; False: the client opens its own at once (EarlyUpstream).
+        50 clients connecting together beside 2 kept connections: 2 promised, 48 opened early, where
+        all 50 used to count on the pool and 48 opened theirs only once their heads had come, behind
+        every other head (the median stream's first token +4 ms, issue #26). Kept once the client's
+        first head has come (`keep_promise`), whether or not that request took one."""
+        if len(self._idle) > self._promised:
+            self._promised += 1
+            return True
+        return False
+
+    def keep_promise(self) -> None:
+        self._promised = max(0, self._promised - 1)
 
     def __len__(self) -> int:
         return len(self._idle)

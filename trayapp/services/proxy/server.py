@@ -155,11 +155,8 @@ class ProxyServer:
                 await within(writer.wait_closed(), CLOSE_TIMEOUT_S)
             return
         if admitted == "evicted":
-            self._say_once(
-                "evict",
-                "proxy at its connection cap (%d): closing idle connections to make room",
-                self.slots.cap,
-            )
+            evicting = "proxy at its connection cap (%d): closing idle connections to make room"
+            self._say_once("evict", evicting, self.slots.cap)
         read_small(writer.transport)
         client = Reader(reader)
         sock = writer.get_extra_info("socket")
@@ -167,7 +164,8 @@ class ProxyServer:
         upstream: Upstream | None = None
         host, port = self.upstream_address
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
-        if self.route.token is None and not self.pool:  # else its request goes up on a kept one
+        promised = self.route.token is None and self.pool.promise()  # its request goes up on a kept one
+        if self.route.token is None and not promised:
             early = EarlyUpstream(host, port, limits.EARLY_UPSTREAM_HOLD_S)
         begun: list[Checked | Sent | None] = []  # what the read that completed the head did; emptied
         #                                          once `_serve` has answered it
@@ -195,6 +193,9 @@ class ProxyServer:
                     break
                 finally:
                     self.slots.busy(task)
+                    if promised:  # its first head came (or never will): taken, or not needed
+                        self.pool.keep_promise()
+                        promised = False
                 first = False
                 if head is None:
                     break
