@@ -18,7 +18,6 @@ import queue
 import secrets
 import sys
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from trayapp.cli.stop_signals import on_stop_signals
@@ -319,12 +318,18 @@ def _tick(monitor: Monitor, said: set[str]) -> float:
 
 
 def _print_records(printed: queue.SimpleQueue[FinishedRequest], as_json: bool) -> None:
+    """The records made since the last look, one line each, in one write (50 streams ending together
+    were 50 writes, each line built by `dataclasses.asdict`'s deep copy, on the GIL the forwarding
+    needs: issue #26)."""
+    lines = []
     while True:
         try:
             record = printed.get_nowait()
         except queue.Empty:
-            return
-        if as_json:
-            print(json.dumps({"event": "request", **asdict(record)}), flush=True)
+            break
+        if as_json:  # every field a number, a string, a bool or None: read as it is
+            lines.append(json.dumps({"event": "request", **vars(record)}))
         else:
-            print(terminal_safe(record_line(record)), flush=True)
+            lines.append(terminal_safe(record_line(record)))
+    if lines:
+        print("\n".join(lines), flush=True)

@@ -250,7 +250,8 @@ def with_energy(record: RequestRecord, meter: EnergyMeter, mono_minus_wall_s: fl
     span begins, which ends when it finished. Each figure is the gross energy less the idle draw
     over the same seconds; None with `energy_reason` where it cannot be measured."""
     if not meter.has_intervals:
-        return replace(record, energy_reason=meter.why_none())
+        reason = meter.why_none()
+        return record if record.energy_reason == reason else replace(record, energy_reason=reason)
     prefill_s, decode_s = request_spans(record)
     idle_w = meter.idle_w
     end_s = record.finished_wall_s + mono_minus_wall_s

@@ -64,6 +64,7 @@ def host_key(host: str) -> str:
     return str(address)
 
 
+@functools.lru_cache(maxsize=256)  # asked for each proxied record against each server, every tick
 def server_key(url: str) -> tuple[str, int | None]:
     """(host, port) of a base URL (a bare `host:port` too), the scheme's default port filled in;
     the path is not part of it. The port is None when the URL's port cannot be read."""
