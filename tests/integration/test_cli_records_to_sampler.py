@@ -118,6 +118,40 @@ def test_a_cli_proxy_beside_the_tray_records_through_it(
     wait_for(exact, WAIT_S, "the tray's snapshot with the proxy's exact TTFT and decode rate")
 
 
+def test_a_cli_proxy_started_beside_a_starting_tray_leaves_it_the_store_and_loses_no_record(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    """A tray answers ~3 s before its monitor opens the store. A proxy started then used to find the
+    store free, take it, and leave the tray not recording; its records never reached the tray. Now it
+    sends them to the tray, asking again while the tray says it is starting (503, Retry-After)."""
+    tray = TraySampler(llama_server.url, record=True, store_later=True).start()
+    proxy = WatchToFile(
+        tmp_path, "--listen", "127.0.0.1:0", "--upstream", f"llamacpp={llama_server.url}",
+        "--ram-bandwidth-gbps", RAM_GBPS, command="proxy",
+    )  # fmt: skip
+    try:
+        listening = proxy.wait_line(lambda line: line["event"] == "listening", WAIT_S, "the listening line")
+        said = f"the tray (pid {os.getpid()}) records to the store: this proxy's records go to it"
+        assert said in proxy.err_path.read_text(), proxy.err_path.read_text()
+        started_wall_s = time.time()
+        body = {"prompt": "Write one line about lighthouses.", "n_predict": 16, "ignore_eos": True}
+        timings = _stream(listening["listen"], body)
+        proxy.wait_line(lambda line: line["event"] == "request", WAIT_S, "the proxy's record")
+        tray.open_store()  # the tray's monitor gets the store's writer lock: the proxy never took it
+
+        def stored() -> list[dict[str, Any]] | None:
+            found = _store_rows("requests", since_wall_s=started_wall_s)
+            return found if any(r["source"] == "proxy" for r in found) else None
+
+        requests = wait_for(stored, WAIT_S, "the request in the tray's store")
+    finally:
+        assert proxy.stop() == 0, proxy.err_path.read_text()
+        tray.stop()
+    assert [r["source"] for r in requests] == ["proxy"], requests
+    assert requests[0]["decode_tok_s"] == pytest.approx(timings["predicted_per_second"])
+    assert requests[0]["decode_tokens"] == timings["predicted_n"] == 16
+
+
 def test_a_bench_beside_the_tray_lands_in_its_store(tray: TraySampler, llama_server: LlamaServer) -> None:
     bench = run_cli(
         "bench", "--endpoint", f"llamacpp={llama_server.url}", "--tokens", "16", "--runs", "2",

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.fake_servers import wait_until
 from tests.support.wire_records import bench_result, proxy_record
 from trayapp.core.bench import BenchResult
 from trayapp.core.model import FinishedRequest
@@ -235,6 +236,37 @@ def test_the_forwarder_sends_records_and_ends_its_lease(
         "the tray (pid 4242) does not watch http://127.0.0.1:9999: it drops this proxy's records of it; "
         "add that server to its endpoints (Settings… → Servers, or [[endpoints]] in config.toml)"
     ]  # once, though every post's answer named it
+
+
+def test_the_forwarder_asks_again_while_the_sampler_is_starting(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tray answers before its monitor is made: 503 with Retry-After, asked again until it takes
+    the records (a proxy started beside a starting tray lost them)."""
+    monkeypatch.setenv("LLM_TRAY_TOKEN", TOKEN)
+    ready: list[Intake] = []
+    asked: list[int] = []
+
+    def current() -> Intake | None:
+        asked.append(1)
+        return ready[0] if ready else None
+
+    server = SnapshotServer(token=TOKEN, intake=current).start()
+    try:
+        refused = _post(server, "/v1/records", _good())
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+        forwarder = RecordForwarder(_info(server), [UPSTREAM]).start()
+        records = [proxy_record(ttft_s=0.25 + i) for i in range(2)]
+        for record in records:
+            forwarder.put(UPSTREAM, record)
+        wait_until(lambda: len(asked) >= 3)  # the refusal above, and at least one of the forwarder's
+        ready.append(intake)
+        wait_until(lambda: forwarder.sent == 2)
+        forwarder.close()
+    finally:
+        server.stop(2.0)
+    assert [r for _upstreams, _lease, batch in intake.posts for _url, r in batch] == records
+    assert forwarder.failed == 0 and forwarder.dropped == 0
 
 
 def test_the_forwarder_without_a_sampler_logs_once_and_never_blocks(caplog: pytest.LogCaptureFixture) -> None:

@@ -180,17 +180,18 @@ def store_locked() -> str | None:
 
 
 def _sampler_for_records() -> tuple[SamplerInfo | None, str | None]:
-    """(the sampler to send records to, None) when another process records and a tray or agent
-    runs; (None, what to tell the user) when the store is taken and nothing would take them;
-    (None, None) when this proxy records itself."""
+    """(the sampler to send records to, None) when a tray or agent runs: it records, or will once
+    its store is open (a tray answers ~3 s before it opens its store, and a proxy started then used
+    to take the store from it); (None, what to tell the user) when the store is taken and nothing
+    would take them; (None, None) when this proxy records itself."""
     from trayapp.sinks.sampler_file import locate_sampler
 
-    locked = store_locked()
-    if locked is None:
-        return None, None
     info, why_not = locate_sampler()
     if info is not None:
         return info, None
+    locked = store_locked()
+    if locked is None:
+        return None, None
     return None, (
         f"not recording: {locked}, and {why_not} to take this proxy's records: they are printed only. "
         "Stop that process (a `llm-tray watch`?) and start the proxy again, or start the tray first; "

@@ -264,10 +264,17 @@ LEASE_S = 30.0  # a proxy's servers count as proxied this long after its last po
 HEARTBEAT_S = 10.0  # an idle proxy renews its lease this often
 FORWARD_QUEUE_LIMIT = 2_000  # records waiting to be sent; more are dropped (and counted)
 POST_TIMEOUT_S = 5.0
+STARTING_WAIT_S = 30.0  # a sampler starting (a tray answers ~3 s before its monitor takes records)
+#                         is asked again, every STARTING_RETRY_S, this long before a batch is given up
+STARTING_RETRY_S = 0.5
 
 
 class SamplerRefused(Exception):
     """The sampler answered a post with an error (its message), or did not answer."""
+
+
+class SamplerStarting(SamplerRefused):
+    """The sampler answered 503 with Retry-After: it has no monitor to take records yet."""
 
 
 def post(info: SamplerInfo, path: str, body: Mapping[str, Any], timeout_s: float = POST_TIMEOUT_S) -> Any:
@@ -288,7 +295,10 @@ def post(info: SamplerInfo, path: str, body: Mapping[str, Any], timeout_s: float
     if response.status_code >= 400:
         error = answer.get("error") if isinstance(answer, dict) else None
         why = error or response.text[:200]
-        raise SamplerRefused(f"{info.describe()} answered {response.status_code}: {why}")
+        starting = response.status_code == 503 and "retry-after" in response.headers
+        raise (SamplerStarting if starting else SamplerRefused)(
+            f"{info.describe()} answered {response.status_code}: {why}"
+        )
     return answer
 
 
@@ -338,6 +348,7 @@ class RecordForwarder:
         self._said: set[str] = set()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=limit)
         self._failing = False
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llm-tray-record-forward", daemon=True)
 
     def start(self) -> RecordForwarder:
@@ -357,6 +368,7 @@ class RecordForwarder:
         """Send what is waiting, end the lease, stop the thread (waits at most about `timeout_s`)."""
         if not self._thread.is_alive():
             return
+        self._closing.set()  # a sampler still starting is not waited for any more
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout_s)
         self._thread.join(timeout_s)
@@ -401,14 +413,7 @@ class RecordForwarder:
     def _post(self, batch: Sequence[Any], lease_s: float) -> None:
         body = self._body(batch, lease_s)
         try:
-            try:
-                answer = post(self.info, RECORDS_PATH, body)
-            except SamplerRefused:
-                moved = find_sampler()
-                if moved is None or moved == self.info:
-                    raise
-                self.info = moved  # the sampler restarted elsewhere: send there
-                answer = post(self.info, RECORDS_PATH, body)
+            answer = self._post_while_starting(body)
         except (SamplerRefused, ValueError) as exc:
             self.failed += len(batch)
             if not self._failing:
@@ -420,6 +425,29 @@ class RecordForwarder:
             log.warning("records reach %s again", self.info.describe())
         self.sent += len(batch)
         self._heard(answer)
+
+    def _post_while_starting(self, body: Mapping[str, Any]) -> Any:
+        """`post`, asked again while the sampler says it is starting (at most STARTING_WAIT_S, not
+        once the proxy stops): a proxy started beside a tray that is starting loses no record."""
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while True:
+            try:
+                return self._post_once(body)
+            except SamplerStarting:
+                if time.monotonic() >= deadline or self._closing.wait(STARTING_RETRY_S):
+                    raise
+
+    def _post_once(self, body: Mapping[str, Any]) -> Any:
+        try:
+            return post(self.info, RECORDS_PATH, body)
+        except SamplerStarting:
+            raise
+        except SamplerRefused:
+            moved = find_sampler()
+            if moved is None or moved == self.info:
+                raise
+            self.info = moved  # the sampler restarted elsewhere: send there
+            return post(self.info, RECORDS_PATH, body)
 
     def _heard(self, answer: Any) -> None:
         if not isinstance(answer, dict):

@@ -46,18 +46,26 @@ class SnapshotHandler(GuardedHandler):
     request_timeout_s = REQUEST_TIMEOUT_S
     send_timeout_s = SEND_TIMEOUT_S
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        retry_after_s: int | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         if status == 401:
             self.send_header("WWW-Authenticate", 'Bearer realm="llm-tray"')
+        if retry_after_s is not None:
+            self.send_header("Retry-After", str(retry_after_s))
         self.end_headers()
         self.wfile.write(body)
 
-    def _error(self, status: int, message: str) -> None:
-        self._send(status, json_bytes({"error": message}))
+    def _error(self, status: int, message: str, retry_after_s: int | None = None) -> None:
+        self._send(status, json_bytes({"error": message}), retry_after_s=retry_after_s)
 
     reply_error = _error  # the listener's refusals (Host, Origin) in the same form
 
@@ -128,7 +136,8 @@ class SnapshotHandler(GuardedHandler):
             return
         intake = self.owner.intake()
         if intake is None:
-            self._error(503, f"the {self.owner.role} is starting: no monitor to take it yet, try again")
+            message = f"the {self.owner.role} is starting: no monitor to take it yet, try again"
+            self._error(503, message, retry_after_s=1)  # a forwarder asks again (sampler_file.py)
             return
         try:
             if path == RECORDS_PATH:
