@@ -1,6 +1,7 @@
-"""`llm-tray proxy`'s record lines: each record made since the last look printed as one line, all of
-them in one write; with `--json`, each line the record's every field as `dataclasses.asdict` (the
-standard library's own conversion, the oracle) gives it."""
+"""`llm-tray proxy`'s records: each made since the last look printed as one line, all of them in one
+write (with `--json`, each line the record's every field as `dataclasses.asdict`, the standard
+library's own conversion, gives it); and who keeps them in the store — the proxy, or a tray or agent
+it sends them to."""
 
 from __future__ import annotations
 
@@ -57,3 +58,39 @@ def test_plain_lines_one_a_record(capsys: pytest.CaptureFixture[str]) -> None:
     _print_records(printed, as_json=False)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "m0" in lines[0] and "m1" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("role", "locked", "sends_to_it", "says"),
+    [
+        ("tray", None, True, None),  # a tray starting: it opens the store ~3 s after it answers
+        ("tray", "another llm-tray process (pid 7) is already recording", True, None),
+        (
+            "agent",
+            None,
+            False,
+            None,
+        ),  # an agent opens its store before it answers: free means it does not record
+        ("agent", "another llm-tray process (pid 7) is already recording", True, None),
+        (None, None, False, None),  # nothing runs: the proxy records itself
+        (None, "another llm-tray process (pid 7) is already recording", False, "not recording: another"),
+    ],
+)
+def test_who_records_a_proxy_commands_records(
+    monkeypatch: pytest.MonkeyPatch, role: str | None, locked: str | None, sends_to_it: bool, says: str | None
+) -> None:
+    from trayapp.cli import proxy
+    from trayapp.sinks import sampler_file
+
+    info = (
+        None
+        if role is None
+        else sampler_file.SamplerInfo(url="http://127.0.0.1:9", pid=7, started="", role=role)
+    )
+    monkeypatch.setattr(
+        sampler_file, "locate_sampler", lambda: (info, "" if info else "no tray or agent is running")
+    )
+    monkeypatch.setattr(proxy, "store_locked", lambda: locked)
+    sampler, refusal = proxy._sampler_for_records()
+    assert (sampler is info) if sends_to_it else sampler is None
+    assert (refusal is None) if says is None else (refusal is not None and refusal.startswith(says))

@@ -180,16 +180,16 @@ def store_locked() -> str | None:
 
 
 def _sampler_for_records() -> tuple[SamplerInfo | None, str | None]:
-    """(the sampler to send records to, None) when a tray or agent runs: it records, or will once
-    its store is open (a tray answers ~3 s before it opens its store, and a proxy started then used
-    to take the store from it); (None, what to tell the user) when the store is taken and nothing
-    would take them; (None, None) when this proxy records itself."""
+    """(the sampler to send records to, None) when another process records and a tray or agent
+    runs, or a tray runs (it records once its monitor has opened the store, ~3 s after it answers: a
+    proxy started then used to take the store from it); (None, what to tell the user) when the store
+    is taken and nothing would take them; (None, None) when this proxy records itself."""
     from trayapp.sinks.sampler_file import locate_sampler
 
     info, why_not = locate_sampler()
-    if info is not None:
-        return info, None
     locked = store_locked()
+    if info is not None and (locked is not None or info.role == "tray"):
+        return info, None
     if locked is None:
         return None, None
     return None, (
