@@ -237,6 +237,7 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
     started = time.monotonic()
     owner = snapshots.machine_sampler if snapshots is not None else None
     failing: str | None = None  # the tick's failure now (logged once per episode)
+    store_said: str | None = None  # the store state last logged (None: recording)
     with on_stop_signals(event_setter(stop)):
         try:
             while not stop.is_set():
@@ -264,8 +265,9 @@ def run_agent(args: argparse.Namespace, monitor: Monitor) -> int:
                     if snapshots.machine_sampler != owner:  # re-claimed on its builder thread
                         owner = snapshots.machine_sampler
                         _say_sampler(snapshots)
-                if monitor.store_error:
-                    log.warning("store: %s", monitor.store_error)
+                if monitor.store_error != store_said:  # each change, not each tick
+                    store_said = monitor.store_error
+                    log.warning("store: %s", store_said or "recording again")
                 if args.duration is not None and time.monotonic() - started >= args.duration:
                     break
                 wait_for_next_tick(monitor, stop)

@@ -145,6 +145,7 @@ def run_watch(args: argparse.Namespace) -> int:
     start = time.monotonic()
     next_at = start
     stop = StopFlag()
+    store_said: str | None = None
     try:
         with on_stop_signals(stop):
             while not stop.requested:
@@ -153,8 +154,9 @@ def run_watch(args: argparse.Namespace) -> int:
                     print(json.dumps(snapshot_json(snapshot)), flush=True)
                 else:
                     print(terminal_safe(format_watch_line(snapshot)), flush=True)
-                if monitor.store_error:
-                    print(f"llm-tray: store: {monitor.store_error}", file=sys.stderr)
+                if monitor.store_error != store_said:  # each change, not each tick
+                    store_said = monitor.store_error
+                    print(f"llm-tray: store: {store_said or 'recording again'}", file=sys.stderr)
                 next_at += args.interval
                 now = time.monotonic()
                 if args.duration is not None and now - start >= args.duration:

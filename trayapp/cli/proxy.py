@@ -255,6 +255,8 @@ def run_proxy(args: argparse.Namespace, profile: HardwareProfile | None = None) 
         print(f"llm-tray proxy: {refusal}", file=sys.stderr)
     for warning in monitor.warnings if monitor is not None else ():
         print(f"llm-tray proxy: {warning}", file=sys.stderr)
+    if monitor is not None and monitor.store_error:  # taken since the look above: tried again each tick
+        print(f"llm-tray proxy: {monitor.store_error}", file=sys.stderr)
     for url, route in zip(urls, routes, strict=True):
         if args.json:
             line = {

@@ -96,3 +96,21 @@ class HardwareProfile:
     vram_bytes: int | None = None
     ram_bandwidth_gbps: float | None = None
     kv_type: str = "f16"
+
+    def overridden_by(self, override: HardwareProfile | None) -> HardwareProfile:
+        """This profile with what `override` states (a command line's flags over the config's)."""
+        if override is None:
+            return self
+        return HardwareProfile(
+            gpu_name=override.gpu_name or self.gpu_name,
+            bandwidth_gbps=(
+                override.bandwidth_gbps if override.bandwidth_gbps is not None else self.bandwidth_gbps
+            ),
+            vram_bytes=override.vram_bytes if override.vram_bytes is not None else self.vram_bytes,
+            ram_bandwidth_gbps=(
+                override.ram_bandwidth_gbps
+                if override.ram_bandwidth_gbps is not None
+                else self.ram_bandwidth_gbps
+            ),
+            kv_type=override.kv_type if override.kv_type != "f16" else self.kv_type,
+        )

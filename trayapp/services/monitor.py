@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 POLL_BUDGET_S = 3.0  # a tick waits at most this long for slow servers
 HUNG_AFTER_S = 10.0  # a server silent this long is reported as hung
 PROXY_RECORD_WAIT_S = 60.0  # how long a proxy record waits for its server's next reading
+STORE_RETRY_S = 10.0  # a store another process holds is tried again this often while not recording
 _INBOX_LOCK = threading.Lock()  # makes the inbox of a monitor that had none (accept_proxy_records)
 
 
@@ -97,6 +98,8 @@ class Monitor:
         self._activity = ServerActivity()
         self._last_reading: dict[str, tuple[ServerReading, float]] = {}
         self._store: Store | None = None
+        self._locked_out: str | None = None  # why not recording: another process holds the store
+        self._store_retry_mono_s = 0.0  # when a held store is tried again (STORE_RETRY_S)
         self._record_bug: str | None = None  # the last tick's store bug, shown as the store error
         self._bugs = BugLog(log)  # this monitor's boundary: each bug's traceback logged once
         self._peer_band_cache: dict[tuple[tuple[str, ...], str | None], PeerBand | None] = {}
@@ -117,23 +120,7 @@ class Monitor:
     # ------------------------------------------------------------------ setup
 
     def _profile(self) -> HardwareProfile:
-        base = self.settings.hardware.profile()
-        override = self.options.profile
-        if override is None:
-            return base
-        return HardwareProfile(
-            gpu_name=override.gpu_name or base.gpu_name,
-            bandwidth_gbps=override.bandwidth_gbps
-            if override.bandwidth_gbps is not None
-            else base.bandwidth_gbps,
-            vram_bytes=override.vram_bytes if override.vram_bytes is not None else base.vram_bytes,
-            ram_bandwidth_gbps=(
-                override.ram_bandwidth_gbps
-                if override.ram_bandwidth_gbps is not None
-                else base.ram_bandwidth_gbps
-            ),
-            kv_type=override.kv_type if override.kv_type != "f16" else base.kv_type,
-        )
+        return self.settings.hardware.profile().overridden_by(self.options.profile)
 
     def _measure_ram_bandwidth(self) -> None:
         from trayapp.sources.ram_bandwidth import RamBandwidthKeeper, default_cache_path
@@ -154,23 +141,30 @@ class Monitor:
             keeper.after_tick(snapshot, self._hardware.set_measured_ram_bandwidth)
 
     def _open_store(self) -> None:
+        """Open the store as its writer. Held by another process: the store error says so while it
+        lasts, and the store is tried again each STORE_RETRY_S (the tray records once it lets go)."""
         from trayapp.sinks.store import Store, StoreLockedError
 
-        store_cfg = self.settings.store
+        cfg = self.settings.store
         try:
             self._store = Store(
                 paths.store_file(),
                 writer=True,
-                sample_interval_s=store_cfg.sample_interval_s,
-                retention_days=store_cfg.retention_days,
-                max_size_bytes=int(store_cfg.max_size_mb * 2**20),
+                sample_interval_s=cfg.sample_interval_s,
+                retention_days=cfg.retention_days,
+                max_size_bytes=int(cfg.max_size_mb * 2**20),
             )
         except StoreLockedError as exc:
-            self.warnings.append(f"not recording: {exc}")
-            self._store = None
+            self._locked_out, self._store = f"not recording: {exc}", None
+            self._store_retry_mono_s = self._clock() + STORE_RETRY_S
+            return
         except Exception as exc:
             self.warnings.append(f"not recording: cannot open the store ({exc})")
             self._store = None
+            return
+        if self._locked_out is not None:
+            log.info("recording to %s: the process that held it let go", paths.store_file())
+        self._locked_out = None
 
     def _endpoint_configs(self) -> list[EndpointConfig]:
         seen: set[str] = set()
@@ -270,6 +264,8 @@ class Monitor:
             readings, hardware, machines, default_machine, self._clock(), self._wall(), priors=priors
         )
         self._log_transitions(output.snapshot)
+        if self._locked_out is not None and self._clock() >= self._store_retry_mono_s:
+            self._open_store()  # the process that held it may have gone: the tray records from then on
         if self._store is not None and not self._paused:
             self._record(output)
         snapshot = self._remote.merge(output.snapshot, now_mono + budget_s - self._clock())
@@ -315,7 +311,7 @@ class Monitor:
     @property
     def store_error(self) -> str | None:
         if self._store is None:
-            return None
+            return self._locked_out
         return self._record_bug or self._store.last_error
 
     def record_bench(self, result: BenchResult) -> tuple[bool, str | None] | None:
