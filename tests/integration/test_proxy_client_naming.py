@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -86,6 +87,92 @@ def test_a_burst_named_one_by_one_reads_the_last_clients_descriptors_once(
     assert passes == [os.getpid()]
     assert _name_a_burst(3, one_by_one=True).names == [me] * 3  # new sockets: not in the pass kept
     assert passes == [os.getpid()] * 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+@pytest.mark.parametrize("recent_client", [False, True], ids=["new client", "the last client"])
+@pytest.mark.parametrize("closed", ["client end closed", "both ends reset"])
+def test_a_client_gone_before_its_lookup_is_named_by_its_user_agent_without_a_scan(
+    monkeypatch: pytest.MonkeyPatch, recent_client: bool, closed: str
+) -> None:
+    """A short answer is read and the socket closed before its lookup runs: no process holds that
+    socket (FIN_WAIT2 or TIME_WAIT, the kernel's inode 0, or none at all after a reset), so no pass
+    over /proc can find one. The client is named by its User-Agent at once, with no scan (each was a
+    pass over every process's descriptors on a worker thread, holding the GIL, a request)."""
+    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None} if recent_client else {})
+    passes: list[object] = []
+    real_holders = clients._holders
+
+    def holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
+        if inodes:  # a pass looking for a socket
+            passes.append(inodes)
+        return real_holders(inodes, first_pids)
+
+    monkeypatch.setattr(clients, "_holders", holders)
+    monkeypatch.setattr(clients, "_scan", lambda port: passes.append(port) or {})
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        local = listener.getsockname()
+        client = socket.create_connection(local)
+        peer = client.getsockname()
+        served, _ = listener.accept()
+        if clients._inodes_of([(peer, local)]) == [None]:
+            pytest.skip("sock_diag refused here")
+        if closed == "both ends reset":
+            for end in (client, served):  # SO_LINGER 0: closed with a reset, no TIME_WAIT left
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            served.close()
+        else:
+            client.close()  # the proxy's end still open: the client's socket waits in FIN_WAIT2
+        try:
+            assert clients._inodes_of([(peer, local)]) == [0]
+
+            async def name() -> clients.Named:
+                return await asyncio.wait_for(ClientNamer().name(peer, local[1], "aider/0.86", local), 10)
+
+            named = asyncio.run(name())
+        finally:
+            served.close()
+    assert named == ("aider", None)
+    assert passes == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_client_closing_during_the_pass_over_proc_is_not_called_another_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The socket was there when looked up, and its client closed it while the descriptors were read:
+    no process holds it, yet it is not another user's process (as records said of ~1 % of short
+    answers read and closed at once). Asked again, the socket is gone: named by its User-Agent."""
+    monkeypatch.setattr(clients, "_RECENT_PIDS", {})  # a new client: looked up on a worker thread
+    real_holders = clients._holders
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        local = listener.getsockname()
+        client = socket.create_connection(local)
+        peer = client.getsockname()
+        served, _ = listener.accept()
+
+        def closing_meanwhile(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
+            client.close()  # the client reads its short answer and hangs up during the pass
+            return real_holders(inodes, first_pids)
+
+        monkeypatch.setattr(clients, "_holders", closing_meanwhile)
+        try:
+            if clients._inodes_of([(peer, local)]) == [None]:
+                pytest.skip("sock_diag refused here")
+
+            async def name() -> clients.Named:
+                return await asyncio.wait_for(ClientNamer().name(peer, local[1], "aider/0.86", local), 10)
+
+            named = asyncio.run(name())
+        finally:
+            client.close()
+            served.close()
+    assert named == ("aider", None)
 
 
 @dataclass

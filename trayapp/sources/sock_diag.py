@@ -82,9 +82,11 @@ class Link:
     def __exit__(self, *_: object) -> None:
         self._link.close()
 
-    def inode_of(self, family: int, src: str, sport: int, dst: str, dport: int) -> int | None:
+    def inode_of(self, family: int, src: str, sport: int, dst: str, dport: int) -> int:
         """The inode of the TCP socket bound to (src, sport) and connected to (dst, dport), by one
-        sock_diag lookup (a hash lookup in the kernel); None when there is none (gone meanwhile)."""
+        sock_diag lookup (a hash lookup in the kernel); 0 when no process holds one any more: none
+        there (closed and gone), or one its process has closed (FIN_WAIT2, TIME_WAIT: the kernel's
+        own inode 0)."""
         size = 4 if family == socket.AF_INET else 16
         ids = (socket.inet_pton(family, src).ljust(16, b"\0"), socket.inet_pton(family, dst).ljust(16, b"\0"))
         no_cookie = (0xFFFFFFFF, 0xFFFFFFFF)
@@ -95,9 +97,9 @@ class Link:
         data = self._link.recv(1 << 12)
         kind = _NLMSG_HEAD.unpack_from(data)[1]
         if kind == _NLMSG_ERROR:
-            return None  # ENOENT: no such socket
+            return 0  # ENOENT: no such socket
         fields = _DIAG_MESSAGE.unpack_from(data, _NLMSG_HEAD.size)
         if socket.ntohs(fields[4]) != sport or fields[6][:size] != ids[0][:size]:
             raise OSError("sock_diag answered another socket")
         inode: int = fields[-1]
-        return inode or None
+        return inode

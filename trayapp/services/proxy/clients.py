@@ -46,6 +46,7 @@ _PRODUCT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 
 Named = tuple[str | None, int | None]  # (name, pid)
 Owner = tuple[bool, int | None]  # (known, pid): see _owners_of
+CLOSED: Owner = (True, 0)  # the client closed its socket before the lookup: no process holds it
 Address = tuple[str, int]
 _T = TypeVar("_T")
 
@@ -106,19 +107,29 @@ def _owners_of(pairs: list[tuple[Address, Address]]) -> list[Owner]:
     of each socket, then one pass over the descriptors of recent clients first for all of them (50
     connections opened at once cost one pass, not 50). (False, None): this way cannot tell (not
     Linux, sock_diag refused, or an address pair it cannot look up); (True, None): no process this
-    user may read holds it."""
+    user may read holds it; CLOSED: the client has closed it (no pass looks for those, and one that
+    found no holder asks again whether the socket is still there: a client closing during the pass
+    is not another user's)."""
     if not sys.platform.startswith("linux"):
         return [(False, None)] * len(pairs)
     inodes = _inodes_of(pairs)
-    holders = _holders({inode for inode in inodes if inode is not None}, reversed(list(_RECENT_PIDS)))
+    holders = _holders({inode for inode in inodes if inode}, reversed(list(_RECENT_PIDS)))
     _remember(holders.values())
-    return [(False, None) if inode is None else (True, holders.get(inode)) for inode in inodes]
+    unheld = [at for at, inode in enumerate(inodes) if inode and inode not in holders]
+    if unheld:
+        for at, now in zip(unheld, _inodes_of([pairs[at] for at in unheld]), strict=True):
+            if now == 0:
+                inodes[at] = 0
+    return [
+        (False, None) if inode is None else CLOSED if not inode else (True, holders.get(inode))
+        for inode in inodes
+    ]
 
 
 def _inodes_of(pairs: list[tuple[Address, Address]]) -> list[int | None]:
-    """The inode of each client's socket, by one sock_diag lookup each on one netlink socket; None
-    when gone, or when this way cannot tell (asked in the wrong family for a v4-mapped address,
-    sock_diag refused)."""
+    """The inode of each client's socket, by one sock_diag lookup each on one netlink socket; 0 when
+    no process holds it any more (the client closed it), None when this way cannot tell (sock_diag
+    refused, an address it cannot parse)."""
     try:
         with sock_diag.Link() as link:
             return [_inode_of(link, peer, local) for peer, local in pairs]
@@ -129,10 +140,13 @@ def _inodes_of(pairs: list[tuple[Address, Address]]) -> list[int | None]:
 
 def _inode_of(link: sock_diag.Link, peer: Address, local: Address) -> int | None:
     src, dst = peer[0].split("%")[0], local[0].split("%")[0]
-    if src.startswith("::ffff:") and dst.startswith("::ffff:"):  # an IPv4 client of a dual-stack listener
-        src, dst = src[7:], dst[7:]
-    family = socket.AF_INET6 if ":" in src else socket.AF_INET
     try:
+        if src.startswith("::ffff:") and dst.startswith("::ffff:"):
+            # an IPv4 client of a dual-stack listener (its socket is AF_INET), else an IPv6 socket
+            # that connected to the mapped address itself
+            inode = link.inode_of(socket.AF_INET, src[7:], peer[1], dst[7:], local[1])
+            return inode or link.inode_of(socket.AF_INET6, src, peer[1], dst, local[1])
+        family = socket.AF_INET6 if ":" in src else socket.AF_INET
         return link.inode_of(family, src, peer[1], dst, local[1])
     except (OSError, ValueError, struct.error) as exc:
         log.debug("sock_diag lookup failed: %s", exc)
@@ -154,6 +168,8 @@ def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
     `first_pids` and this process first, the rest of /proc only while some are still unfound."""
     wanted = set(inodes)
     found: dict[int, int] = {}
+    if not wanted:
+        return found
     pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
     for pid in _unique([*first_pids, os.getpid()], pids):
         if not wanted:
@@ -241,10 +257,12 @@ def _owners_if_the_last_client(pairs: list[tuple[Address, Address]]) -> list[Own
         return None
     pid = next(reversed(_RECENT_PIDS))
     inodes = _inodes_of(pairs)
-    wanted = {inode for inode in inodes if inode is not None}
-    if len(wanted) < len(inodes) or not _LAST_CLIENT_SOCKETS.holds(pid, wanted):
+    if None in inodes:
         return None
-    return [(True, pid)] * len(pairs)
+    wanted = {inode for inode in inodes if inode}
+    if wanted and not _LAST_CLIENT_SOCKETS.holds(pid, wanted):
+        return None
+    return [(True, pid) if inode else CLOSED for inode in inodes]
 
 
 def _scan_proc(listen_port: int, first_pids: Iterable[int]) -> dict[int, int | None]:
@@ -324,6 +342,9 @@ class ClientNamer:
         named: asyncio.Future[Named] = asyncio.get_running_loop().create_future()
 
         def owned(owner: Owner) -> None:
+            if owner == CLOSED:  # gone before its lookup (a short answer read at once): no scan finds it
+                named.set_result((user_agent_product(user_agent), None))
+                return
             known, pid = owner
             then = self._named_pid(pid) if known else self._name_by_scan(port, listen_port, user_agent)
             _chain(asyncio.ensure_future(then), named, named.set_result)
