@@ -21,6 +21,7 @@ import pytest
 from tests.support.proxy import running_proxy
 from trayapp.services.proxy import clients
 from trayapp.services.proxy.clients import ClientNamer
+from trayapp.sources import socket_owners
 
 pytestmark = pytest.mark.usefixtures("each_event_loop")  # each test on uvloop and on asyncio
 
@@ -32,15 +33,15 @@ def test_a_burst_of_connections_is_named_in_one_pass_over_proc(monkeypatch: pyte
     the rest in one), not 20 (issue #26: one each was a fifth of the proxy's CPU at 50 streams,
     holding the GIL). The next burst from the same process (now the last client) is named on the
     event loop from that process's descriptors alone: no thread, no pass over /proc."""
-    monkeypatch.setattr(clients, "_RECENT_PIDS", {})  # this process has never been a client
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {})  # this process has never been a client
     passes: list[int] = []
-    real_holders = clients._holders
+    real_holders = socket_owners._holders
 
     def counted(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
         passes.append(len(inodes))
         return real_holders(inodes, first_pids)
 
-    monkeypatch.setattr(clients, "_holders", counted)
+    monkeypatch.setattr(socket_owners, "_holders", counted)
     first = _name_a_burst(20)
     after_first = list(passes)
     second = _name_a_burst(20)
@@ -57,8 +58,8 @@ def test_a_last_client_with_many_descriptors_is_looked_up_on_a_thread(
 ) -> None:
     """The event loop reads at most QUICK_LOOKUP_MAX_FDS of the last client's descriptors: past that the
     lookup goes to a worker thread, as for a new client."""
-    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
-    monkeypatch.setattr(clients, "QUICK_LOOKUP_MAX_FDS", 1)  # it has more descriptors than that
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
+    monkeypatch.setattr(socket_owners, "QUICK_LOOKUP_MAX_FDS", 1)  # it has more descriptors than that
     burst = _name_a_burst(5)
     assert burst.names == [(psutil.Process().name(), os.getpid())] * 5
     assert burst.threads and burst.loop_thread not in burst.threads
@@ -71,17 +72,17 @@ def test_a_burst_named_one_by_one_reads_the_last_clients_descriptors_once(
     """20 connections of the last client named one after another (each stream's lookup begins at its
     first text, so a burst's come one by one) read that process's descriptors once, not 20 times; a
     socket it opens afterwards is not among those read, and is found by a new pass."""
-    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
-    monkeypatch.setattr(clients, "_LAST_CLIENT_SOCKETS", clients._SocketsSeen())
-    monkeypatch.setattr(clients, "LAST_CLIENT_SOCKETS_KEPT_S", 60.0)  # one pass for both bursts below
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
+    monkeypatch.setattr(socket_owners, "_LAST_CLIENT_SOCKETS", socket_owners._SocketsSeen())
+    monkeypatch.setattr(socket_owners, "LAST_CLIENT_SOCKETS_KEPT_S", 60.0)  # one pass for both bursts below
     passes: list[int] = []
-    real_socket_inodes = clients._socket_inodes
+    real_socket_inodes = socket_owners._socket_inodes
 
     def counted(pid: int, fds: list[str]) -> list[int]:
         passes.append(pid)
         return real_socket_inodes(pid, fds)
 
-    monkeypatch.setattr(clients, "_socket_inodes", counted)
+    monkeypatch.setattr(socket_owners, "_socket_inodes", counted)
     me = (psutil.Process().name(), os.getpid())
     assert _name_a_burst(20, one_by_one=True).names == [me] * 20
     assert passes == [os.getpid()]
@@ -99,17 +100,17 @@ def test_a_client_gone_before_its_lookup_is_named_by_its_user_agent_without_a_sc
     socket (FIN_WAIT2 or TIME_WAIT, the kernel's inode 0, or none at all after a reset), so no pass
     over /proc can find one. The client is named by its User-Agent at once, with no scan (each was a
     pass over every process's descriptors on a worker thread, holding the GIL, a request)."""
-    monkeypatch.setattr(clients, "_RECENT_PIDS", {os.getpid(): None} if recent_client else {})
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {os.getpid(): None} if recent_client else {})
     passes: list[object] = []
-    real_holders = clients._holders
+    real_holders = socket_owners._holders
 
     def holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
         if inodes:  # a pass looking for a socket
             passes.append(inodes)
         return real_holders(inodes, first_pids)
 
-    monkeypatch.setattr(clients, "_holders", holders)
-    monkeypatch.setattr(clients, "_scan", lambda port: passes.append(port) or {})
+    monkeypatch.setattr(socket_owners, "_holders", holders)
+    monkeypatch.setattr(socket_owners, "scan", lambda port: passes.append(port) or {})
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
@@ -117,7 +118,7 @@ def test_a_client_gone_before_its_lookup_is_named_by_its_user_agent_without_a_sc
         client = socket.create_connection(local)
         peer = client.getsockname()
         served, _ = listener.accept()
-        if clients._inodes_of([(peer, local)]) == [None]:
+        if socket_owners.inodes_of([(peer, local)]) == [None]:
             pytest.skip("sock_diag refused here")
         if closed == "both ends reset":
             for end in (client, served):  # SO_LINGER 0: closed with a reset, no TIME_WAIT left
@@ -127,7 +128,7 @@ def test_a_client_gone_before_its_lookup_is_named_by_its_user_agent_without_a_sc
         else:
             client.close()  # the proxy's end still open: the client's socket waits in FIN_WAIT2
         try:
-            assert clients._inodes_of([(peer, local)]) == [0]
+            assert socket_owners.inodes_of([(peer, local)]) == [0]
 
             async def name() -> clients.Named:
                 return await asyncio.wait_for(ClientNamer().name(peer, local[1], "aider/0.86", local), 10)
@@ -146,8 +147,8 @@ def test_a_client_closing_during_the_pass_over_proc_is_not_called_another_users(
     """The socket was there when looked up, and its client closed it while the descriptors were read:
     no process holds it, yet it is not another user's process (as records said of ~1 % of short
     answers read and closed at once). Asked again, the socket is gone: named by its User-Agent."""
-    monkeypatch.setattr(clients, "_RECENT_PIDS", {})  # a new client: looked up on a worker thread
-    real_holders = clients._holders
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {})  # a new client: looked up on a worker thread
+    real_holders = socket_owners._holders
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
@@ -160,9 +161,9 @@ def test_a_client_closing_during_the_pass_over_proc_is_not_called_another_users(
             client.close()  # the client reads its short answer and hangs up during the pass
             return real_holders(inodes, first_pids)
 
-        monkeypatch.setattr(clients, "_holders", closing_meanwhile)
+        monkeypatch.setattr(socket_owners, "_holders", closing_meanwhile)
         try:
-            if clients._inodes_of([(peer, local)]) == [None]:
+            if socket_owners.inodes_of([(peer, local)]) == [None]:
                 pytest.skip("sock_diag refused here")
 
             async def name() -> clients.Named:
@@ -186,7 +187,7 @@ def _name_a_burst(count: int, one_by_one: bool = False) -> _Burst:
     """Name `count` connections of this process, asked together (one batch) or `one_by_one` (each
     asked once the one before is named: one batch each, as a burst's streams reach their first text)."""
     threads: set[int] = set()
-    real_sockets_among, real_socket_inodes = clients._sockets_among, clients._socket_inodes
+    real_sockets_among, real_socket_inodes = socket_owners._sockets_among, socket_owners._socket_inodes
 
     def watched(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
         threads.add(threading.get_ident())
@@ -198,15 +199,15 @@ def _name_a_burst(count: int, one_by_one: bool = False) -> _Burst:
 
     with (
         socket.socket() as listener,
-        _patched(clients, "_sockets_among", watched),
-        _patched(clients, "_socket_inodes", watched_all),
+        _patched(socket_owners, "_sockets_among", watched),
+        _patched(socket_owners, "_socket_inodes", watched_all),
     ):
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         local = listener.getsockname()
         conns = [socket.create_connection(local) for _ in range(count)]
         try:
-            if clients._inodes_of([(conns[0].getsockname(), local)]) == [None]:
+            if socket_owners.inodes_of([(conns[0].getsockname(), local)]) == [None]:
                 pytest.skip("sock_diag refused here")
             namer = ClientNamer()
 

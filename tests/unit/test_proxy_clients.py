@@ -13,6 +13,7 @@ import pytest
 from trayapp.core.model import FinishedRequest
 from trayapp.services.proxy import clients
 from trayapp.services.proxy.clients import OTHER_USER, ClientNamer, user_agent_product
+from trayapp.sources import socket_owners
 
 
 @pytest.mark.parametrize(
@@ -49,13 +50,13 @@ def test_a_remote_client_is_named_by_its_user_agent_without_a_scan(monkeypatch: 
     def no_scan(port: int) -> dict[int, int | None]:
         raise AssertionError("a remote peer needs no scan of this machine's sockets")
 
-    monkeypatch.setattr(clients, "_scan", no_scan)
+    monkeypatch.setattr(socket_owners, "scan", no_scan)
     named = named_once(("192.168.1.20", 51234), 8081, "aider/0.86")
     assert named == ("aider", None)
 
 
 def test_a_loopback_client_of_another_user_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clients, "_scan", lambda port: {51234: None})  # psutil gave no pid: not ours
+    monkeypatch.setattr(socket_owners, "scan", lambda port: {51234: None})  # psutil gave no pid: not ours
     named = named_once(("127.0.0.1", 51234), 8081, "aider/0.86")
     assert named == (OTHER_USER, None)
 
@@ -69,7 +70,7 @@ def test_a_loopback_client_the_scan_did_not_see_falls_back_to_its_user_agent(
         scans.append(port)
         return {}
 
-    monkeypatch.setattr(clients, "_scan", scan)
+    monkeypatch.setattr(socket_owners, "scan", scan)
     named = named_once(("::1", 40000, 0, 0), 8081, "curl/8.5")
     assert named == ("curl", None) and scans == [8081]
 
@@ -131,7 +132,7 @@ def test_a_clients_name_is_kept_for_a_while_then_read_again(
 ) -> None:
     """A pid's process name is cached for NAME_KEPT_S: past it, the pid may be another process's."""
     names = iter(["aider", "bash"])
-    monkeypatch.setattr(clients, "_scan", lambda port: {51234: 4242})
+    monkeypatch.setattr(socket_owners, "scan", lambda port: {51234: 4242})
     monkeypatch.setattr(clients, "_process_name", lambda pid: next(names))
     monkeypatch.setattr(clients, "NAME_KEPT_S", kept_s)
     namer = ClientNamer()
@@ -149,7 +150,7 @@ def test_a_burst_of_clients_from_one_process_reads_its_name_once(monkeypatch: py
         reads.append(pid)
         return "aider"
 
-    monkeypatch.setattr(clients, "_scan", lambda port: {port: 4242 for port in range(51000, 51005)})
+    monkeypatch.setattr(socket_owners, "scan", lambda port: {port: 4242 for port in range(51000, 51005)})
     monkeypatch.setattr(clients, "_process_name", process_name)
     namer = ClientNamer()
 
@@ -168,7 +169,7 @@ def test_a_failing_socket_lookup_fails_the_name_it_was_for(monkeypatch: pytest.M
     def broken(pairs: object) -> None:
         raise RuntimeError("a bug in the lookup")
 
-    monkeypatch.setattr(clients, "_owners_if_the_last_client", broken)
+    monkeypatch.setattr(socket_owners, "owners_if_the_last_client", broken)
 
     async def ask() -> clients.Named:
         return await ClientNamer().name(("127.0.0.1", 51234), 8081, None, ("127.0.0.1", 8081))
