@@ -9,11 +9,14 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
@@ -174,6 +177,64 @@ def test_a_client_closing_during_the_pass_over_proc_is_not_called_another_users(
             client.close()
             served.close()
     assert named == ("aider", None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_new_client_process_is_found_among_the_newest_processes_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A client never seen before is most often a process just started (a script, a `curl`): the pass
+    over /proc reads the newest processes first and finds it after a few, where from the oldest it
+    came after every process of the machine (~70 here, hundreds on a desktop: each descriptor a
+    readlink, on a worker thread holding the GIL in turns with the proxy's event loop). A recent
+    client that has exited is dropped from those looked at first."""
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    gone_pid = int(exited.stdout)  # a client that has exited since: not looked at first any more
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {gone_pid: None})
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        local = listener.getsockname()
+        ready = tmp_path / "port"
+        child = subprocess.Popen(  # a client process just started, holding a connection to the listener
+            [
+                sys.executable,
+                "-c",
+                "import socket, sys, pathlib; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); "
+                "pathlib.Path(sys.argv[2]).write_text(str(s.getsockname()[1])); sys.stdin.read()",
+                str(local[1]),
+                str(ready),
+            ],
+            stdin=subprocess.PIPE,
+        )
+        try:
+            served, _ = listener.accept()
+            with served:
+                for _ in range(1000):  # the child writes its port right after connecting
+                    if ready.exists() and ready.read_text():
+                        break
+                    time.sleep(0.01)
+                peer = ("127.0.0.1", int(ready.read_text()))
+                (inode,) = socket_owners.inodes_of([(peer, local)])
+                if inode is None:
+                    pytest.skip("sock_diag refused here")
+                read: list[int] = []
+                real_sockets_among = socket_owners._sockets_among
+
+                def counted(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
+                    read.append(pid)
+                    return real_sockets_among(pid, fds, wanted)
+
+                with _patched(socket_owners, "_sockets_among", counted):
+                    holders = socket_owners._holders({inode}, [gone_pid])
+        finally:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait(10)
+    assert holders == {inode: child.pid}
+    assert gone_pid not in socket_owners._RECENT_PIDS
+    assert read[0] == os.getpid() and read[-1] == child.pid
+    assert len(read) <= 8, read  # this process, then the child among the newest few
 
 
 @dataclass

@@ -176,3 +176,17 @@ def test_a_failing_socket_lookup_fails_the_name_it_was_for(monkeypatch: pytest.M
 
     with pytest.raises(RuntimeError, match="a bug in the lookup"):
         asyncio.run(ask())
+
+
+@pytest.mark.parametrize(
+    ("pids", "last_pid", "expected"),
+    [
+        ([5, 300, 90, 101, 7], 100, [90, 7, 5, 300, 101]),  # wrapped: 101 and 300 are older than 5
+        ([5, 300, 90, 101, 7], 300, [300, 101, 90, 7, 5]),  # not wrapped: the highest is the newest
+        ([], 10, []),
+    ],
+)
+def test_processes_are_read_newest_first_across_a_pid_wrap(
+    pids: list[int], last_pid: int, expected: list[int]
+) -> None:
+    assert socket_owners.newest_first(pids, last_pid) == expected

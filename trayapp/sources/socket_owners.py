@@ -131,22 +131,40 @@ def _remember(pids: Iterable[int | None]) -> None:
 
 def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
     """Socket inode → the pid holding it, for those of `inodes` a process this user may read holds:
-    `first_pids` and this process first, the rest of /proc only while some are still unfound."""
+    `first_pids` and this process first, then the rest of /proc newest first (a client never seen is
+    most often a process just started, a script or a `curl`, which from the oldest came after every
+    descriptor of every process had been read), only while some are unfound."""
     wanted = set(inodes)
     found: dict[int, int] = {}
     if not wanted:
         return found
-    pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
-    for pid in _unique([*first_pids, os.getpid()], pids):
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    for pid in _unique([*first_pids, os.getpid()], newest_first(pids, _last_pid(pids))):
         if not wanted:
             break
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:  # gone, or another user's
+            _RECENT_PIDS.pop(pid, None)  # a client that has exited is not looked at first again
             continue
         for inode in _sockets_among(pid, fds, wanted):
             found[inode] = pid
     return found
+
+
+def newest_first(pids: list[int], last_pid: int) -> list[int]:
+    """`pids`, the newest process first: pids count up to `last_pid`, the last one given, and wrap at
+    the kernel's pid_max, so those above it are older than those below."""
+    return sorted(pids, key=lambda pid: (pid <= last_pid, pid), reverse=True)
+
+
+def _last_pid(pids: list[int]) -> int:
+    """The pid the kernel gave last (/proc/loadavg's last field); the highest of `pids` without it."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as loadavg:
+            return int(loadavg.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return max(pids, default=0)
 
 
 def _sockets_among(pid: int, fds: list[str], wanted: set[int]) -> list[int]:
