@@ -131,15 +131,15 @@ def _remember(pids: Iterable[int | None]) -> None:
 
 def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
     """Socket inode → the pid holding it, for those of `inodes` a process this user may read holds:
-    `first_pids` and this process first, then the rest of /proc newest first (a client never seen is
-    most often a process just started, a script or a `curl`, which from the oldest came after every
-    descriptor of every process had been read), only while some are unfound."""
+    `first_pids` first, then the rest of /proc newest first, this one among them (a client never seen
+    is most often a process just started, a script or a `curl`, which from the oldest came after
+    every descriptor of every process had been read), only while some are unfound."""
     wanted = set(inodes)
     found: dict[int, int] = {}
     if not wanted:
         return found
     pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    for pid in _unique([*first_pids, os.getpid()], newest_first(pids, _last_pid(pids))):
+    for pid in _unique(list(first_pids), newest_first(pids, _last_pid(pids))):
         if not wanted:
             break
         try:
