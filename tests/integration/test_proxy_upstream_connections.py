@@ -8,8 +8,9 @@ never for a request too large to keep; the copy is given back either way.
 A client's upstream connection is opened as the client connects (while its head arrives), closed
 unused when no head comes within limits.EARLY_UPSTREAM_HOLD_S, and never opened before a request on a
 listener that needs a token; one spent by its answers is replaced before the next request comes.
-When a client goes, its idle upstream connection is kept (limits.UPSTREAM_POOL_MOST a listener, each
-for limits.UPSTREAM_REUSE_IDLE_S) and the next client's request goes up on it.
+When a client goes, its idle upstream connection is kept (limits.upstream_reuse: two a listener in
+front of llama-server, 64 in front of a server on an event loop; each for limits.UPSTREAM_REUSE_IDLE_S)
+and the next client's request goes up on it.
 
 A response goes at the client's pace: while the client's buffer is full the proxy reads nothing more
 from the upstream (the upstream's own sends block), and a client that reads nothing for
@@ -162,10 +163,12 @@ def _read_request(conn: socket.socket, buffer: bytes) -> tuple[bytes | None, byt
 
 
 @contextmanager
-def scripted(*script: str, token: str | None = None) -> Iterator[tuple[ScriptedUpstream, RunningProxy]]:
+def scripted(
+    *script: str, token: str | None = None, kind: str = "llamacpp"
+) -> Iterator[tuple[ScriptedUpstream, RunningProxy]]:
     upstream = ScriptedUpstream(list(script))
     try:
-        with running_proxy(upstream.url, "llamacpp", token=token) as proxy:
+        with running_proxy(upstream.url, kind, token=token) as proxy:
             yield upstream, proxy
     finally:
         upstream.close()
@@ -303,10 +306,10 @@ def test_a_client_that_sends_nothing_holds_its_upstream_connection_briefly() -> 
 
 
 def test_a_spent_upstream_connection_is_replaced_before_the_next_request_comes() -> None:
-    """After limits.UPSTREAM_REUSE_MAX_ANSWERS answers on one upstream connection (llama-server closes
-    one after its 5th request) the client's next request goes up on a connection opened while the
-    client read its last answer, not one opened after the request came."""
-    spent = limits.UPSTREAM_REUSE_MAX_ANSWERS
+    """After limits.UPSTREAM_REUSE_THREADED.max_answers answers on one upstream connection
+    (llama-server closes one after its 5th request) the client's next request goes up on a connection
+    opened while the client read its last answer, not one opened after the request came."""
+    spent = limits.UPSTREAM_REUSE_THREADED.max_answers
     with scripted() as (upstream, proxy):
         with socket.create_connection(_address(proxy.url), timeout=10) as sock:
             for _ in range(spent):
@@ -439,7 +442,7 @@ def test_a_kept_upstream_connection_is_closed_once_idle_for_the_reuse_limit(
 
 
 def test_the_listener_keeps_at_most_its_limit_of_connections_for_the_next_clients() -> None:
-    most = limits.UPSTREAM_POOL_MOST
+    most = limits.UPSTREAM_REUSE_THREADED.pool_most
     with scripted() as (upstream, proxy):
         clients = [socket.create_connection(_address(proxy.url), timeout=10) for _ in range(most + 1)]
         for sock in clients:  # each on its own upstream connection
@@ -450,6 +453,33 @@ def test_the_listener_keeps_at_most_its_limit_of_connections_for_the_next_client
         wait_until(lambda: upstream.ended == 1 and proxy.kept_upstreams() == most)
         proxy.records.wait_for(most + 1)
     assert upstream.connections == most + 1
+
+
+@pytest.mark.parametrize(("kind", "kept"), [("vllm", 10), ("llamacpp", 2)])
+def test_clients_that_connect_per_request_together_reuse_the_connections_the_last_ones_left(
+    kind: str, kept: int
+) -> None:
+    """Ten clients that open a connection for one request (curl, a script) send theirs at once, read
+    their answers and go; then ten more: in front of a server on an event loop (vLLM) the second ten go
+    up on the ten connections the first left, with no connect (issue #26: at 50 streams that made their
+    first tokens ~3.7 ms sooner); in front of llama-server, whose HTTP threads each idle connection
+    holds, two are kept and eight are opened again."""
+    with scripted(kind=kind) as (upstream, proxy):
+        for burst in range(2):
+            clients = [socket.create_connection(_address(proxy.url), timeout=10) for _ in range(10)]
+            for sock in clients:
+                sock.sendall(_raw_post(BODY))
+            answers = [_read_answer(sock) for sock in clients]
+            for sock in clients:  # gone only once every answer came: none went to another in the burst
+                sock.close()
+            assert all(answer.endswith(ANSWER) for answer in answers)
+            wait_until(lambda: proxy.kept_upstreams() == kept)
+            if burst == 0:
+                first_connections = upstream.connections
+        proxy.records.wait_for(20)
+    assert first_connections == 10
+    assert upstream.connections == 10 + (10 - kept)
+    assert len(upstream.requests) == 20
 
 
 def _address(url: str) -> tuple[str, int]:

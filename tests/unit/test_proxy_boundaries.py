@@ -57,10 +57,47 @@ def test_loop_errors_are_logged_once_per_kind(caplog: pytest.LogCaptureFixture) 
     assert len(proxy_lines) == 2 and all(r.levelno == logging.WARNING for r in proxy_lines)
 
 
-def test_the_connection_cap_stays_under_the_descriptor_limit() -> None:
-    assert limits.connection_cap(None) == limits.MAX_CONNECTIONS
-    assert limits.connection_cap(1 << 20) == limits.MAX_CONNECTIONS
-    burst = limits.ACCEPT_BACKLOG
-    assert limits.connection_cap(256) == (256 - limits.FD_RESERVE - burst) // 2
-    assert limits.connection_cap(256, listeners=2) == (256 - limits.FD_RESERVE - 2 * burst) // 4
-    assert limits.connection_cap(40) == 4  # never none at all
+@pytest.mark.parametrize(
+    ("fd_limit", "listeners", "pool_most", "expected"),
+    [  # by hand: room = limit - 64 reserved - 64 a listener's accept burst; kept ≤ room / 8 a listener
+        (None, 1, 64, (512, 64)),  # no limit known
+        (1 << 20, 1, 64, (512, 64)),
+        (1024, 1, 64, (416, 64)),  # room 896: (896 - 64) // 2
+        (256, 1, 64, (56, 16)),  # macOS's default: room 128, kept 16, (128 - 16) // 2
+        (256, 1, 2, (63, 2)),  # (128 - 2) // 2
+        (256, 2, 2, (15, 2)),  # room 64: (64 - 2 * 2) // 4
+        (40, 1, 2, (4, 0)),  # never none at all
+    ],
+)
+def test_the_connection_budget_stays_under_the_descriptor_limit(
+    fd_limit: int | None, listeners: int, pool_most: int, expected: tuple[int, int]
+) -> None:
+    assert limits.connection_budget(fd_limit, listeners, pool_most) == expected
+
+
+@pytest.mark.parametrize("fd_limit", [512, 1024, 4096, 65536])
+@pytest.mark.parametrize("listeners", [1, 2, 3])
+def test_every_descriptor_the_budget_allows_fits_under_the_limit(fd_limit: int, listeners: int) -> None:
+    cap, kept = limits.connection_budget(fd_limit, listeners, limits.UPSTREAM_REUSE_EVENT_LOOP.pool_most)
+    assert cap > 4  # the budget's own (not the floor under a limit too small for any)
+    used = listeners * (2 * cap + kept + limits.ACCEPT_BACKLOG) + limits.FD_RESERVE
+    assert used <= fd_limit
+
+
+@pytest.mark.parametrize(
+    ("kind", "pool_most", "max_answers"),
+    [  # event-loop servers keep many idle connections for nothing; llama-server a thread each
+        ("vllm", 64, 1000),
+        ("sglang", 64, 1000),
+        ("ollama", 64, 1000),
+        ("llamacpp", 2, 4),
+        ("lmstudio", 2, 4),  # not known to be free: as llama-server
+        ("mlx", 2, 4),
+        ("openai", 2, 4),
+        ("llamacpp-router", 2, 4),  # no kind of its own
+    ],
+)
+def test_how_many_upstream_connections_a_listener_keeps_depends_on_the_servers_http_stack(
+    kind: str, pool_most: int, max_answers: int
+) -> None:
+    assert limits.upstream_reuse(kind) == limits.UpstreamReuse(pool_most, max_answers)

@@ -27,7 +27,11 @@ class ServerKindRow:
     its live rate is the recording proxy's count of the tokens it streams (core/proxied_streams.py).
     `request_rates`: each finished request's own decode rate is seen without the proxy's help (its
     timings, or its slot polled to its end), or only through the proxy, which records every request:
-    `regression` judges those, not the polled ticks between."""
+    `regression` judges those, not the polled ticks between. `idle_connections_free`: its HTTP server
+    serves connections on an event loop (uvicorn: vLLM, SGLang; Go's net/http: Ollama), so a kept-alive
+    connection waiting for a request holds no thread of it and is closed after no set number of
+    requests: the recording proxy keeps many of them for clients that connect per request
+    (services/proxy/limits.py `upstream_reuse`)."""
 
     label: str
     default_port: int | None
@@ -37,10 +41,13 @@ class ServerKindRow:
     engine: str | None = None
     rate_from_proxy: bool = False
     request_rates: bool = False
+    idle_connections_free: bool = False
 
 
 SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
-    "ollama": ServerKindRow("Ollama", 11434, openai_compatible=False, context_flag="num_ctx"),
+    "ollama": ServerKindRow(
+        "Ollama", 11434, openai_compatible=False, context_flag="num_ctx", idle_connections_free=True
+    ),
     # 9931: upstream llama.cpp's new default port (and the ggml-org menu-bar app's); builds up to
     # b11434 still listen on 8080.
     "llamacpp": ServerKindRow(
@@ -53,8 +60,12 @@ SERVER_KINDS: dict[ServerKindName, ServerKindRow] = {
         request_rates=True,
     ),
     "lmstudio": ServerKindRow("LM Studio", 1234, openai_compatible=False, request_rates=True),
-    "vllm": ServerKindRow("vLLM", 8000, openai_compatible=True, context_flag="--max-model-len"),
-    "sglang": ServerKindRow("SGLang", 30000, openai_compatible=True, context_flag="--context-length"),
+    "vllm": ServerKindRow(
+        "vLLM", 8000, openai_compatible=True, context_flag="--max-model-len", idle_connections_free=True
+    ),
+    "sglang": ServerKindRow(
+        "SGLang", 30000, openai_compatible=True, context_flag="--context-length", idle_connections_free=True
+    ),
     "mlx": ServerKindRow(  # on llama-server's port
         "MLX-LM", 8080, openai_compatible=True, rate_from_proxy=True, request_rates=True
     ),

@@ -20,11 +20,12 @@ class Upstream:
     idle_since_s: float = 0.0  # time.monotonic() when its last answer ended (or it was opened)
     answers: int = 0  # requests it has answered
 
-    def usable(self) -> bool:
-        """Open, and idle for less than the servers' keep-alive timeouts: a connection the server is
-        closing as the next request goes out answers nothing (a 502 seen with llama-server)."""
+    def usable(self, max_answers: int) -> bool:
+        """Open, idle for less than the servers' keep-alive timeouts, and with fewer than `max_answers`
+        answers: a connection the server is closing as the next request goes out answers nothing (a
+        502 seen with llama-server)."""
         fresh = time.monotonic() - self.idle_since_s < limits.UPSTREAM_REUSE_IDLE_S
-        fresh = fresh and self.answers < limits.UPSTREAM_REUSE_MAX_ANSWERS
+        fresh = fresh and self.answers < max_answers
         return fresh and not (self.reader.reader.at_eof() or self.writer.transport.is_closing())
 
     def close(self) -> None:
@@ -95,9 +96,9 @@ def read_small(transport: asyncio.BaseTransport) -> None:
 class EarlyUpstream:
     """An upstream connection opened before the request that takes it has come: as a client connects,
     while its first head arrives (the connect no longer waits behind the head: ~0.6 ms of a request's
-    first byte on a 2-core machine), and when a kept connection is spent (its answers reached
-    limits.UPSTREAM_REUSE_MAX_ANSWERS) while the client reads its last answer. Closed unused after
-    `hold_s`: a client that sends nothing holds no server thread (llama-server gives each connection
+    first byte on a 2-core machine), and when a kept connection is spent (its answers reached its
+    listener's limits.UpstreamReuse.max_answers) while the client reads its last answer. Closed unused
+    after `hold_s`: a client that sends nothing holds no server thread (llama-server gives each connection
     one) for longer (limits.EARLY_UPSTREAM_HOLD_S for a new client; limits.UPSTREAM_REUSE_IDLE_S for
     one whose kept connection it replaces, as long as that one would have been held)."""
 
@@ -142,15 +143,16 @@ class UpstreamPool:
     (llama-server gives each open connection one) is held no longer than a client keeping its own
     connection to the server would hold it."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, max_answers: int) -> None:
         self._most = most
+        self._max_answers = max_answers
         self._idle: list[tuple[Upstream, asyncio.TimerHandle]] = []  # oldest first
         self._promised = 0  # kept connections set aside for clients whose first request is to come
         self._closed = False
 
     def put(self, upstream: Upstream) -> None:
         """Keep `upstream` (idle, its last answer whole), or close it when it may not be reused."""
-        if self._closed or self._most <= 0 or not upstream.usable():
+        if self._closed or self._most <= 0 or not upstream.usable(self._max_answers):
             upstream.close()
             return
         if len(self._idle) >= self._most:
@@ -166,7 +168,7 @@ class UpstreamPool:
         while self._idle:
             upstream, timer = self._idle.pop()
             timer.cancel()
-            if upstream.usable():
+            if upstream.usable(self._max_answers):
                 return upstream
             upstream.close()
         return None
@@ -183,8 +185,13 @@ class UpstreamPool:
             return True
         return False
 
-    def keep_promise(self) -> None:
-        self._promised = max(0, self._promised - 1)
+    def keep_promise(self, promised: list[bool]) -> None:
+        """The promise made to a client (`promised[0]`, then False) is kept: its first head has come,
+        and takes the connection set aside for it (this is said before the take: a client connecting
+        between the two would find every kept connection promised and open its own), or never will."""
+        if promised[0]:
+            promised[0] = False
+            self._promised = max(0, self._promised - 1)
 
     def __len__(self) -> int:
         return len(self._idle)

@@ -6,6 +6,10 @@ client that never authenticates cannot hold the proxy's sockets, memory or event
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from trayapp.core.server_kinds import server_kind_row
+
 # Framing (services/proxy/http1.py): larger → 400 (a request) or 502 (a response), then closed.
 MAX_HEAD_BYTES = 64 * 1024  # a request or response head, and a chunked body's trailers
 MAX_CHUNK_LINE_BYTES = 4096  # one chunk-size line with its extensions
@@ -27,12 +31,34 @@ UPSTREAM_REUSE_IDLE_S = 4.0  # an upstream connection idle longer is not reused:
 EARLY_UPSTREAM_HOLD_S = 0.25  # a new client connection opens its upstream connection at once, while
 #                               its first head arrives (listeners without a token only); unused this
 #                               long (no head), it is closed, and opened again when a request comes
-UPSTREAM_POOL_MOST = 2  # upstream connections kept, per listener, after their clients have gone
-#                        (exchange.UpstreamPool): the next client's request goes up on one at once,
-#                        each closed after UPSTREAM_REUSE_IDLE_S idle; two, so that the pool holds at
-#                        most two of llama-server's HTTP threads (at least n_parallel + 2 of them)
-UPSTREAM_REUSE_MAX_ANSWERS = 4  # nor after this many answers: cpp-httplib (llama-server) closes a
-#                                 connection after its 5th request (keep_alive_max_count)
+
+
+@dataclass(frozen=True)
+class UpstreamReuse:
+    """How a listener keeps and reuses its upstream connections, by the server's HTTP stack."""
+
+    pool_most: int  # connections kept after their clients have gone (exchange.UpstreamPool): the next
+    #                 client's request goes up on one at once, each closed after UPSTREAM_REUSE_IDLE_S
+    max_answers: int  # answers one connection carries; then a new one is opened
+
+
+# llama-server (cpp-httplib) holds one of its HTTP threads (at least n_parallel + 2 of them) for each
+# open connection and closes one after its 5th request (keep_alive_max_count): two kept, four answers
+# each. So for any server not known to be otherwise.
+UPSTREAM_REUSE_THREADED = UpstreamReuse(pool_most=2, max_answers=4)
+# A server on an event loop (server_kinds `idle_connections_free`: uvicorn, Go) holds nothing for an
+# idle connection: 50 clients that connect per request (curl, scripts, SDKs without a session) at once
+# have every request go up on a kept connection, none after a connect (issue #26: their median first
+# token went from 3.1 ms later than straight to the server to 0.5 ms sooner).
+UPSTREAM_REUSE_EVENT_LOOP = UpstreamReuse(pool_most=64, max_answers=1000)
+
+
+def upstream_reuse(server_kind: str) -> UpstreamReuse:
+    """How a listener in front of a server of `server_kind` keeps its upstream connections."""
+    row = server_kind_row(server_kind)
+    free = row is not None and row.idle_connections_free
+    return UPSTREAM_REUSE_EVENT_LOOP if free else UPSTREAM_REUSE_THREADED
+
 
 # Connections, per listener. The cap is also held under the process's file-descriptor limit
 # (each proxied connection holds two descriptors; the rest is left to the monitor and the store).
@@ -77,11 +103,14 @@ NAME_CLIENT_AFTER_S = 0.25
 COUNT_PROMPT_FROM_BYTES = 8 * 1024
 
 
-def connection_cap(fd_soft_limit: int | None, listeners: int = 1) -> int:
-    """Connections one listener accepts at once: MAX_CONNECTIONS, or fewer so that all listeners'
-    connections (two descriptors each) and one accept burst each stay under the descriptor limit
-    less FD_RESERVE."""
+def connection_budget(fd_soft_limit: int | None, listeners: int = 1, pool_most: int = 2) -> tuple[int, int]:
+    """(connections one listener accepts at once, upstream connections it keeps for the next clients):
+    MAX_CONNECTIONS and `pool_most`, or fewer, so that all listeners' connections (two descriptors
+    each), one accept burst each and the kept ones stay under the descriptor limit less FD_RESERVE (the
+    kept ones at most an eighth of what is left after the bursts)."""
     if fd_soft_limit is None or fd_soft_limit <= 0:
-        return MAX_CONNECTIONS
-    room = (fd_soft_limit - FD_RESERVE - ACCEPT_BACKLOG * max(1, listeners)) // (2 * max(1, listeners))
-    return max(4, min(MAX_CONNECTIONS, room))
+        return MAX_CONNECTIONS, pool_most
+    count = max(1, listeners)
+    room = fd_soft_limit - FD_RESERVE - ACCEPT_BACKLOG * count
+    kept = max(0, min(pool_most, room // (8 * count)))
+    return max(4, min(MAX_CONNECTIONS, (room - kept * count) // (2 * count))), kept

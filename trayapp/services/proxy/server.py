@@ -85,8 +85,10 @@ class ProxyServer:
         self._said: set[str] = set()  # what has been logged once
         self.port = route.listen_port
         self.upstream_address = (route.upstream_host, route.upstream_port)  # read once a connection
-        self.slots = Slots(max_connections or limits.connection_cap(fd_soft_limit(), listeners))
-        self.pool = UpstreamPool(limits.UPSTREAM_POOL_MOST)  # connections left by clients that went
+        self.reuse = limits.upstream_reuse(route.server_kind)
+        cap, kept = limits.connection_budget(fd_soft_limit(), listeners, self.reuse.pool_most)
+        self.slots = Slots(max_connections or cap)
+        self.pool = UpstreamPool(kept, self.reuse.max_answers)  # connections left by clients that went
 
     @property
     def listen_url(self) -> str:
@@ -141,15 +143,8 @@ class ProxyServer:
         admitted = self.slots.admit(task)
         if admitted is None:
             self._say_once("cap", "proxy at its connection cap (%d): new connections get 503", self.slots.cap)
-            writer.write(
-                error_response(
-                    503,
-                    "Service Unavailable",
-                    "llm-tray proxy: too many connections",
-                    "overloaded",
-                    retry_after="1",
-                )
-            )
+            message = "llm-tray proxy: too many connections"
+            writer.write(error_response(503, "Service Unavailable", message, "overloaded", retry_after="1"))
             writer.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await within(writer.wait_closed(), CLOSE_TIMEOUT_S)
@@ -164,8 +159,8 @@ class ProxyServer:
         upstream: Upstream | None = None
         host, port = self.upstream_address
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
-        promised = self.route.token is None and self.pool.promise()  # its request goes up on a kept one
-        if self.route.token is None and not promised:
+        promised = [self.route.token is None and self.pool.promise()]  # its request goes up on a kept one
+        if self.route.token is None and not promised[0]:
             early = EarlyUpstream(host, port, limits.EARLY_UPSTREAM_HOLD_S)
         begun: list[Checked | Sent | None] = []  # what the read that completed the head did; emptied
         #                                          once `_serve` has answered it
@@ -174,7 +169,7 @@ class ProxyServer:
             while True:
                 self.slots.waiting(task, client.has_unread_bytes, fileno)
                 begun = []
-                on_head = self._head_hook(task, client, writer, upstream, early, begun)
+                on_head = self._head_hook(task, client, writer, upstream, early, begun, promised)
                 try:
                     if first:
                         head = await client.read_head(None, limits.HEAD_TIMEOUT_S, on_head)
@@ -193,9 +188,7 @@ class ProxyServer:
                     break
                 finally:
                     self.slots.busy(task)
-                    if promised:  # its first head came (or never will): taken, or not needed
-                        self.pool.keep_promise()
-                        promised = False
+                    self.pool.keep_promise(promised)  # (no head came: not needed)
                 first = False
                 if head is None:
                     break
@@ -206,7 +199,7 @@ class ProxyServer:
                     early = None
                 if not keep:
                     break
-                if upstream is not None and upstream.answers >= limits.UPSTREAM_REUSE_MAX_ANSWERS:
+                if upstream is not None and upstream.answers >= self.reuse.max_answers:
                     upstream.close()  # spent: the next request's connection opens now, not after it comes
                     upstream = None
                     early = EarlyUpstream(host, port, limits.UPSTREAM_REUSE_IDLE_S)
@@ -264,9 +257,11 @@ class ProxyServer:
         upstream: Upstream | None,
         early: EarlyUpstream | None,
         begun: list[Checked | Sent | None],
+        promised: list[bool],
     ) -> Callable[[Head], None]:
         def on_head(head: Head) -> None:  # inside the read that completed the head: it goes up at once
             self.slots.busy(task)
+            self.pool.keep_promise(promised)  # before the take: no client between sees it still made
             begun.append(self._begin(head, client, writer, upstream, early))
 
         return on_head
@@ -285,7 +280,7 @@ class ProxyServer:
         if isinstance(checked, bytes):
             writer.write(checked)
             return None
-        if upstream is None or not upstream.usable():
+        if upstream is None or not upstream.usable(self.reuse.max_answers):
             upstream = self.pool.take() or (early.ready() if early is not None else None)
         if upstream is None:
             return checked
