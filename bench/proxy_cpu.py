@@ -39,7 +39,8 @@ def _relay(upstream: tuple[str, int]) -> tuple[asyncio.AbstractEventLoop, int]:
 
     class Side(asyncio.Protocol):
         def __init__(self, peer: Side | None = None) -> None:
-            self.peer, self.pending, self.transport = peer, bytearray(), None
+            self.peer, self.pending = peer, bytearray()
+            self.transport: Any = None
 
         def connection_made(self, transport: Any) -> None:
             self.transport = transport
@@ -55,22 +56,22 @@ def _relay(upstream: tuple[str, int]) -> tuple[asyncio.AbstractEventLoop, int]:
             try:
                 await asyncio.get_running_loop().create_connection(lambda: Side(self), *upstream)
             except OSError:
-                self.transport.close()  # type: ignore[attr-defined]
+                self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self.peer is not None and self.peer.transport is not None:
-                self.peer.transport.write(data)  # type: ignore[attr-defined]
+                self.peer.transport.write(data)
             else:
                 self.pending += data
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self.peer is not None and self.peer.transport is not None:
-                self.peer.transport.close()  # type: ignore[attr-defined]
+                self.peer.transport.close()
 
     loop = new_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 
-    async def start() -> asyncio.AbstractServer:
+    async def start() -> asyncio.Server:
         return await loop.create_server(Side, "127.0.0.1", 0, backlog=128)
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
