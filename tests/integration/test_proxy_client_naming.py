@@ -237,6 +237,33 @@ def test_a_new_client_process_is_found_among_the_newest_processes_first(
     assert len(read) <= 8, read  # the child among the newest few
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
+def test_a_client_whose_process_is_gone_when_its_name_is_read_is_named_by_its_user_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its socket is found held by its process, which exits before its name is read (a `curl` that
+    read a short answer, as used through the tray): named by its User-Agent, its pid kept (it was
+    "pid N")."""
+    monkeypatch.setattr(socket_owners, "_RECENT_PIDS", {os.getpid(): None})  # the last client: this process
+    monkeypatch.setattr(clients, "_process_name", lambda pid: None)  # gone when its name is read
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        local = listener.getsockname()
+        with socket.create_connection(local) as client:
+            served, _ = listener.accept()
+            with served:
+                peer = client.getsockname()
+                if socket_owners.inodes_of([(peer, local)]) == [None]:
+                    pytest.skip("sock_diag refused here")
+
+                async def name() -> clients.Named:
+                    return await asyncio.wait_for(ClientNamer().name(peer, local[1], "curl/8.5.0", local), 10)
+
+                named = asyncio.run(name())
+    assert named == ("curl", os.getpid())
+
+
 @dataclass
 class _Burst:
     names: list[clients.Named]

@@ -75,6 +75,17 @@ def test_a_loopback_client_the_scan_did_not_see_falls_back_to_its_user_agent(
     assert named == ("curl", None) and scans == [8081]
 
 
+@pytest.mark.parametrize(("user_agent", "expected"), [("curl/8.5.0", "curl"), (None, "pid 4242")])
+def test_a_client_gone_before_its_name_is_read_is_named_by_its_user_agent(
+    monkeypatch: pytest.MonkeyPatch, user_agent: str | None, expected: str
+) -> None:
+    """Its socket was found held by pid 4242, which exited before its name was read (a `curl` that
+    read its short answer): the request's User-Agent names it (it was "pid 4242"), the pid kept."""
+    monkeypatch.setattr(socket_owners, "scan", lambda port: {51234: 4242})
+    monkeypatch.setattr(clients, "_process_name", lambda pid: None)  # psutil: no such process
+    assert named_once(("127.0.0.1", 51234), 8081, user_agent) == (expected, 4242)
+
+
 def test_a_bug_in_the_naming_is_logged_once_and_the_record_goes_out_unnamed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -49,10 +49,20 @@ def user_agent_product(user_agent: str | None) -> str | None:
     return found.group(0) if found else None
 
 
-def _process_name(pid: int) -> str:
+def _process_name(pid: int) -> str | None:
+    """The process's name; None when it is gone (a `curl` that read its short answer and exited)."""
     from trayapp.sources.processes import process_name  # psutil loads when a client is first named
 
-    return process_name(pid) or f"pid {pid}"
+    return process_name(pid)
+
+
+def _or_user_agent(found: Named, user_agent: str | None) -> Named:
+    """A client process gone before its name was read is named by its request's `User-Agent` product
+    (else "pid N"), its pid kept."""
+    name, pid = found
+    if name is None and pid is not None:
+        return user_agent_product(user_agent) or f"pid {pid}", pid
+    return found
 
 
 class ClientNamer:
@@ -62,7 +72,8 @@ class ClientNamer:
         self._ports: dict[int, int | None] = {}  # from the last scan
         self._scanned_mono_s = float("-inf")
         self._scan_task: asyncio.Task[None] | None = None
-        self._names: dict[int, tuple[str, float]] = {}  # pid → (process name, when read: monotonic s)
+        self._names: dict[int, tuple[str | None, float]] = {}  # pid → (its name, when read: monotonic
+        #                                                        s); None: gone when read
         self._reading: dict[int, asyncio.Future[Named]] = {}  # pid → its name being read
         self._asked: list[
             tuple[tuple[str, int], tuple[str, int], asyncio.Future[tuple[bool, int | None]]]
@@ -89,7 +100,11 @@ class ClientNamer:
                 return
             known, pid = owner
             then = self._named_pid(pid) if known else self._name_by_scan(port, listen_port, user_agent)
-            _chain(asyncio.ensure_future(then), named, named.set_result)
+            _chain(
+                asyncio.ensure_future(then),
+                named,
+                lambda found: named.set_result(_or_user_agent(found, user_agent)),
+            )
 
         _chain(self._owner(peer[:2], local[:2]), named, owned)
         return named
@@ -105,7 +120,8 @@ class ClientNamer:
                 break
         if port not in self._ports:
             return user_agent_product(user_agent), None
-        return await asyncio.shield(self._named_pid(self._ports[port]))  # shared: never cancelled by one
+        found = await asyncio.shield(self._named_pid(self._ports[port]))  # shared: never cancelled by one
+        return _or_user_agent(found, user_agent)
 
     def _owner(self, peer: tuple[str, int], local: tuple[str, int]) -> asyncio.Future[Owner]:
         """`socket_owners.owners_of` for one connection: those asked while a lookup runs go together in
