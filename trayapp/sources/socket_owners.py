@@ -14,7 +14,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from trayapp.core.loopback import is_loopback
 from trayapp.sources import sock_diag
@@ -126,7 +126,7 @@ def _remember(pids: Iterable[int | None]) -> None:
             _RECENT_PIDS.pop(pid, None)
             _RECENT_PIDS[pid] = None
     while len(_RECENT_PIDS) > _RECENT_PIDS_KEPT:
-        _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)))
+        _RECENT_PIDS.pop(next(iter(_RECENT_PIDS)), None)
 
 
 def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
@@ -138,8 +138,7 @@ def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
     found: dict[int, int] = {}
     if not wanted:
         return found
-    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    for pid in _unique(list(first_pids), newest_first(pids, _last_pid(pids))):
+    for pid in _unique(list(first_pids), _all_newest_first()):
         if not wanted:
             break
         try:
@@ -150,6 +149,12 @@ def _holders(inodes: set[int], first_pids: Iterable[int]) -> dict[int, int]:
         for inode in _sockets_among(pid, fds, wanted):
             found[inode] = pid
     return found
+
+
+def _all_newest_first() -> Iterator[int]:
+    """Every process, newest first; /proc listed only once the recent clients have been read."""
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    yield from newest_first(pids, _last_pid(pids))
 
 
 def newest_first(pids: list[int], last_pid: int) -> list[int]:
@@ -237,9 +242,10 @@ def owners_if_the_last_client(pairs: list[tuple[Address, Address]]) -> list[Owne
     descriptors, at most QUICK_LOOKUP_MAX_FDS, read once for the burst (~1 ms for 50 connections,
     cheap enough for the event loop, where a worker thread contending for the GIL added ~6 ms to 50
     streams' first tokens). None: not so (or not Linux), ask `owners_of` on a thread."""
-    if not sys.platform.startswith("linux") or not _RECENT_PIDS:
+    # (read once: a worker thread's pass, for another listener, may drop an exited client meanwhile)
+    pid = next(reversed(_RECENT_PIDS), None) if sys.platform.startswith("linux") else None
+    if pid is None:
         return None
-    pid = next(reversed(_RECENT_PIDS))
     inodes = inodes_of(pairs)
     if None in inodes:
         return None

@@ -103,7 +103,7 @@ NAME_CLIENT_AFTER_S = 0.25
 COUNT_PROMPT_FROM_BYTES = 8 * 1024
 
 
-def connection_budget(fd_soft_limit: int | None, listeners: int = 1, pool_most: int = 2) -> tuple[int, int]:
+def connection_budget(fd_soft_limit: int | None, listeners: int, pool_most: int) -> tuple[int, int]:
     """(connections one listener accepts at once, upstream connections it keeps for the next clients):
     MAX_CONNECTIONS and `pool_most`, or fewer, so that all listeners' connections (two descriptors
     each), one accept burst each and the kept ones stay under the descriptor limit less FD_RESERVE (the
