@@ -234,7 +234,7 @@ def test_a_new_client_process_is_found_among_the_newest_processes_first(
     assert holders == {inode: child.pid}
     assert gone_pid not in socket_owners._RECENT_PIDS
     assert read[-1] == child.pid
-    assert len(read) <= 8, read  # the child among the newest few
+    assert len(read) <= 16, read  # the child among the newest few (a busy host starts others too)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag and /proc: Linux")
