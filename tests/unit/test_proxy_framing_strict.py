@@ -163,6 +163,24 @@ def test_the_forwarded_head_leaves_out_what_is_for_the_clients_hop_only() -> Non
     assert normalised(plain, request_body(plain)).raw == plain.raw  # nothing of the kind: as it came
 
 
+def test_a_usual_head_goes_up_with_only_its_connections_own_lines_cut_out_of_its_bytes() -> None:
+    """A client's `Connection: close` (or keep-alive, and the hop's own headers) is the usual reason to
+    rebuild a head: those lines are cut out and every other line goes up byte for byte as it came."""
+    lines = ["Host: a", "connection:close", "X-A:  b ", "Keep-Alive: timeout=5", "PROXY-Connection: keep-alive",
+             "Proxy-Authorization: Basic eA==", "Content-Length: 2", "x-upgraded: no"]  # fmt: skip
+    parsed = parse_head(head("POST /v1 HTTP/1.1", *lines))
+    forwarded = normalised(parsed, request_body(parsed))
+    expected = b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-A:  b \r\nContent-Length: 2\r\nx-upgraded: no\r\n\r\n"
+    assert forwarded.raw == expected
+    assert forwarded.headers == (("Host", "a"), ("X-A", "b"), ("Content-Length", "2"), ("x-upgraded", "no"))
+    assert forwarded.by_name == {"host": ["a"], "x-a": ["b"], "content-length": ["2"], "x-upgraded": ["no"]}
+    # A header that `Connection` names (here one called Close), or framing to restate: rebuilt in full
+    named = parse_head(head("POST /v1 HTTP/1.1", "Host: a", "Connection: close", "Close: x", "X-A:  b "))
+    assert normalised(named, request_body(named)).raw == b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\r\n"
+    restate = parse_head(head("POST /v1 HTTP/1.1", "Connection: keep-alive", "Content-Length: 02"))
+    assert normalised(restate, request_body(restate)).raw == b"POST /v1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n"
+
+
 def test_a_head_already_in_its_one_form_goes_up_as_it_came_and_any_other_is_restated() -> None:
     as_is = parse_head(head("POST /v1 HTTP/1.1", "Host: a", "Content-Length: 12", "Accept: */*"))
     assert normalised(as_is, request_body(as_is)) is as_is

@@ -128,3 +128,36 @@ def test_a_next_request_ends_the_hang_up_watch_and_is_kept_for_its_turn() -> Non
         return watch.gone, pump.cancelled(), head.raw
 
     assert asyncio.run(run()) == (False, False, HEAD)
+
+
+def test_a_head_read_whole_before_anyone_waits_is_taken_at_once_and_a_part_of_one_is_left() -> None:
+    """A new connection's first request has usually come whole before its task runs: it is taken from
+    what was read, with the bytes after it pushed back; part of a head is left where it is, for
+    `read_head`, as is a head whose end is split between the pushed-back bytes and the reads."""
+
+    async def run() -> None:
+        stream = ForwardingReader(limit=READ_BYTES)
+        reader = Reader(stream)
+        assert reader.head_if_whole() is None
+        stream.feed_data(b"\r\n" + HEAD[:-2])
+        assert reader.head_if_whole() is None and reader.has_unread_bytes()
+        stream.feed_data(HEAD[-2:] + b"{}")
+        head = reader.head_if_whole()
+        assert head is not None and head.raw == HEAD and reader.pending == b"{}"
+        assert await reader.read_some() == b"{}"
+        reader.unread(HEAD[:-1])  # a next request pushed back, its last byte still to come
+        stream.feed_data(b"\n")
+        assert reader.head_if_whole() is None  # (its end split: found by read_head)
+        first = await reader.read_head()
+        assert first is not None and first.raw == HEAD and not reader.has_unread_bytes()
+        reader.unread(HEAD[:-1])
+        stream.feed_data(b"\n" + HEAD)  # the same, and a whole head after it
+        for _ in range(2):
+            taken = reader.head_if_whole()
+            assert taken is not None and taken.raw == HEAD
+        assert not reader.has_unread_bytes()
+        stream.feed_data(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n")
+        with pytest.raises(FramingError, match="malformed header line"):
+            reader.head_if_whole()
+
+    asyncio.run(run())

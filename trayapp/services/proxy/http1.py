@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from trayapp.services.proxy.limits import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES
 
@@ -107,24 +108,25 @@ _HEXDIG = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
-@dataclass(frozen=True)
-class RequestLine:
+class RequestLine(NamedTuple):  # (a tuple: made in one call, on every request's way up)
     method: str
     target: str  # as sent: path and query
     path: str  # without the query
 
     @classmethod
     def of(cls, head: Head) -> RequestLine:
-        parts = head.start_line.split(" ")
-        if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        parts = _REQUEST_LINE.fullmatch(head.start_line)
+        if parts is None:
             raise FramingError(f"not an HTTP/1.x request line: {head.start_line[:60]!r}")
-        method, target, _ = parts
-        if not _TOKEN.fullmatch(method) or not target or not _TARGET.fullmatch(target):
-            raise FramingError(f"not an HTTP/1.x request line: {head.start_line[:60]!r}")
-        return cls(method, target, target.split("?", 1)[0].split("#", 1)[0])
+        return cls(*parts.groups())
 
 
-_TARGET = re.compile(r"[\x21-\x7e]+")  # visible ASCII, no spaces (RFC 9112 §3.2)
+# A method (a token), a target of visible ASCII without spaces (RFC 9112 §3.2) whose path ends at its
+# first "?" or "#", and the version
+_REQUEST_LINE = re.compile(
+    r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) "
+    r"((?=[\x21-\x7e])([\x21\x22\x24-\x3e\x40-\x7e]*)[\x21-\x7e]*) HTTP/1\.[01]"
+)
 
 
 def status_of(head: Head) -> int:
@@ -289,6 +291,12 @@ def _is_chunked(head: Head) -> bool:
 
 def request_body(head: Head) -> BodyFramer:
     """How a request's body is framed (RFC 9112 §6.3); FramingError for anything ambiguous."""
+    names = head.by_name
+    lengths = names.get("content-length")
+    if lengths is not None and len(lengths) == 1 and "transfer-encoding" not in names:
+        length = lengths[0]  # the usual request: one plain length, read in a few calls (issue #26)
+        if length.isascii() and length.isdigit() and len(length) <= 18:
+            return LengthBody(int(length))
     if _is_chunked(head):
         if head.version == "HTTP/1.0":
             raise FramingError("chunked is not HTTP/1.0")
@@ -339,6 +347,10 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
     goes up as it came."""
     if head.raw and not drop and _goes_up_as_it_came(head, framer):  # (b"": a head the proxy made)
         return head
+    if head.raw and not drop and _only_connection_own(head, framer):
+        # The usual head rebuilt (a client's `Connection: close`): its own lines left out of its bytes
+        kept = tuple(pair for pair in head.headers if pair[0].lower() not in _HOP_OWN)
+        return Head(head.start_line, kept, _HOP_OWN_LINE.sub(b"", head.raw))
     skipped = {*_HOP_BY_HOP_FRAMING, *hop_own(head), *drop}
     headers = [(key, value) for key, value in head.headers if key.lower() not in skipped]
     if isinstance(framer, ChunkedBody):
@@ -351,9 +363,27 @@ def normalised(head: Head, framer: BodyFramer, drop: tuple[str, ...] = ()) -> He
 
 def _goes_up_as_it_came(head: Head, framer: BodyFramer) -> bool:
     """Nothing for this hop only in it, and its framing stated once in its one form."""
+    return _HOP_OWN.isdisjoint(head.by_name) and _framed_once(head, framer)
+
+
+def _only_connection_own(head: Head, framer: BodyFramer) -> bool:
+    """Its framing stated once in its one form, and no header named in `Connection` but the usual
+    (`close`, `keep-alive`): only the lines of `_HOP_OWN` are for this hop."""
+    usual = head.tokens("connection") <= _CONNECTION_OPTIONS and "close" not in head.by_name
+    return usual and _framed_once(head, framer)
+
+
+_CONNECTION_OPTIONS = frozenset({"close", "keep-alive"})
+# A header line of `_HOP_OWN` in a head's bytes (its value holds no CR or LF: parse_head's rules)
+_HOP_OWN_LINE = re.compile(
+    rb"(?<=\r\n)(?:" + b"|".join(re.escape(name.encode()) for name in sorted(_HOP_OWN)) + rb"):[^\r\n]*\r\n",
+    re.IGNORECASE,
+)
+
+
+def _framed_once(head: Head, framer: BodyFramer) -> bool:
+    """Its framing stated once in its one form."""
     names = head.by_name
-    if not _HOP_OWN.isdisjoint(names):
-        return False
     if isinstance(framer, ChunkedBody):
         return names["transfer-encoding"] == ["chunked"] and "content-length" not in names
     if not isinstance(framer, LengthBody) or "transfer-encoding" in names:

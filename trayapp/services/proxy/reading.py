@@ -110,6 +110,23 @@ class Reader:
         if data:
             self.pending = data + self.pending
 
+    def head_if_whole(self) -> Head | None:
+        """The next message head when all its bytes have been read already (a new connection's first
+        request, which came before its task ran; a next request read while its client was watched),
+        taken at once: no watch, no timer, no wait (issue #26). The bytes after it are pushed back.
+        None, nothing taken: not whole yet. FramingError as `read_head`."""
+        stream = self.reader
+        buffer: bytearray = stream._buffer  # type: ignore[attr-defined]  # asyncio's own (all versions)
+        if b"\r\n\r\n" not in buffer and b"\r\n\r\n" not in self.pending:
+            return None  # (an end split between the two is found by `read_head`)
+        whole = HeadBuffer().add(self.pending + buffer)
+        if whole is None:
+            return None
+        buffer.clear()
+        stream._maybe_resume_transport()  # type: ignore[attr-defined]  # paused by a full buffer
+        raw, self.pending = whole
+        return parse_head(raw)
+
     async def read_head(
         self,
         first_byte_s: float | None = None,

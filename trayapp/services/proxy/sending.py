@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes
@@ -26,8 +26,7 @@ from trayapp.services.proxy.reading import Reader, error_response
 from trayapp.services.proxy.route import Route
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(NamedTuple):  # (tuples: made in one call each, on every request's way up)
     """A request the proxy forwards: its head as it came, its line and body framing, and the head
     as it goes up."""
 
@@ -39,8 +38,7 @@ class Checked:
     started_wall_s: float  # the same, time.time()
 
 
-@dataclass(frozen=True)
-class Sent:
+class Sent(NamedTuple):
     """A request sent up (its head, and its body's first bytes where they came with it)."""
 
     checked: Checked
@@ -78,18 +76,26 @@ def send(
     (one send: one packet, one wake of the upstream), and is never held for a body still to come
     (Expect: 100-continue); a chunked body is read by the client side, which refuses a malformed one
     before a byte of it goes up. Its answer's head is watched from then on."""
-    framer, forwarded = checked.framer, checked.forwarded
-    exchange = Exchange()
-    keep_for_replay(exchange, forwarded.raw, held)
+    framer, head = checked.framer, checked.forwarded.raw
     held_head = b""
     first_payload = b""
+    piece = b""  # the body's first bytes, sent with the head
     if client.pending and not framer.done and isinstance(framer, LengthBody):
-        first_bytes, client.pending = client.pending, b""
-        first_payload = send_body_piece(first_bytes, client, framer, upstream, exchange, forwarded.raw, held)
+        data, client.pending = client.pending, b""
+        used, first_payload = framer.feed(data)  # (a length's framing is never malformed)
+        piece = data[:used] if used < len(data) else data
+        upstream.transport.write(head + piece)
+        client.unread(data[used:])
     elif client.pending and not framer.done:
-        held_head = forwarded.raw
+        held_head = head
     else:
-        upstream.writer.write(forwarded.raw)
+        upstream.transport.write(head)
+    # What the answer needs, made once the request is on its way (the answer's reads come after this
+    # callback returns): no request waits for it (issue #26).
+    exchange = Exchange()
+    keep_for_replay(exchange, head, held)
+    if piece:
+        keep_for_replay(exchange, piece, held)
     heads = HeadForwarder(checked.line.method, exchange, writer, upstream, on_bad_chunk)
     return Sent(checked, upstream, exchange, heads, first_payload, held_head)
 

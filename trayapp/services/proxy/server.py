@@ -154,8 +154,7 @@ class ProxyServer:
             self._say_once("evict", evicting, self.slots.cap)
         read_small(writer.transport)
         client = Reader(reader)
-        sock = writer.get_extra_info("socket")
-        fileno = sock.fileno() if sock is not None else -1
+        fileno: int | None = None  # its socket's, once it waits for a head (the slots' kernel count)
         upstream: Upstream | None = None
         host, port = self.upstream_address
         early = None  # a listener with a token opens nothing upstream for a client not yet authorized
@@ -167,14 +166,19 @@ class ProxyServer:
         try:
             first = True
             while True:
-                self.slots.waiting(task, client.has_unread_bytes, fileno)
                 begun = []
                 on_head = self._head_hook(task, client, writer, upstream, early, begun, promised)
                 try:
-                    if first:
-                        head = await client.read_head(None, limits.HEAD_TIMEOUT_S, on_head)
+                    head = client.head_if_whole()  # (the usual first request: it came before this task ran)
+                    if head is not None:
+                        on_head(head)
                     else:
-                        head = await client.read_head(limits.IDLE_TIMEOUT_S, limits.HEAD_TIMEOUT_S, on_head)
+                        if fileno is None:
+                            sock = writer.get_extra_info("socket")
+                            fileno = sock.fileno() if sock is not None else -1
+                        self.slots.waiting(task, client.has_unread_bytes, fileno)
+                        first_byte_s = None if first else limits.IDLE_TIMEOUT_S
+                        head = await client.read_head(first_byte_s, limits.HEAD_TIMEOUT_S, on_head)
                 except FramingError as exc:
                     writer.write(error_response(400, "Bad Request", str(exc), "bad_request"))
                     break
