@@ -166,8 +166,9 @@ def test_the_forwarded_head_leaves_out_what_is_for_the_clients_hop_only() -> Non
 def test_a_usual_head_goes_up_with_only_its_connections_own_lines_cut_out_of_its_bytes() -> None:
     """A client's `Connection: close` (or keep-alive, and the hop's own headers) is the usual reason to
     rebuild a head: those lines are cut out and every other line goes up byte for byte as it came."""
-    lines = ["Host: a", "connection:close", "X-A:  b ", "Keep-Alive: timeout=5", "PROXY-Connection: keep-alive",
-             "Proxy-Authorization: Basic eA==", "Content-Length: 2", "x-upgraded: no"]  # fmt: skip
+    lines = ["Host: a", "connection:close", "X-A:  b ", "Keep-Alive: timeout=5",
+             "PROXY-Connection: keep-alive", "Proxy-Authorization: Basic eA==", "Content-Length: 2",
+             "x-upgraded: no"]  # fmt: skip
     parsed = parse_head(head("POST /v1 HTTP/1.1", *lines))
     forwarded = normalised(parsed, request_body(parsed))
     expected = b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-A:  b \r\nContent-Length: 2\r\nx-upgraded: no\r\n\r\n"

@@ -506,3 +506,22 @@ def test_no_text_kept_from_a_document_or_an_unfinished_request() -> None:
         tap.response_body(body[k:], T0 + 1)
         assert finish(tap).prompt_tokens == 2
         assert_no_canary(tap)
+
+
+def test_a_lines_model_name_is_read_as_json_reads_it_with_or_without_json_loads() -> None:
+    """A stream's first line names the model: a plain string is read without json.loads (issue #26),
+    one with escapes or of another type by json.loads, each as the JSON says."""
+    from trayapp.services.proxy.json_scan import scan_line
+
+    role_only = (FIXTURES / "vllm" / "chat_stream_metrics.sse").read_bytes().split(b"\n")[0][len(b"data: ") :]
+    lines = {
+        role_only: {"model": "Qwen/Qwen3-8B"},  # the fixture's own first line (vLLM)
+        b'{"model" : "org\\/m\\u00e9","choices":[]}': {"model": "org/m\u00e9"},
+        b'{"model":null,"choices":[]}': {"model": None},
+        b'{"model":"a","model":"b"}': {"model": "b"},  # (json.loads: the last wins)
+        b'{"type":"chat.end","result":{"model_instance_id":"qwen3-8b"}}': {"model_instance_id": "qwen3-8b"},
+        b'{"model":"caf\xc3\xa9","done":false}': {"model": "caf\u00e9"},
+    }
+    for line, wanted in lines.items():
+        assert scan_line(line, want_model=True) == (False, wanted), line
+    assert scan_line(role_only, want_model=False) == (False, {})  # a model already named: not read again

@@ -191,7 +191,7 @@ class HeadForwarder:
             raw, data = whole
             head = parse_head(raw)
             status = status_of(head)
-            framer = response_body(head, self._method)  # checked before a byte reaches the client
+            framer = response_body(head, self._method, status)  # checked before a byte reaches the client
             self._client.transport.write(head.raw)
             self._exchange.status = status
             if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): forwarded, the next read

@@ -306,10 +306,11 @@ def request_body(head: Head) -> BodyFramer:
     return LengthBody(0)
 
 
-def response_body(head: Head, request_method: str) -> BodyFramer:
-    """How a response's body is framed, given the request it answers; FramingError (the proxy
-    answers 502) for a response whose end is ambiguous."""
-    status = status_of(head)
+def response_body(head: Head, request_method: str, status: int | None = None) -> BodyFramer:
+    """How a response's body is framed, given the request it answers (and the head's `status_of`,
+    when read already); FramingError (the proxy answers 502) for a response whose end is ambiguous."""
+    if status is None:
+        status = status_of(head)
     chunked = _is_chunked(head)  # checked even where the body is empty: a client may read them
     length = _content_length(head) if head.get("content-length") is not None else None
     if request_method == "HEAD" or status in (204, 304) or 100 <= status < 200:

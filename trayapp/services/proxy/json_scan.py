@@ -50,6 +50,7 @@ _STAT_RE = re.compile(
     rb'|eval_duration|load_duration|total_duration|load_time_seconds)"\s*:'
 )
 _MODEL_RE = re.compile(rb'"model(?:_instance_id)?"\s*:')
+_MODEL_STRING_RE = re.compile(rb'"(model(?:_instance_id)?)"\s*:\s*"([^"\\\x00-\x1f]{1,256})"')
 _STOP_VALUE_RE = re.compile(
     rb'"(finish_reason|done_reason|stop_type|truncated)"\s*:\s*("[a-z_]{1,32}"|true|false)'
 )
@@ -89,6 +90,17 @@ def _wanted_of(obj: Any, want_model: bool) -> dict[str, Any]:
     return out
 
 
+def _plain_model_names(payload: bytes) -> dict[str, Any] | None:
+    """The model names of a line without statistics when each is a plain string (no escapes), read by
+    a regex: json.loads cost a stream's first line ~0.1 ms cold, in the way of the first token behind
+    it (issue #26). None: one is not plain (json.loads reads it). A key in unescaped quotes is never
+    inside a string; a model name is the one thing with that key at any depth."""
+    names: dict[str, Any] = {}
+    for match in _MODEL_STRING_RE.finditer(payload):
+        names.setdefault(match.group(1).decode("ascii"), match.group(2).decode("utf-8", "replace"))
+    return names if len(names) == len(_MODEL_RE.findall(payload)) else None
+
+
 def _stops_of(payload: bytes) -> dict[str, Any]:
     """`STOP_KEYS` at any depth of one line: a key in unescaped quotes is never inside a string."""
     found: dict[str, Any] = {}
@@ -106,8 +118,12 @@ def scan_line(payload: bytes, *, want_model: bool) -> tuple[bool, dict[str, Any]
     """One whole JSON line → (carries generated text, captured statistics). Nothing is kept."""
     has_text = _TEXT_RE.search(payload) is not None
     stops = _stops_of(payload)
-    if _STAT_RE.search(payload) is None and not (want_model and _MODEL_RE.search(payload)):
-        return has_text, stops
+    if _STAT_RE.search(payload) is None:
+        if not want_model or _MODEL_RE.search(payload) is None:
+            return has_text, stops
+        names = _plain_model_names(payload)
+        if names is not None:  # a stream's first line (vLLM's role-only chunk) read without json.loads
+            return has_text, {**stops, **names}
     try:
         obj = json.loads(payload)
     except ValueError:

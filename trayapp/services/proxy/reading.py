@@ -117,14 +117,20 @@ class Reader:
         None, nothing taken: not whole yet. FramingError as `read_head`."""
         stream = self.reader
         buffer: bytearray = stream._buffer  # type: ignore[attr-defined]  # asyncio's own (all versions)
-        if b"\r\n\r\n" not in buffer and b"\r\n\r\n" not in self.pending:
-            return None  # (an end split between the two is found by `read_head`)
-        whole = HeadBuffer().add(self.pending + buffer)
-        if whole is None:
-            return None
+        if self.pending or buffer.startswith(b"\r\n"):  # (empty lines before it: dropped by HeadBuffer)
+            if b"\r\n\r\n" not in buffer and b"\r\n\r\n" not in self.pending:
+                return None  # (an end split between the two is found by `read_head`)
+            whole = HeadBuffer().add(self.pending + buffer)
+            if whole is None:
+                return None
+            raw, self.pending = whole
+        else:
+            end = buffer.find(b"\r\n\r\n") + 4
+            if end < 4:
+                return None
+            raw, self.pending = bytes(buffer[:end]), bytes(buffer[end:])
         buffer.clear()
         stream._maybe_resume_transport()  # type: ignore[attr-defined]  # paused by a full buffer
-        raw, self.pending = whole
         return parse_head(raw)
 
     async def read_head(
@@ -295,6 +301,10 @@ class HeadBuffer:
         """(the head through its blank line, the bytes after it) once the head is whole; FramingError
         past MAX_HEAD_BYTES."""
         buffer = self._buffer
+        if not buffer and not data.startswith(b"\r\n"):  # a head in one read (the usual): no copy kept
+            end = data.find(b"\r\n\r\n") + 4
+            if end >= 4:
+                return data[:end], data[end:]
         buffer += data
         if self._searched == 0:
             lead = 0
