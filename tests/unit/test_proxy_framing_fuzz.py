@@ -22,12 +22,14 @@ from hypothesis import strategies as st
 from trayapp.services.proxy.http1 import (
     ChunkedBody,
     FramingError,
+    LengthBody,
     RequestLine,
     normalised,
     parse_head,
     request_body,
     response_body,
     status_of,
+    usual_request,
 )
 
 TIME_CAP_S = 20.0
@@ -82,7 +84,9 @@ TRANSFER_ENCODINGS = st.sampled_from(
 )
 OTHER_HEADERS = st.sampled_from(
     [("X-A", "b"), ("Content-Type", "application/json"), ("Connection", "keep-alive"), ("X-B", ""),
-     ("X A", "1"), ("X-C ", "1"), ("X-D", "a\x00b"), ("X-E", "\tv\t")]
+     ("X A", "1"), ("X-C ", "1"), ("X-D", "a\x00b"), ("X-E", "\tv\t"), ("connection", " Close "),
+     ("Connection", "close, X-A"), ("Keep-Alive", "timeout=5"), ("Proxy-Connection", "keep-alive"),
+     ("close", "1"), ("Upgrade", "h2c")]
 )  # fmt: skip
 
 
@@ -201,6 +205,44 @@ def test_a_request_the_proxy_forwards_ends_where_h11_ends_it(data: bytes, split:
     assert reference == (ours.end, ours.body), data
     again = h11_request(ours.forwarded)  # what the upstream reads: one message, nothing behind it
     assert again == (len(ours.forwarded), ours.body), ours.forwarded
+
+
+@st.composite
+def tidy_requests(draw: st.DrawFn) -> bytes:
+    """Heads as clients write them (CRLF, HTTP/1.1 mostly), with the same framing and hop pieces."""
+    method = draw(st.sampled_from(["POST", "GET", "PATCH"]))
+    version = draw(st.sampled_from(["HTTP/1.1"] * 5 + ["HTTP/1.0"]))
+    names = st.sampled_from(["Content-Length", "content-length", "CONTENT-LENGTH"])
+    fields = draw(st.lists(OTHER_HEADERS, max_size=2)) + draw(
+        st.lists(st.tuples(names, CONTENT_LENGTHS), max_size=2)
+    )
+    head = f"{method} /v1/chat/completions?x=1 {version}\r\n"
+    for name, value in draw(st.permutations([("Host", "a"), *fields])):
+        head += f"{name}:{draw(st.sampled_from(['', ' ', '  ', chr(9)]))}{value}\r\n"
+    return head.encode("latin-1") + b"\r\n"
+
+
+@FUZZ
+@given(st.one_of(requests(), tidy_requests()))
+def test_a_usual_request_goes_up_as_the_whole_way_would_send_it(data: bytes) -> None:
+    """`usual_request` sends a request up before its head is parsed: wherever it gives bytes, the whole
+    way (parse_head, RequestLine, request_body, normalised) takes the same head and sends the same
+    bytes with the same body length; anything else it leaves to the whole way."""
+    if _over_time():
+        return
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return
+    raw = data[: end + 4]
+    usual = usual_request(raw)
+    event("usual" if usual is not None else "the whole way")
+    if usual is None:
+        return
+    head = parse_head(raw)  # (raises on a head the whole way refuses)
+    RequestLine.of(head)
+    framer = request_body(head)
+    assert isinstance(framer, LengthBody), raw
+    assert usual == (normalised(head, framer).raw, framer.left), raw
 
 
 @st.composite

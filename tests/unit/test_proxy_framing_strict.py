@@ -15,6 +15,7 @@ from trayapp.services.proxy.http1 import (
     request_body,
     response_body,
     status_of,
+    usual_request,
 )
 
 
@@ -180,6 +181,41 @@ def test_a_usual_head_goes_up_with_only_its_connections_own_lines_cut_out_of_its
     assert normalised(named, request_body(named)).raw == b"POST /v1 HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\r\n"
     restate = parse_head(head("POST /v1 HTTP/1.1", "Connection: keep-alive", "Content-Length: 02"))
     assert normalised(restate, request_body(restate)).raw == b"POST /v1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n"
+
+
+def test_a_usual_request_is_read_from_its_bytes_and_any_other_goes_the_whole_way() -> None:
+    """`usual_request` (a request sent up before its head is parsed): HTTP/1.1, one Content-Length
+    in its one form or none, nothing for this hop but `Connection: close`/`keep-alive` and the hop's
+    own headers, cut out; None for anything else. Where it gives bytes, the whole way gives the same."""
+    line = "POST /v1/chat/completions HTTP/1.1"
+    usual = {
+        head(line, "Host: a", "Content-Length: 12"): (head(line, "Host: a", "Content-Length: 12"), 12),
+        head("GET /v1/models HTTP/1.1", "Host: a"): (head("GET /v1/models HTTP/1.1", "Host: a"), 0),
+        head(line, "Host: a", "Connection: close", "content-length:0", "Keep-Alive: 5"): (
+            head(line, "Host: a", "content-length:0"), 0),
+        head(line, "connection:  Keep-Alive ", "Upgrade: h2c", "Proxy-Authorization: Basic eA==",
+             "Content-Length: 3 ", "Proxy-Connection: close"): (head(line, "Content-Length: 3 "), 3),
+    }  # fmt: skip
+    for raw, expected in usual.items():
+        assert usual_request(raw) == expected, raw
+        parsed = parse_head(raw)
+        assert (normalised(parsed, request_body(parsed)).raw, request_body(parsed).left) == expected  # type: ignore[attr-defined]
+    whole_way = [
+        head("POST / HTTP/1.0", "Content-Length: 1"),  # HTTP/1.0
+        head(line, "Content-Length: 012"),  # a length in another form
+        head(line, "Content-Length: 1", "Content-Length: 1"),
+        head(line, "Content-Length: 1, 1"),
+        head(line, "Content-Length: 1234567890123456789"),  # past 18 digits
+        head(line, "Transfer-Encoding: chunked"),
+        head(line, "Connection: close, X-Trace", "X-Trace: 1"),  # names a header
+        head(line, "Connection: close", "Close: 1"),  # a header `Connection: close` names
+        head(line, "Connection: upgrade"),
+        head(line, "Host: a").replace(b"Host: a\r\n", b"Host: a\n"),  # a bare LF
+        head("POST /v1 chat HTTP/1.1", "Host: a"),
+        head(line, "Bad Name: 1"),
+    ]
+    for raw in whole_way:
+        assert usual_request(raw) is None, raw
 
 
 def test_a_head_already_in_its_one_form_goes_up_as_it_came_and_any_other_is_restated() -> None:

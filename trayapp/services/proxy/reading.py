@@ -110,11 +110,11 @@ class Reader:
         if data:
             self.pending = data + self.pending
 
-    def head_if_whole(self) -> Head | None:
-        """The next message head when all its bytes have been read already (a new connection's first
-        request, which came before its task ran; a next request read while its client was watched),
-        taken at once: no watch, no timer, no wait (issue #26). The bytes after it are pushed back.
-        None, nothing taken: not whole yet. FramingError as `read_head`."""
+    def whole_head(self) -> bytes | None:
+        """The next message head's bytes when all of them have been read already (a new connection's
+        first request, which came before its task ran; a next request read while its client was
+        watched), taken at once: no watch, no timer, no wait (issue #26). The bytes after it are pushed
+        back. None, nothing taken: not whole yet."""
         stream = self.reader
         buffer: bytearray = stream._buffer  # type: ignore[attr-defined]  # asyncio's own (all versions)
         if self.pending or buffer.startswith(b"\r\n"):  # (empty lines before it: dropped by HeadBuffer)
@@ -131,18 +131,19 @@ class Reader:
             raw, self.pending = bytes(buffer[:end]), bytes(buffer[end:])
         buffer.clear()
         stream._maybe_resume_transport()  # type: ignore[attr-defined]  # paused by a full buffer
-        return parse_head(raw)
+        return raw
 
     async def read_head(
         self,
         first_byte_s: float | None = None,
         whole_s: float | None = None,
-        on_head: Callable[[Head], None] | None = None,
+        on_head: Callable[[bytes], Head] | None = None,
     ) -> Head | None:
         """The next message head, read inside the reads that bring it (`HeadWatch`); None when the
         peer closed before sending one. `first_byte_s`: the head must start within it (else `Idle`);
         `whole_s`: the head must be complete within it, counted from its first byte (else `SlowHead`).
-        None: no limit. `on_head`: called inside the read that completes the head."""
+        None: no limit. `on_head`: called with the head's bytes inside the read that completes it, in
+        place of `parse_head` (the proxy sends a usual request up before parsing it)."""
         watch = HeadWatch(self, first_byte_s, whole_s, on_head)
         try:
             return await watch.head
@@ -152,22 +153,22 @@ class Reader:
 
 class HeadWatch:
     """The next message head on a connection read by a ForwardingReader, taken from the reads as they
-    come (no task woken per read); `on_head` runs inside the read that completes it, before the
-    waiting task wakes (the proxy sends a request up there: issue #26). The bytes after the head are
-    pushed back for the task."""
+    come (no task woken per read); `on_head` (else `parse_head`) makes the head of its bytes inside the
+    read that completes it, before the waiting task wakes (the proxy sends a request up there: issue
+    #26). The bytes after the head are pushed back for the task."""
 
     def __init__(
         self,
         client: Reader,
         first_byte_s: float | None,
         whole_s: float | None,
-        on_head: Callable[[Head], None] | None,
+        on_head: Callable[[bytes], Head] | None,
     ) -> None:
         stream = client.reader
         assert isinstance(stream, ForwardingReader)  # the proxy's connections all read through one
         loop = asyncio.get_running_loop()
         self._client, self._stream, self._loop = client, stream, loop
-        self._whole_s, self._on_head = whole_s, on_head
+        self._whole_s, self._on_head = whole_s, on_head or parse_head
         self._buffer = HeadBuffer()
         self.head: asyncio.Future[Head | None] = loop.create_future()
         self._timer: asyncio.TimerHandle | None = None
@@ -199,9 +200,7 @@ class HeadWatch:
         self._detach()
         self._client.unread(rest)  # the body's first bytes, or the next request
         try:
-            head = parse_head(raw)
-            if self._on_head is not None:
-                self._on_head(head)
+            head = self._on_head(raw)
         except Exception as exc:  # FramingError (a 400), or a bug: the waiting task raises it
             self._end(exc)
             return

@@ -36,7 +36,7 @@ from trayapp.services.proxy.exchange import (
     read_small,
 )
 from trayapp.services.proxy.forwarding import HeadForwarder, forward_body
-from trayapp.services.proxy.http1 import BodyFramer, FramingError, Head
+from trayapp.services.proxy.http1 import BodyFramer, FramingError, Head, parse_head, usual_request
 from trayapp.services.proxy.limits import CLOSE_TIMEOUT_S, READ_BYTES
 from trayapp.services.proxy.prompt_length import PromptBoard
 from trayapp.services.proxy.reading import (
@@ -60,6 +60,7 @@ from trayapp.services.proxy.sending import (
     replay_after,
     send,
     send_body_piece,
+    send_usual,
 )
 
 log = logging.getLogger(__name__)
@@ -169,9 +170,9 @@ class ProxyServer:
                 begun = []
                 on_head = self._head_hook(task, client, writer, upstream, early, begun, promised)
                 try:
-                    head = client.head_if_whole()  # (the usual first request: it came before this task ran)
-                    if head is not None:
-                        on_head(head)
+                    raw = client.whole_head()  # (the usual first request: it came before this task ran)
+                    if raw is not None:
+                        head: Head | None = on_head(raw)
                     else:
                         if fileno is None:
                             sock = writer.get_extra_info("socket")
@@ -262,33 +263,43 @@ class ProxyServer:
         early: EarlyUpstream | None,
         begun: list[Checked | Sent | None],
         promised: list[bool],
-    ) -> Callable[[Head], None]:
-        def on_head(head: Head) -> None:  # inside the read that completed the head: it goes up at once
+    ) -> Callable[[bytes], Head]:
+        def on_head(raw: bytes) -> Head:  # inside the read that completed the head: it goes up at once
             self.slots.busy(task)
             self.pool.keep_promise(promised)  # before the take: no client between sees it still made
-            begun.append(self._begin(head, client, writer, upstream, early))
+            head, began = self._begin(raw, client, writer, upstream, early)
+            begun.append(began)
+            return head
 
         return on_head
 
     def _begin(
         self,
-        head: Head,
+        raw: bytes,
         client: Reader,
         writer: asyncio.StreamWriter,
         upstream: Upstream | None,
         early: EarlyUpstream | None,
-    ) -> Checked | Sent | None:
-        """A request's head came: checked, and sent up at once where a connection is open (the kept
-        one, or the one opened as the client connected); None: refused (its answer written)."""
+    ) -> tuple[Head, Checked | Sent | None]:
+        """A request's head came (`raw`, its bytes): checked, and sent up at once where a connection is
+        open (the kept one, or the one opened as the client connected), a usual one before its head is
+        parsed (http1.usual_request); None: refused (its answer written). FramingError: not a head."""
+        usual = usual_request(raw) if self.route.token is None else None  # (a token: read the whole way)
+        if usual is not None:
+            if upstream is None or not upstream.usable(self.reuse.max_answers):
+                upstream = self.pool.take() or (early.ready() if early is not None else None)
+            if upstream is not None:
+                return send_usual(raw, usual, client, writer, upstream, self.recording.held, self._bad_chunk)
+        head = parse_head(raw)
         checked = check(self.route, head)
         if isinstance(checked, bytes):
             writer.write(checked)
-            return None
+            return head, None
         if upstream is None or not upstream.usable(self.reuse.max_answers):
             upstream = self.pool.take() or (early.ready() if early is not None else None)
         if upstream is None:
-            return checked
-        return send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
+            return head, checked
+        return head, send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
 
     async def _serve(
         self,
@@ -326,13 +337,11 @@ class ProxyServer:
         if upstream is not None and upstream is not begun.upstream:
             upstream.close()  # not usable any more: replaced
         checked, upstream, exchange, heads = begun.checked, begun.upstream, begun.exchange, begun.heads
-        head, line, framer, forwarded = checked.head, checked.line, checked.framer, checked.forwarded
+        head, line, framer, auth = checked.head, checked.line, checked.framer, checked.auth
         first_payload, held_head = begun.first_payload, begun.held_head
         started_mono_s, started_wall_s = checked.started_mono_s, checked.started_wall_s
         tap = self.recording.tap(line, started_mono_s, started_wall_s)
         naming = self.recording.name_client(tap, head, writer, self.port)  # begun after the answer's head
-        auths = forwarded.by_name.get("authorization")
-        auth = auths[-1] if auths else None
         if first_payload:
             self.recording.body_sent(tap, first_payload, framer, auth, exchange)
         response = asyncio.create_task(self._pump_response(upstream, writer, tap, exchange, naming, heads))
