@@ -525,3 +525,42 @@ def test_a_lines_model_name_is_read_as_json_reads_it_with_or_without_json_loads(
     for line, wanted in lines.items():
         assert scan_line(line, want_model=True) == (False, wanted), line
     assert scan_line(role_only, want_model=False) == (False, {})  # a model already named: not read again
+
+
+def test_an_answers_payloads_before_its_first_text_are_read_a_moment_later_with_their_times() -> None:
+    """A role-only chunk is read by the recorder a moment after it came (the first token right behind
+    it is forwarded first: issue #26); from the first text on, each payload is read as it comes; the
+    times are those the payloads came at, and what is held is read before the record."""
+    import asyncio
+    import time
+
+    from trayapp.services.proxy import limits
+    from trayapp.services.proxy.recording import Recording
+    from trayapp.services.proxy.route import Route
+
+    lines = (FIXTURES / "vllm" / "chat_stream_metrics.sse").read_bytes().split(b"\n\n")
+    role_only, first, second = (line + b"\n\n" for line in lines[:3])
+
+    async def run() -> None:
+        recording = Recording(Route("127.0.0.1", 0, "http://127.0.0.1:9", "vllm"), lambda route, record: None)
+        tap = RequestTap(server_kind="vllm", method="POST", path="/v1/chat/completions",
+                         started_mono_s=T0, started_wall_s=5e9)  # fmt: skip
+        tap.response_head(200, {"content-type": "text/event-stream"}, T0 + 0.5)
+        read = recording.body_reader(tap)
+        read(role_only, T0 + 1.0)
+        read(first, T0 + 1.001)
+        assert tap.found == {} and tap.text_pieces == 0  # held for the lookahead
+        deadline = time.monotonic() + 10 + limits.FIRST_TEXT_LOOKAHEAD_S
+        while tap.text_pieces == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(limits.FIRST_TEXT_LOOKAHEAD_S)
+        assert tap.found["model"] == "Qwen/Qwen3-8B" and tap.first_text_mono_s == T0 + 1.001
+        read(second, T0 + 1.2)
+        assert tap.text_pieces == 2 and tap.last_text_mono_s == T0 + 1.2  # at once from the first text on
+        held = recording.body_reader(tap2 := new_tap("/v1/chat/completions", {"stream": True}))
+        tap2.response_head(200, {"content-type": "text/event-stream"}, T0)
+        held(role_only, T0 + 1.0)
+        held.read_held()  # (the record is made: what is held is read first)
+        assert tap2.found["model"] == "Qwen/Qwen3-8B" and tap2.text_pieces == 0
+        await recording.close()
+
+    asyncio.run(run())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trayapp.services.proxy import limits
@@ -57,6 +58,8 @@ class Exchange:
     replay: bytearray | None = field(default_factory=bytearray)  # the request as sent upstream, kept
     #   (under limits.REPLAY_KEPT_BYTES) until the answer starts; None: too large, or no longer needed
     replayed: bool = False  # sent a second time, on a new connection
+    read_held: Callable[[], None] | None = None  # the recorder's payloads still held, read before the
+    #                                               record (recording.BodyReader.read_held)
 
 
 class UpstreamFailed(Exception):

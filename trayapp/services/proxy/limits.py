@@ -93,6 +93,11 @@ READ_BYTES = 64 * 1024  # one socket read
 # is named (it may hang up before the answer begins), and a fast answer is never queued behind the
 # lookup (issue #26).
 NAME_CLIENT_AFTER_S = 0.25
+# An answer's payloads before its first text (a role-only chunk, llama-server's progress) are read by
+# the recorder this long after they came, not at once: the first token, which a server sends right
+# behind a role-only chunk (llama-server writes both at once), is then forwarded first, not after
+# ~0.1 ms of reading the chunk before it (issue #26). Their times are when they came.
+FIRST_TEXT_LOOKAHEAD_S = 0.002
 
 # The prompt counter (services/proxy/prompt_length.py): only a request body at least this large gets
 # its prompt counted (two requests to the server beside it). A count serves a progress bar, and

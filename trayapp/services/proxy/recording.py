@@ -43,6 +43,53 @@ class LaterName:
         return self._naming
 
 
+class BodyReader:
+    """An answer's payloads, to the recorder's tap as they are forwarded (one call a read). Those before
+    its first text are read limits.FIRST_TEXT_LOOKAHEAD_S after they came (`read_held`), with their
+    times: the first token right behind a role-only chunk goes to the client first (issue #26). At the
+    first text, the prompt has been read, and the client's lookup begins if it has not: a stream's
+    client is there until its end, and the lookups of streams starting together no longer come among
+    their heads and first tokens."""
+
+    def __init__(
+        self, tap: RequestTap, prompts: PromptCounter, naming: LaterName | None, bug: Callable[[], None]
+    ) -> None:
+        self._tap, self._prompts, self._naming, self._bug = tap, prompts, naming, bug
+        self._held: list[tuple[bytes, float]] | None = []  # None from the first text on: read at once
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, payload: bytes, received_mono_s: float) -> None:
+        if self._held is None:
+            self._read(payload, received_mono_s)
+            return
+        self._held.append((payload, received_mono_s))
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(limits.FIRST_TEXT_LOOKAHEAD_S, self.read_held)
+
+    def read_held(self) -> None:
+        """Read what is held now (the lookahead is over, or the answer has ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held, self._held = self._held, []
+        for payload, received_mono_s in held or ():
+            self._read(payload, received_mono_s)
+        if self._tap.first_text_mono_s is not None or not self._tap.active:
+            self._held = None
+
+    def _read(self, payload: bytes, received_mono_s: float) -> None:
+        had_text = self._tap.first_text_mono_s is not None
+        try:
+            self._tap.response_body(payload, received_mono_s)
+        except Exception:
+            self._bug()
+        if not had_text and self._tap.first_text_mono_s is not None:
+            self._prompts.prompt_read(self._tap)
+            if self._naming is not None:
+                self._naming.begin()
+
+
 class Recording:
     """One listener's recorder side."""
 
@@ -91,27 +138,10 @@ class Recording:
             if tap.active and exchange.held > limits.PARSE_OFF_LOOP_BYTES:
                 exchange.parsed = asyncio.ensure_future(self._parse_off_loop(tap, exchange))
 
-    def body_reader(self, tap: RequestTap, naming: LaterName | None = None) -> Callable[[bytes, float], None]:
-        """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read).
-        At the first text, the prompt has been read, and the client's lookup begins if it has not:
-        a stream's client is there until its end, and the lookups of streams starting together no
-        longer come among their heads and first tokens (issue #26)."""
-        read, prompts = tap.response_body, self.prompts
-        first_text_seen = False
-
-        def response_body(payload: bytes, received_mono_s: float) -> None:
-            nonlocal first_text_seen
-            try:
-                read(payload, received_mono_s)
-            except Exception:
-                self._bug()
-            if not first_text_seen and tap.first_text_mono_s is not None:
-                first_text_seen = True
-                prompts.prompt_read(tap)
-                if naming is not None:
-                    naming.begin()
-
-        return response_body
+    def body_reader(self, tap: RequestTap, naming: LaterName | None = None) -> BodyReader:
+        """What each payload of `tap`'s response body goes to, as it is forwarded (one call a read);
+        its `read_held` is called before the record is made."""
+        return BodyReader(tap, self.prompts, naming, self._bug)
 
     def record(self, tap: RequestTap, naming: LaterName | None, *, status: int | None, aborted: bool) -> None:
         """The request ended: its record goes on (named when the name comes). `status`: an answer the

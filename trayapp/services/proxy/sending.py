@@ -1,7 +1,9 @@
 """A request on its way up: checked (its framing, the listener's token) and its head rebuilt, then
 sent, with the copy the proxy keeps of it for a replay (a request the upstream answered with nothing
-is sent once more on a new connection: server._replay_after). Synchronous, so that a request can go
-up inside the client's read that completed its head, before any task wakes (issue #26)."""
+is sent once more on a new connection: `replay_after`); a usual one sent before its head is parsed
+(`send_usual`). Synchronous, so that a request can go up inside the client's read that completed its
+head, before any task wakes (issue #26). When the client goes, where its upstream connections go
+(`settle`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import NamedTuple
 
 from trayapp.services.proxy import limits
 from trayapp.services.proxy.admission import HeldBytes
-from trayapp.services.proxy.exchange import Exchange, Upstream, UpstreamFailed
+from trayapp.services.proxy.exchange import EarlyUpstream, Exchange, Upstream, UpstreamFailed, UpstreamPool
 from trayapp.services.proxy.forwarding import BadChunk, HeadForwarder
 from trayapp.services.proxy.http1 import (
     BodyFramer,
@@ -201,3 +203,29 @@ def replay_after(failure: UpstreamFailed, exchange: Exchange, framer: BodyFramer
         return None
     exchange.replayed = True
     return bytes(replay)
+
+
+def settle(
+    pool: UpstreamPool,
+    begun: list[Checked | Sent | None],
+    upstream: Upstream | None,
+    early: EarlyUpstream | None,
+) -> Upstream | None:
+    """The client has gone: its idle upstream connections go to the pool for the next client; one
+    that carries a request not answered to its end (`begun`: an exchange cut short) is closed.
+    The connection closed here, to wait for; None when none was."""
+    for sent in begun:
+        if isinstance(sent, Sent):
+            sent.upstream.close()
+    if early is not None:
+        spare = early.ready()  # opened for a next request that never came
+        early.drop()
+        if spare is not None:
+            pool.put(spare)
+    if upstream is None:
+        return None
+    if begun:
+        upstream.close()
+        return upstream
+    pool.put(upstream)
+    return None

@@ -61,6 +61,7 @@ from trayapp.services.proxy.sending import (
     send,
     send_body_piece,
     send_usual,
+    settle,
 )
 
 log = logging.getLogger(__name__)
@@ -220,34 +221,12 @@ class ProxyServer:
             )
         finally:
             self.slots.release(task)
-            closed = self._settle(begun, upstream, early)
+            closed = settle(self.pool, begun, upstream, early)
             writer.close()  # before any await: a cancel arriving now must not leave a socket open
             for closing in (writer, closed.writer if closed is not None else None):
                 if closing is not None and closing.transport.get_write_buffer_size():  # flushed, then closed
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await within(closing.wait_closed(), CLOSE_TIMEOUT_S)
-
-    def _settle(
-        self, begun: list[Checked | Sent | None], upstream: Upstream | None, early: EarlyUpstream | None
-    ) -> Upstream | None:
-        """The client has gone: its idle upstream connections go to the pool for the next client; one
-        that carries a request not answered to its end (`begun`: an exchange cut short) is closed.
-        The connection closed here, to wait for; None when none was."""
-        for sent in begun:
-            if isinstance(sent, Sent):
-                sent.upstream.close()
-        if early is not None:
-            spare = early.ready()  # opened for a next request that never came
-            early.drop()
-            if spare is not None:
-                self.pool.put(spare)
-        if upstream is None:
-            return None
-        if begun:
-            upstream.close()
-            return upstream
-        self.pool.put(upstream)
-        return None
 
     def _say_once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
         if key not in self._said:
@@ -285,21 +264,24 @@ class ProxyServer:
         open (the kept one, or the one opened as the client connected), a usual one before its head is
         parsed (http1.usual_request); None: refused (its answer written). FramingError: not a head."""
         usual = usual_request(raw) if self.route.token is None else None  # (a token: read the whole way)
-        if usual is not None:
-            if upstream is None or not upstream.usable(self.reuse.max_answers):
-                upstream = self.pool.take() or (early.ready() if early is not None else None)
-            if upstream is not None:
-                return send_usual(raw, usual, client, writer, upstream, self.recording.held, self._bad_chunk)
+        if usual is not None and (ready := self._ready(upstream, early)) is not None:
+            return send_usual(raw, usual, client, writer, ready, self.recording.held, self._bad_chunk)
         head = parse_head(raw)
         checked = check(self.route, head)
         if isinstance(checked, bytes):
             writer.write(checked)
             return head, None
-        if upstream is None or not upstream.usable(self.reuse.max_answers):
-            upstream = self.pool.take() or (early.ready() if early is not None else None)
-        if upstream is None:
+        ready = self._ready(upstream, early)
+        if ready is None:
             return head, checked
-        return head, send(checked, client, writer, upstream, self.recording.held, self._bad_chunk)
+        return head, send(checked, client, writer, ready, self.recording.held, self._bad_chunk)
+
+    def _ready(self, upstream: Upstream | None, early: EarlyUpstream | None) -> Upstream | None:
+        """The connection a request goes up on now: the client's own while usable, else a kept one,
+        else the one opened as the client connected, if it is open; None: none is."""
+        if upstream is not None and upstream.usable(self.reuse.max_answers):
+            return upstream
+        return self.pool.take() or (early.ready() if early is not None else None)
 
     async def _serve(
         self,
@@ -419,6 +401,8 @@ class ProxyServer:
             exchange.status = exchange.own_status = 400
         # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
         # (a 400 refusal with its numbers) was read by the recorder as it passed.
+        if exchange.read_held is not None:
+            exchange.read_held()
         self.recording.record(tap, naming, status=exchange.own_status, aborted=not exchange.complete)
         if not (exchange.complete and keep and framer.done):
             upstream.close()
@@ -495,7 +479,9 @@ class ProxyServer:
             if naming is not None and not tap.streaming:
                 naming.begin()
             if forwarder is not None:
-                forwarder.deliver_to(self.recording.body_reader(tap, naming))
+                reader = self.recording.body_reader(tap, naming)
+                exchange.read_held = reader.read_held
+                forwarder.deliver_to(reader)
             await drain(writer)
         except BaseException:
             if forwarder is not None:
