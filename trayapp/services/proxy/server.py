@@ -399,10 +399,10 @@ class ProxyServer:
         if exchange.bad_body is not None and exchange.status is None:  # nothing answered yet: say why
             writer.write(error_response(400, "Bad Request", exchange.bad_body, "bad_request"))
             exchange.status = exchange.own_status = 400
+        if exchange.read_held is not None:
+            exchange.read_held()  # (payloads before a first text, held for a moment)
         # Only an answer the proxy wrote itself is told to the recorder here: the upstream's own head
         # (a 400 refusal with its numbers) was read by the recorder as it passed.
-        if exchange.read_held is not None:
-            exchange.read_held()
         self.recording.record(tap, naming, status=exchange.own_status, aborted=not exchange.complete)
         if not (exchange.complete and keep and framer.done):
             upstream.close()
