@@ -561,6 +561,10 @@ def test_an_answers_payloads_before_its_first_text_are_read_a_moment_later_with_
         held(role_only, T0 + 1.0)
         held.read_held()  # (the record is made: what is held is read first)
         assert tap2.found["model"] == "Qwen/Qwen3-8B" and tap2.text_pieces == 0
+        document = new_tap("/v1/chat/completions", {"stream": False})
+        document.response_head(200, {"content-type": "application/json"}, T0)
+        recording.body_reader(document)(b'{"model":"m","choices":[{"message":{"content":"x"}}]}', T0 + 1)
+        assert finish(document).model == "m"  # not a stream: read as it came (no read_held before it)
         await recording.close()
 
     asyncio.run(run())

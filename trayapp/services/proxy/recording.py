@@ -44,9 +44,10 @@ class LaterName:
 
 
 class BodyReader:
-    """An answer's payloads, to the recorder's tap as they are forwarded (one call a read). Those before
-    its first text are read limits.FIRST_TEXT_LOOKAHEAD_S after they came (`read_held`), with their
-    times: the first token right behind a role-only chunk goes to the client first (issue #26). At the
+    """An answer's payloads, to the recorder's tap as they are forwarded (one call a read). A stream's
+    before its first text are read limits.FIRST_TEXT_LOOKAHEAD_S after they came (`read_held`), with
+    their times: the first token right behind a role-only chunk goes to the client first (issue #26);
+    any other answer's (a JSON document, an error, one not recorded), as they come. At the
     first text, the prompt has been read, and the client's lookup begins if it has not: a stream's
     client is there until its end, and the lookups of streams starting together no longer come among
     their heads and first tokens."""
@@ -55,7 +56,8 @@ class BodyReader:
         self, tap: RequestTap, prompts: PromptCounter, naming: LaterName | None, bug: Callable[[], None]
     ) -> None:
         self._tap, self._prompts, self._naming, self._bug = tap, prompts, naming, bug
-        self._held: list[tuple[bytes, float]] | None = []  # None from the first text on: read at once
+        # None (read at once) from a stream's first text on, and for any other answer
+        self._held: list[tuple[bytes, float]] | None = [] if tap.active and tap.streaming else None
         self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, payload: bytes, received_mono_s: float) -> None:
