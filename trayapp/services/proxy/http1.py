@@ -291,12 +291,6 @@ def _is_chunked(head: Head) -> bool:
 
 def request_body(head: Head) -> BodyFramer:
     """How a request's body is framed (RFC 9112 §6.3); FramingError for anything ambiguous."""
-    names = head.by_name
-    lengths = names.get("content-length")
-    if lengths is not None and len(lengths) == 1 and "transfer-encoding" not in names:
-        length = lengths[0]  # the usual request: one plain length, read in a few calls (issue #26)
-        if length.isascii() and length.isdigit() and len(length) <= 18:
-            return LengthBody(int(length))
     if _is_chunked(head):
         if head.version == "HTTP/1.0":
             raise FramingError("chunked is not HTTP/1.0")

@@ -117,18 +117,12 @@ class Reader:
         back. None, nothing taken: not whole yet."""
         stream = self.reader
         buffer: bytearray = stream._buffer  # type: ignore[attr-defined]  # asyncio's own (all versions)
-        if self.pending or buffer.startswith(b"\r\n"):  # (empty lines before it: dropped by HeadBuffer)
-            if b"\r\n\r\n" not in buffer and b"\r\n\r\n" not in self.pending:
-                return None  # (an end split between the two is found by `read_head`)
-            whole = HeadBuffer().add(self.pending + buffer)
-            if whole is None:
-                return None
-            raw, self.pending = whole
-        else:
-            end = buffer.find(b"\r\n\r\n") + 4
-            if end < 4:
-                return None
-            raw, self.pending = bytes(buffer[:end]), bytes(buffer[end:])
+        if b"\r\n\r\n" not in buffer and b"\r\n\r\n" not in self.pending:
+            return None  # (an end split between the two is found by `read_head`)
+        whole = HeadBuffer().add(self.pending + buffer)
+        if whole is None:
+            return None
+        raw, self.pending = whole
         buffer.clear()
         stream._maybe_resume_transport()  # type: ignore[attr-defined]  # paused by a full buffer
         return raw

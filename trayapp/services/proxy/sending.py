@@ -65,9 +65,15 @@ def check(route: Route, head: Head) -> Checked | bytes:
         message = "llm-tray proxy: a bearer token is required"
         return error_response(401, "Unauthorized", message, "unauthorized")
     forwarded = normalised(authorized, framer)  # the framing stated once, one header per line
-    auths = forwarded.by_name.get("authorization")
-    auth = auths[-1] if auths else None
-    return Checked(head, line, framer, forwarded.raw, auth, time.monotonic(), time.time())
+    return Checked(
+        head, line, framer, forwarded.raw, _authorization(forwarded), time.monotonic(), time.time()
+    )
+
+
+def _authorization(head: Head) -> str | None:
+    """The `Authorization` a head carries up (its last), for the prompt counter's requests."""
+    values = head.by_name.get("authorization")
+    return values[-1] if values else None
 
 
 def send_usual(
@@ -89,8 +95,7 @@ def send_usual(
     first_payload, piece = _write_up(forwarded, framer, client, upstream)
     try:
         head = parse_head(raw)
-        auths = head.by_name.get("authorization")  # (a usual head keeps its own: nothing of it is cut)
-        auth = auths[-1] if auths else None
+        auth = _authorization(head)  # (a usual head keeps its own: nothing of it is cut)
         checked = Checked(head, RequestLine.of(head), framer, forwarded, auth, started_mono_s, started_wall_s)
     except BaseException:
         upstream.close()  # (a bug: the request went up, and its answer is read by no one)
